@@ -1,0 +1,1 @@
+"""Turn engine: sessions, history, tools. Plain asyncio; never imports the wire."""

@@ -1,0 +1,77 @@
+"""What a running prompt reports, independent of any wire protocol.
+
+The turn engine emits these through a per-prompt `Emit` callback; each front
+end (LSP `agent/update`, ACP `session/update`) maps them to its own messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ToolStatus = Literal["running", "completed", "failed", "cancelled"]
+Executor = Literal["client", "daemon"]
+MemoryPoint = Literal["user_query", "tool_result"]
+
+
+@dataclass(slots=True)
+class MessageChunk:
+    text: str
+
+
+@dataclass(slots=True)
+class ThoughtChunk:
+    text: str
+
+
+@dataclass(slots=True)
+class ToolCallStarted:
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+    executor: Executor
+
+
+@dataclass(slots=True)
+class ToolCallUpdate:
+    tool_call_id: str
+    status: ToolStatus
+    content: str | None = None
+
+
+@dataclass(slots=True)
+class MemoryDelivered:
+    point: MemoryPoint
+    tier: str  # "local" or "model"
+    docs: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class UsageReport:
+    input_tokens: int
+    output_tokens: int
+    session_total_tokens: int
+
+
+@dataclass(slots=True)
+class UserMessage:
+    """Only emitted when a stored session is replayed to the client."""
+
+    text: str
+
+
+Update = (
+    MessageChunk
+    | ThoughtChunk
+    | ToolCallStarted
+    | ToolCallUpdate
+    | MemoryDelivered
+    | UsageReport
+    | UserMessage
+)
+Emit = Callable[[Update], None]
+
+
+def drop_update(update: Update) -> None:
+    """An `Emit` that discards everything (background work with no listener)."""

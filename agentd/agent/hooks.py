@@ -1,0 +1,72 @@
+"""The seams where memory plugs into a prompt.
+
+The turn engine calls these at fixed points and never waits on them:
+
+- `prompt_started`: the prompt arrived; fire the recall prefetch.
+- `take_nowait(point)`: just before a model request (`user_query` before the
+  first one, `tool_result` before each ToolResult step); returns a reminder
+  and a delivery report if a prefetch has settled and is unconsumed, else
+  None at once.
+- `prompt_ended`: every exit of a prompt (normal end, each early return,
+  error, cancel); abort what is unsettled or unconsumed.
+- `session_reset` / `session_closed`: the same abort, plus per-session state.
+- `after_reply`: the front end has sent the prompt's reply; schedule
+  background work (extraction) that must never delay the reply.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from agentd.agent.events import MemoryDelivered, MemoryPoint
+from agentd.agent.messages import ReminderPart
+
+if TYPE_CHECKING:
+    from agentd.agent.session import Session
+
+
+class MemoryHooks(Protocol):
+    def prompt_started(self, session: Session, query: str) -> None: ...
+
+    def take_nowait(
+        self, session: Session, point: MemoryPoint
+    ) -> tuple[ReminderPart, MemoryDelivered] | None: ...
+
+    def prompt_ended(self, session: Session, *, cancelled: bool) -> None: ...
+
+    def session_reset(self, session: Session) -> None: ...
+
+    def session_closed(self, session: Session) -> None: ...
+
+    def after_reply(self, session: Session) -> None: ...
+
+    def system_context(self, session: Session) -> str:
+        """Text appended to the system prompt (instruction files)."""
+        ...
+
+
+class NoMemory:
+    """Memory switched off: every seam is a no-op."""
+
+    def prompt_started(self, session: Session, query: str) -> None:
+        return None
+
+    def take_nowait(
+        self, session: Session, point: MemoryPoint
+    ) -> tuple[ReminderPart, MemoryDelivered] | None:
+        return None
+
+    def prompt_ended(self, session: Session, *, cancelled: bool) -> None:
+        return None
+
+    def session_reset(self, session: Session) -> None:
+        return None
+
+    def session_closed(self, session: Session) -> None:
+        return None
+
+    def after_reply(self, session: Session) -> None:
+        return None
+
+    def system_context(self, session: Session) -> str:
+        return ""

@@ -1,0 +1,149 @@
+"""Provider-neutral conversation history.
+
+A session's history is a list of `Message`s. Each message is a role and an
+ordered list of parts. Providers translate this shape into their own wire
+format (OpenAI chat messages, Anthropic content blocks) and own the ordering
+rules their APIs impose: a user message that carries `ToolResultPart`s is sent
+with the tool results first and any text or reminders after them.
+
+Plain dataclasses, no pydantic: these are built on every stream chunk path and
+must stay cheap to construct and to import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(slots=True)
+class ThinkingPart:
+    """Model reasoning kept for the transcript; not sent back to providers."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class ReminderPart:
+    """A system reminder attached to a user message (memory, instructions).
+
+    Rendered by providers as `<system-reminder>` text so that models read it as
+    data supplied by the harness rather than words of the user.
+    """
+
+    text: str
+    source: str = ""  # e.g. "memory", "instructions"; for logs and tests
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ToolCallPart:
+    call: ToolCall
+
+
+@dataclass(slots=True)
+class ToolResultPart:
+    tool_call_id: str
+    content: str
+    is_error: bool = False
+
+
+Part = TextPart | ThinkingPart | ReminderPart | ToolCallPart | ToolResultPart
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    parts: list[Part] = field(default_factory=list)
+    # True when the assistant's output was cut short (cancel, dropped stream).
+    interrupted: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [p.call for p in self.parts if isinstance(p, ToolCallPart)]
+
+    @property
+    def tool_results(self) -> list[ToolResultPart]:
+        return [p for p in self.parts if isinstance(p, ToolResultPart)]
+
+
+def user_text(text: str) -> Message:
+    return Message("user", [TextPart(text)])
+
+
+def render_reminder(text: str) -> str:
+    """The one place that decides how a reminder looks to a model."""
+    return f"<system-reminder>\n{text}\n</system-reminder>"
+
+
+# --- JSON round trip, for transcripts on disk -------------------------------
+
+
+def part_to_json(part: Part) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ThinkingPart):
+        return {"type": "thinking", "text": part.text}
+    if isinstance(part, ReminderPart):
+        return {"type": "reminder", "text": part.text, "source": part.source}
+    if isinstance(part, ToolCallPart):
+        c = part.call
+        return {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
+    return {
+        "type": "tool_result",
+        "toolCallId": part.tool_call_id,
+        "content": part.content,
+        "isError": part.is_error,
+    }
+
+
+def part_from_json(data: dict[str, Any]) -> Part:
+    kind = data.get("type")
+    if kind == "text":
+        return TextPart(str(data["text"]))
+    if kind == "thinking":
+        return ThinkingPart(str(data["text"]))
+    if kind == "reminder":
+        return ReminderPart(str(data["text"]), str(data.get("source", "")))
+    if kind == "tool_call":
+        return ToolCallPart(ToolCall(str(data["id"]), str(data["name"]), dict(data["arguments"])))
+    if kind == "tool_result":
+        return ToolResultPart(
+            str(data["toolCallId"]), str(data["content"]), bool(data.get("isError", False))
+        )
+    raise ValueError(f"unknown part type {kind!r}")
+
+
+def message_to_json(msg: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": msg.role, "parts": [part_to_json(p) for p in msg.parts]}
+    if msg.interrupted:
+        out["interrupted"] = True
+    return out
+
+
+def message_from_json(data: dict[str, Any]) -> Message:
+    role = data["role"]
+    if role not in ("user", "assistant"):
+        raise ValueError(f"unknown role {role!r}")
+    return Message(
+        role,
+        [part_from_json(p) for p in data.get("parts", [])],
+        interrupted=bool(data.get("interrupted", False)),
+    )

@@ -1,0 +1,93 @@
+"""A session: history, workspace, counters, and the waits it has open.
+
+A session belongs to one workspace root. Its history is append-only during a
+prompt (listeners, such as the transcript writer, see every message once);
+`reset()` is the only thing that clears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentd.agent.messages import Message, ToolCall, ToolResultPart
+from agentd.providers.base import ToolSpec
+
+if TYPE_CHECKING:
+    from agentd.agent.prefetch import PrefetchHandle
+
+
+class ClientToolRunner(Protocol):
+    """Runs the tools an editor declared. One per front end connection."""
+
+    @property
+    def specs(self) -> list[ToolSpec]: ...
+
+    async def run(self, session: Session, call: ToolCall) -> ToolResultPart: ...
+
+
+class AwaitClientResult:
+    """The LSP way: the editor was told about the call through a `tool_call`
+    update and answers with an `agent/toolResult` notification, which
+    `Session.resolve_tool_result` hands to the waiting future."""
+
+    def __init__(self, specs: list[ToolSpec]) -> None:
+        self._specs = specs
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return self._specs
+
+    async def run(self, session: Session, call: ToolCall) -> ToolResultPart:
+        fut: asyncio.Future[ToolResultPart] = asyncio.get_running_loop().create_future()
+        session.pending_tools[call.id] = fut
+        try:
+            return await fut
+        finally:
+            # Withdrawn on cancel too: a late result then finds nothing and is ignored.
+            session.pending_tools.pop(call.id, None)
+
+
+@dataclass(eq=False)
+class Session:
+    id: str
+    workspace_root: Path
+    client_tools: ClientToolRunner
+    history: list[Message] = field(default_factory=list)
+    title: str = ""
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    turns: int = 0
+    tokens_used: int = 0
+    running: asyncio.Task[Any] | None = None
+    pending_tools: dict[str, asyncio.Future[ToolResultPart]] = field(default_factory=dict)
+    # Memory docs (absolute paths) already shown to the model in this session.
+    surfaced: set[str] = field(default_factory=set)
+    prefetch: list[PrefetchHandle] = field(default_factory=list)
+    closed: bool = False
+    listeners: list[Callable[[Session, Message], None]] = field(default_factory=list)
+
+    def append(self, message: Message) -> None:
+        self.history.append(message)
+        self.updated_at = time.time()
+        for listener in self.listeners:
+            listener(self, message)
+
+    def resolve_tool_result(self, tool_call_id: str, content: str, is_error: bool) -> bool:
+        """Hand an editor's tool result to the waiting turn. False if nobody waits."""
+        fut = self.pending_tools.get(tool_call_id)
+        if fut is None or fut.done():
+            return False
+        fut.set_result(ToolResultPart(tool_call_id, content, is_error))
+        return True
+
+    def cancel_running(self) -> bool:
+        task = self.running
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True

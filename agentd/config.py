@@ -1,0 +1,164 @@
+"""One fully defaulted settings model, and where its values come from.
+
+Precedence, lowest first: defaults < the user's config file
+(`<user config dir>/agentd/config.toml`) < environment variables (the pinned
+`AGENTD_*` names) < the editor's `initializationOptions`. All three sources
+belong to the user; a workspace's own files never feed this model, so a
+cloned repository cannot redirect the model endpoint or the API key.
+
+Bad values never stop the daemon: `load_settings` reports them in
+`Settings.problems` and keeps the default for that field, and the wire layer
+shows the problems to the user once.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic.alias_generators import to_camel
+
+from agentd.providers.config import ProviderConfig
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+class Limits(_Model):
+    # Model requests in one prompt (the first request plus each ToolResult step).
+    max_steps_per_prompt: int = Field(default=40, ge=0)
+    # Prompts in one session.
+    max_session_turns: int = Field(default=500, ge=0)
+    # Input + output tokens reported by the provider over the whole session; 0 = no limit.
+    session_token_limit: int = Field(default=0, ge=0)
+    # Tool output longer than this is cut, with a note saying so.
+    tool_result_max_chars: int = Field(default=40_000, ge=1_000)
+
+
+class MemorySettings(_Model):
+    enabled: bool = True
+    # The model tier of recall: a side query to the fast model.
+    model_tier: bool = True
+    # Safety limit of the recall side query (not a deadline the prompt waits on).
+    recall_timeout: float = Field(default=30.0, gt=0)
+    extraction: bool = True
+    # How long shutdown waits for a running extraction before cancelling it.
+    shutdown_grace: float = Field(default=5.0, ge=0)
+
+
+class Settings(_Model):
+    provider: Literal["openai", "anthropic"] = "openai"
+    base_url: str = ""
+    api_key: SecretStr | None = None
+    model: str = ""
+    fast_model: str = ""
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_idle_timeout: float = Field(default=60.0, gt=0)
+    total_timeout: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    max_retry_after: float = Field(default=30.0, ge=0)
+    limits: Limits = Limits()
+    memory: MemorySettings = MemorySettings()
+    log_level: str = "info"
+    problems: tuple[str, ...] = ()
+
+    def effective_model(self) -> str:
+        if self.model:
+            return self.model
+        return "claude-sonnet-4-5" if self.provider == "anthropic" else "gpt-4o-mini"
+
+    def provider_config(self) -> ProviderConfig:
+        model = self.effective_model()
+        return ProviderConfig(
+            kind=self.provider,
+            base_url=self.base_url,
+            api_key=self.api_key.get_secret_value() if self.api_key else None,
+            model=model,
+            fast_model=self.fast_model or model,
+            connect_timeout=self.connect_timeout,
+            read_idle_timeout=self.read_idle_timeout,
+            total_timeout=self.total_timeout,
+            max_retries=self.max_retries,
+            max_retry_after=self.max_retry_after,
+        )
+
+
+ENV_FIELDS = {
+    "AGENTD_PROVIDER": "provider",
+    "AGENTD_BASE_URL": "baseUrl",
+    "AGENTD_API_KEY": "apiKey",
+    "AGENTD_MODEL": "model",
+    "AGENTD_FAST_MODEL": "fastModel",
+    "AGENTD_LOG_LEVEL": "logLevel",
+}
+
+
+def user_config_dir() -> Path:
+    override = os.environ.get("AGENTD_CONFIG_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("agentd"))
+
+
+def _read_config_file(path: Path, problems: list[str]) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        problems.append(f"{path}: {exc}")
+        return {}
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
+    # The config file may use snake_case (TOML habit); the model's aliases are camelCase.
+    return {
+        to_camel(k): _normalise_keys(v) if isinstance(v, dict) else v for k, v in data.items()
+    }
+
+
+def load_settings(
+    init_options: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    env = dict(os.environ) if env is None else env
+    problems: list[str] = []
+    file_data = _read_config_file(config_file or user_config_dir() / "config.toml", problems)
+    data = _normalise_keys(file_data)
+    env_data = {alias: env[var] for var, alias in ENV_FIELDS.items() if env.get(var)}
+    if env.get("AGENTD_MEMORY", "").lower() in ("0", "off", "false", "no"):
+        env_data["memory"] = {"enabled": False}
+    data = _deep_merge(data, env_data)
+    if init_options:
+        data = _deep_merge(data, _normalise_keys(init_options))
+    for _ in range(20):
+        try:
+            return Settings.model_validate({**data, "problems": tuple(problems)})
+        except ValidationError as exc:
+            # Drop each bad field (keeping its default) and say so; never refuse to start.
+            for err in exc.errors():
+                loc = [str(p) for p in err["loc"]]
+                problems.append(f"setting {'.'.join(loc)}: {err['msg']}")
+                if loc:
+                    data.pop(loc[0], None)
+    return Settings(problems=tuple(problems))

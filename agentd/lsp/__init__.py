@@ -1,0 +1,1 @@
+"""The LSP-framed front end: the only package that imports pygls or lsprotocol."""

@@ -1,0 +1,332 @@
+"""The agentd protocol extension: every custom message as a pydantic model.
+
+This module is the single source of truth for params, results and update
+shapes. Handlers validate params with it at the boundary; `schema.json` and
+the tables in docs/protocol.md are generated from / checked against it by
+tests. Runtime `agent/update` payloads are built as plain dicts on the hot
+path (see `updates.py`) and a test validates them against these models.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Empty(WireModel):
+    pass
+
+
+# --- content ----------------------------------------------------------------
+
+
+class TextBlock(WireModel):
+    type: Literal["text"]
+    text: str
+
+
+class ResourceLinkBlock(WireModel):
+    type: Literal["resource_link"]
+    uri: str
+    name: str | None = None
+
+
+class EmbeddedResource(WireModel):
+    uri: str
+    text: str | None = None
+    mime_type: str | None = None
+
+
+class ResourceBlock(WireModel):
+    type: Literal["resource"]
+    resource: EmbeddedResource
+
+
+ContentBlock = Annotated[
+    TextBlock | ResourceLinkBlock | ResourceBlock, Field(discriminator="type")
+]
+
+
+# --- initialize ---------------------------------------------------------------
+
+
+class ClientToolDecl(WireModel):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class InitializationOptions(WireModel):
+    """`initialize.initializationOptions`. Settings keys (provider, baseUrl,
+    apiKey, model, fastModel, limits, memory, logLevel) are read by
+    `agentd.config.load_settings`; listed here for the schema."""
+
+    client_tools: list[str | ClientToolDecl] = Field(default_factory=list)
+    log_level: Literal["error", "warning", "info", "debug"] | None = None
+    provider: Literal["openai", "anthropic"] | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    fast_model: str | None = None
+    limits: dict[str, int] | None = None
+    memory: dict[str, Any] | None = None
+
+
+class AgentdCapabilities(WireModel):
+    """`initialize` result: `capabilities.experimental.agentd`."""
+
+    protocol_version: int
+    version: str
+    client_tools: list[str]
+    daemon_tools: list[str]
+    memory: bool
+    prompt_content: list[str]
+
+
+# --- requests -------------------------------------------------------------------
+
+
+class NewSessionParams(WireModel):
+    workspace_root: str = Field(min_length=1, description="Path or file:// URI")
+
+
+class NewSessionResult(WireModel):
+    session_id: str
+
+
+class PromptParams(WireModel):
+    session_id: str
+    prompt: str | list[ContentBlock]
+
+
+class UsageOut(WireModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class ErrorDetail(WireModel):
+    kind: str
+    message: str
+    status: int | None = None
+
+
+class PromptResult(WireModel):
+    stop_reason: Literal["end_turn", "max_turns", "token_limit", "refusal", "max_tokens", "error"]
+    usage: UsageOut
+    error: ErrorDetail | None = None
+
+
+class SessionParams(WireModel):
+    session_id: str
+
+
+class ToolResultParams(WireModel):
+    session_id: str
+    tool_call_id: str
+    content: str | list[TextBlock]
+    is_error: bool = False
+
+
+class WorkspaceParams(WireModel):
+    workspace_root: str = Field(min_length=1)
+
+
+class SessionInfo(WireModel):
+    session_id: str
+    title: str
+    updated_at: str
+
+
+class ListSessionsResult(WireModel):
+    sessions: list[SessionInfo]
+
+
+class LoadSessionParams(WireModel):
+    session_id: str
+    workspace_root: str | None = None
+
+
+class MemoryDocOut(WireModel):
+    path: str
+    name: str
+    description: str
+    type: str
+    mtime: float
+    team: bool = False
+
+
+class MemoryListResult(WireModel):
+    directory: str
+    docs: list[MemoryDocOut]
+
+
+class RecallParams(WireModel):
+    workspace_root: str = Field(min_length=1)
+    query: str
+    limit: int = Field(default=5, ge=1, le=50)
+
+
+class RecalledDocOut(WireModel):
+    path: str
+    name: str
+    score: float
+
+
+class RecallResult(WireModel):
+    docs: list[RecalledDocOut]
+    tier: Literal["local", "model"]
+
+
+class ExtractionStatus(WireModel):
+    state: Literal["idle", "running"]
+    trailing_pending: bool
+    cursors: list[dict[str, Any]]
+    last_error: str | None = None
+    last_run_at: str | None = None
+
+
+class MemoryStatusResult(WireModel):
+    directory: str
+    doc_count: int
+    watcher: str
+    problems: list[dict[str, str]]
+    extraction: ExtractionStatus
+    deliveries: dict[str, int]
+
+
+# --- notifications from the daemon ------------------------------------------------
+
+
+class MessageChunkUpdate(WireModel):
+    kind: Literal["message_chunk"]
+    text: str
+
+
+class ThoughtChunkUpdate(WireModel):
+    kind: Literal["thought_chunk"]
+    text: str
+
+
+class ToolCallUpdateOut(WireModel):
+    kind: Literal["tool_call"]
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+    executor: Literal["client", "daemon"]
+
+
+class ToolCallStatusUpdate(WireModel):
+    kind: Literal["tool_call_update"]
+    tool_call_id: str
+    status: Literal["running", "completed", "failed", "cancelled"]
+    content: str | None = None
+
+
+class MemoryUpdate(WireModel):
+    kind: Literal["memory"]
+    point: Literal["user_query", "tool_result"]
+    tier: Literal["local", "model"]
+    docs: list[str]
+
+
+class UsageUpdate(WireModel):
+    kind: Literal["usage"]
+    input_tokens: int
+    output_tokens: int
+    session_total_tokens: int
+
+
+class UserMessageUpdate(WireModel):
+    kind: Literal["user_message"]
+    text: str
+
+
+AgentUpdate = Annotated[
+    MessageChunkUpdate
+    | ThoughtChunkUpdate
+    | ToolCallUpdateOut
+    | ToolCallStatusUpdate
+    | MemoryUpdate
+    | UsageUpdate
+    | UserMessageUpdate,
+    Field(discriminator="kind"),
+]
+
+
+class AgentUpdateParams(WireModel):
+    session_id: str
+    update: AgentUpdate
+
+
+class MemoryChangedParams(WireModel):
+    workspace_root: str
+    paths: list[str]
+
+
+# --- the method table -------------------------------------------------------------
+
+# method -> (params model, result model or None for notifications, direction)
+REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
+    "agent/newSession": (NewSessionParams, NewSessionResult),
+    "agent/prompt": (PromptParams, PromptResult),
+    "agent/resetSession": (SessionParams, Empty),
+    "agent/closeSession": (SessionParams, Empty),
+    "agent/listSessions": (WorkspaceParams, ListSessionsResult),
+    "agent/loadSession": (LoadSessionParams, Empty),
+    "memory/list": (WorkspaceParams, MemoryListResult),
+    "memory/recall": (RecallParams, RecallResult),
+    "memory/status": (WorkspaceParams, MemoryStatusResult),
+}
+
+CLIENT_NOTIFICATIONS: dict[str, type[WireModel]] = {
+    "agent/cancel": SessionParams,
+    "agent/toolResult": ToolResultParams,
+}
+
+SERVER_NOTIFICATIONS: dict[str, type[WireModel]] = {
+    "agent/update": AgentUpdateParams,
+    "memory/changed": MemoryChangedParams,
+}
+
+UPDATE_KINDS = [
+    "message_chunk",
+    "thought_chunk",
+    "tool_call",
+    "tool_call_update",
+    "memory",
+    "usage",
+    "user_message",
+]
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of every message, keyed by method (committed as schema.json)."""
+    out: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "agentd protocol v1",
+        "initializationOptions": InitializationOptions.model_json_schema(by_alias=True),
+        "capabilities": AgentdCapabilities.model_json_schema(by_alias=True),
+        "requests": {},
+        "clientNotifications": {},
+        "serverNotifications": {},
+    }
+    for method, (params, result) in REQUESTS.items():
+        out["requests"][method] = {
+            "params": params.model_json_schema(by_alias=True),
+            "result": result.model_json_schema(by_alias=True, mode="serialization"),
+        }
+    for method, params in CLIENT_NOTIFICATIONS.items():
+        out["clientNotifications"][method] = params.model_json_schema(by_alias=True)
+    for method, params in SERVER_NOTIFICATIONS.items():
+        out["serverNotifications"][method] = params.model_json_schema(by_alias=True)
+    return out
+
+
+def dump(model: WireModel) -> dict[str, Any]:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)

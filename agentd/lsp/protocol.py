@@ -1,0 +1,202 @@
+"""pygls' protocol, with the defaults that hurt editors fixed.
+
+- Custom params stay plain dicts (pygls turns them into namedtuples, renames
+  keys such as `class` or `_x`, and drops some shapes without a reply).
+- Every request is answered: before `initialize` with -32002, after
+  `shutdown` with -32600, invalid messages with -32600 / -32700 and id null.
+- Errors are logged, never pushed to the editor as pop-ups.
+- `exit` stops the read loop and lets `serve()` clean up; the exit code is 0
+  after `shutdown` and 1 otherwise (LSP).
+- Callbacks can run right after a request's reply was written (`after_reply`),
+  which is how extraction is scheduled without delaying the reply.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import attrs
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+    LanguageServerProtocol,
+    default_converter,
+    lsp_method,
+)
+
+log = logging.getLogger(__name__)
+
+# LSP methods pygls knows; everything else is ours and keeps dict params.
+_LIFECYCLE_OK_BEFORE_INIT = {types.INITIALIZE, types.EXIT}
+
+
+def agentd_converter() -> Any:
+    converter = default_converter()
+
+    def keep_request(obj: dict[str, Any], cls: type) -> Any:
+        return cls(id=obj["id"], method=obj["method"], jsonrpc=obj["jsonrpc"], params=obj.get("params"))
+
+    def keep_notification(obj: dict[str, Any], cls: type) -> Any:
+        return cls(method=obj["method"], jsonrpc=obj["jsonrpc"], params=obj.get("params"))
+
+    def keep_response(obj: dict[str, Any], cls: type) -> Any:
+        return cls(id=obj["id"], jsonrpc=obj["jsonrpc"], result=obj.get("result"))
+
+    converter.register_structure_hook(JsonRPCRequestMessage, keep_request)
+    converter.register_structure_hook(JsonRPCNotification, keep_notification)
+    converter.register_structure_hook(JsonRPCResponseMessage, keep_response)
+    return converter
+
+
+class AgentdProtocol(LanguageServerProtocol):
+    def __init__(self, server: Any, converter: Any) -> None:
+        super().__init__(server, converter)
+        self.initialized = False
+        self.exit_code: int | None = None
+        self.on_exit: Callable[[int], None] | None = None
+        self._after_reply: dict[Any, list[Callable[[], None]]] = {}
+
+    # --- incoming ---------------------------------------------------------------
+
+    def dispatch(self, data: Any) -> None:
+        """Validate one decoded JSON value as JSON-RPC and hand it to pygls."""
+        if not isinstance(data, dict):
+            self.reply_error(None, -32600, "Invalid Request: a message must be a JSON object")
+            return
+        msg_id = data.get("id")
+        has_id = "id" in data
+        if has_id and (isinstance(msg_id, bool) or not isinstance(msg_id, str | int)):
+            if msg_id is not None or "method" in data:
+                self.reply_error(None, -32600, "Invalid Request: id must be a string or an integer")
+                return
+        if data.get("jsonrpc") != "2.0":
+            self.reply_error(msg_id if has_id else None, -32600, 'Invalid Request: jsonrpc must be "2.0"')
+            return
+        method = data.get("method")
+        if "method" in data and not isinstance(method, str):
+            self.reply_error(msg_id if has_id else None, -32600, "Invalid Request: method must be a string")
+            return
+        params = data.get("params")
+        if params is not None and not isinstance(params, dict | list):
+            if has_id and method is not None:
+                self.reply_error(msg_id, -32602, "Invalid params: params must be an object or array")
+            return
+        if method is None:
+            if not has_id:
+                self.reply_error(None, -32600, "Invalid Request: no method")
+                return
+            self._dispatch_response(data)
+            return
+        if has_id:
+            if not self.initialized and method not in _LIFECYCLE_OK_BEFORE_INIT:
+                self.reply_error(msg_id, -32002, f"Server not initialized: {method} before initialize")
+                return
+            if self._shutdown:
+                self.reply_error(msg_id, -32600, f"Invalid Request: {method} after shutdown")
+                return
+        elif self._shutdown and method != types.EXIT:
+            return
+        elif not self.initialized and method not in (types.EXIT, types.INITIALIZED):
+            # LSP: notifications before initialize are dropped (exit excepted).
+            return
+        try:
+            message = self.structure_message(data)
+        except JsonRpcException as exc:
+            if has_id:
+                self.reply_error(msg_id, JsonRpcInvalidParams.CODE, f"Invalid params for {method}: {exc.message}")
+            return
+        self.handle_message(message)
+
+    def _dispatch_response(self, data: dict[str, Any]) -> None:
+        try:
+            message = self.structure_message(data)
+        except JsonRpcException:
+            log.warning("unreadable response to request %r", data.get("id"))
+            return
+        self.handle_message(message)
+
+    def handle_message(self, message: Any) -> None:
+        # Our dispatch already enforced lifecycle rules; skip pygls' silent drops.
+        import contextvars
+
+        ctx = contextvars.copy_context()
+        method = getattr(message, "method", None)
+        if method is not None and hasattr(message, "id"):
+            ctx.run(self._handle_request, message.id, method, message.params)
+        elif method is not None:
+            ctx.run(self._handle_notification, method, message.params)
+        elif hasattr(message, "error") and getattr(message, "error", None) is not None:
+            ctx.run(self._handle_response, message.id, None, message.error)
+        else:
+            ctx.run(self._handle_response, message.id, getattr(message, "result", None))
+
+    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        future = self._request_futures.get(msg_id)
+        if future is None or future.done():
+            # A late answer to a withdrawn request (e.g. after a cancel): ignore it.
+            self._request_futures.pop(msg_id, None)
+            log.debug("ignoring response to unknown or withdrawn request %r", msg_id)
+            return
+        super()._handle_response(msg_id, result, error)
+
+    # --- outgoing ---------------------------------------------------------------
+
+    def reply_error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        self._write({"jsonrpc": "2.0", "id": msg_id, "error": error})
+
+    def _send_data(self, data: Any) -> None:
+        if not data:
+            return
+        if isinstance(data, dict):
+            self._write(data)
+            return
+        if attrs.has(type(data)):
+            self._write(self._converter.unstructure(data))
+            return
+        super()._send_data(data)
+
+    def _write(self, payload: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def notify(self, method: str, params: Any | None = None) -> None:
+        # Custom notifications go out as plain dicts, straight to the writer.
+        if self.get_message_type(method) is None:
+            self._write({"jsonrpc": "2.0", "method": method, "params": params})
+            return
+        super().notify(method, params)
+
+    def after_reply(self, msg_id: Any, fn: Callable[[], None]) -> None:
+        self._after_reply.setdefault(msg_id, []).append(fn)
+
+    def _send_handler_result(self, future: Future[Any], *, msg_id: Any) -> None:
+        try:
+            super()._send_handler_result(future, msg_id=msg_id)
+        finally:
+            for fn in self._after_reply.pop(msg_id, []):
+                try:
+                    fn()
+                except Exception:
+                    log.exception("after-reply callback failed")
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args: Any) -> None:
+        code = 0 if self._shutdown else 1
+        self.exit_code = code
+        if self.on_exit is not None:
+            self.on_exit(code)
+

@@ -1,0 +1,307 @@
+"""The daemon process over stdio: pygls server, read loop, lifecycle.
+
+Start-up is kept as cheap as a bare pygls server: only pygls, lsprotocol and
+the stdlib are imported before `initialize` is answered. The rest of agentd
+(pydantic, httpx, the turn engine) is imported in a warm-up thread right
+after the reply, and the first request that needs it awaits that warm-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import lsp_method
+
+from agentd import PROTOCOL_VERSION, __version__
+from agentd.lsp.protocol import AgentdProtocol, agentd_converter
+from agentd.lsp.transport import PipeWriter, read_frames
+
+if TYPE_CHECKING:
+    from agentd.app import App
+
+log = logging.getLogger("agentd.lsp")
+
+DAEMON_TOOLS = ["read_file", "list_dir", "search"]
+_LSP_LEVELS = {"error": 1, "warning": 2, "info": 3, "debug": 4}
+
+
+class ServerProtocol(AgentdProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Any:
+        result = yield from super().lsp_initialize(params)
+        server: AgentdServer = self._server
+        options = params.initialization_options if isinstance(params.initialization_options, dict) else {}
+        server.init_options = options
+        declared = options.get("clientTools") or []
+        names = [d if isinstance(d, str) else d.get("name") for d in declared if isinstance(d, str | dict)]
+        result.capabilities.experimental = {
+            "agentd": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "version": __version__,
+                "clientTools": [n for n in names if isinstance(n, str)],
+                "daemonTools": DAEMON_TOOLS,
+                "memory": True,
+                "promptContent": ["text", "resource_link", "resource"],
+            }
+        }
+        result.server_info = types.ServerInfo(name="agentd", version=__version__)
+        self.initialized = True
+        server.set_editor_log_level(options.get("logLevel"))
+        msg_id = self.msg_id
+        self.after_reply(msg_id, server.start_warmup)
+        if params.process_id:
+            self.after_reply(msg_id, lambda: server.watch_editor(params.process_id))
+        return result
+
+
+class AgentdServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            "agentd",
+            __version__,
+            protocol_cls=ServerProtocol,
+            converter_factory=agentd_converter,
+            text_document_sync_kind=types.TextDocumentSyncKind.None_,
+        )
+        self.init_options: dict[str, Any] = {}
+        self._app: App | None = None
+        self._app_future: asyncio.Future[App] | None = None
+        self._stop: asyncio.Event | None = None
+        self._editor_level = 2
+        self._watchdog: asyncio.Task[None] | None = None
+        self.exit_code: int | None = None
+
+    @property
+    def agentd_protocol(self) -> ServerProtocol:
+        proto = self.protocol
+        assert isinstance(proto, ServerProtocol)
+        return proto
+
+    # --- the App, built off the critical path -------------------------------------
+
+    def start_warmup(self) -> None:
+        if self._app_future is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._app_future = loop.create_future()
+
+        def imports() -> None:
+            import agentd.app  # noqa: F401  (pydantic, httpx, the core)
+            import agentd.lsp.ext  # noqa: F401
+            import agentd.lsp.updates  # noqa: F401
+
+        def done(fut: concurrent.futures.Future[None]) -> None:
+            loop.call_soon_threadsafe(self._finish_warmup, fut)
+
+        threading.Thread(target=lambda: _run_into(imports, done), daemon=True).start()
+
+    def _finish_warmup(self, fut: concurrent.futures.Future[None]) -> None:
+        assert self._app_future is not None
+        if self._app_future.done():
+            return
+        try:
+            fut.result()
+            from agentd.app import App
+
+            app = App.create(self.init_options)
+            self._app = app
+            self._app_future.set_result(app)
+        except Exception as exc:  # pragma: no cover - reported to every request
+            log.exception("start-up failed")
+            self._app_future.set_exception(exc)
+
+    async def app(self) -> App:
+        if self._app is not None:
+            return self._app
+        if self._app_future is None:
+            self.start_warmup()
+        assert self._app_future is not None
+        return await asyncio.shield(self._app_future)
+
+    # --- logging to the editor ---------------------------------------------------------
+
+    def set_editor_log_level(self, level: Any) -> None:
+        if isinstance(level, str) and level in _LSP_LEVELS:
+            self._editor_level = _LSP_LEVELS[level]
+
+    def log_to_editor(self, record: logging.LogRecord) -> None:
+        lsp_type = 1 if record.levelno >= logging.ERROR else 2 if record.levelno >= logging.WARNING else 3 if record.levelno >= logging.INFO else 4
+        if lsp_type > self._editor_level or not self.agentd_protocol.initialized:
+            return
+        message = record.getMessage()
+        self.agentd_protocol.notify("window/logMessage", {"type": lsp_type, "message": message})
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        # Never a pop-up (pygls' default is window/showMessage). Errors that
+        # answer a bad request are the client's, not ours: debug level.
+        code = getattr(error, "code", None)
+        level = logging.DEBUG if code in (-32600, -32601, -32602, -32001, -32003) else logging.ERROR
+        log.log(level, "%s: %s", getattr(source, "__name__", source), error)
+
+    # --- editor process watchdog ---------------------------------------------------------
+
+    def watch_editor(self, pid: int) -> None:
+        from agentd.lsp.watchdog import watch_process
+
+        self._watchdog = asyncio.get_running_loop().create_task(
+            watch_process(pid, self._editor_gone), name="editor-watchdog"
+        )
+
+    def _editor_gone(self) -> None:
+        log.warning("the editor process is gone; exiting")
+        self.request_stop(1)
+
+    def request_stop(self, code: int) -> None:
+        if self.exit_code is None:
+            self.exit_code = code
+        if self._stop is not None:
+            self._stop.set()
+
+    # --- the main loop -------------------------------------------------------------------
+
+    async def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        proto = self.agentd_protocol
+        proto.on_exit = self.request_stop
+        writer = await _open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
+        proto.set_writer(writer)
+        read = await _open_reader(loop, stdin)
+        reader_task = loop.create_task(self._read_loop(read), name="stdin-reader")
+        stop_task = loop.create_task(self._stop.wait())
+        await asyncio.wait([reader_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+        if reader_task.done() and self.exit_code is None:
+            # stdin EOF without `exit`: LSP says exit code 1 unless shut down first.
+            self.exit_code = 0 if proto._shutdown else 1
+            log.info("stdin closed; exiting with %s", self.exit_code)
+        reader_task.cancel()
+        stop_task.cancel()
+        await self._cleanup()
+        return self.exit_code if self.exit_code is not None else 1
+
+    async def _read_loop(self, read: Any) -> None:
+        proto = self.agentd_protocol
+        async for body in read_frames(read):
+            try:
+                data = json.loads(body)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                log.error("unparseable message: %s", exc)
+                proto.reply_error(None, -32700, f"Parse error: {exc}")
+                continue
+            try:
+                proto.dispatch(data)
+            except Exception:
+                log.exception("failed to dispatch a message")
+
+    async def _cleanup(self) -> None:
+        proto = self.agentd_protocol
+        for fut in list(proto._request_futures.values()):
+            fut.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self._app is not None:
+            try:
+                await asyncio.wait_for(self._app.aclose(), timeout=10)
+            except TimeoutError:
+                log.warning("shutdown did not finish within 10 s")
+        # Let cancelled request tasks write their replies before the pipe closes.
+        await asyncio.sleep(0)
+
+
+def _run_into(fn: Any, done: Any) -> None:
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+    try:
+        fn()
+        fut.set_result(None)
+    except BaseException as exc:
+        fut.set_exception(exc)
+    done(fut)
+
+
+async def _open_reader(loop: asyncio.AbstractEventLoop, stdin: BinaryIO) -> Any:
+    try:
+        reader = asyncio.StreamReader(limit=2**20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+        return reader.read
+    except (ValueError, OSError):
+        # Regular files (e.g. `agentd serve < messages.txt`) cannot be polled.
+        async def read(n: int) -> bytes:
+            return await asyncio.to_thread(os.read, stdin.fileno(), n)
+
+        return read
+
+
+class _WriteProtocol(asyncio.Protocol):
+    def __init__(self, on_lost: Any) -> None:
+        self._on_lost = on_lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost()
+
+
+async def _open_writer(loop: asyncio.AbstractEventLoop, stdout: BinaryIO, on_lost: Any) -> Any:
+    try:
+        transport, _ = await loop.connect_write_pipe(lambda: _WriteProtocol(on_lost), stdout)
+        return PipeWriter(transport)  # type: ignore[arg-type]
+    except (ValueError, OSError):
+        return _BlockingWriter(stdout)
+
+
+class _BlockingWriter:
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+
+    def write(self, data: bytes) -> None:
+        self._out.write(data)
+        self._out.flush()
+
+    def close(self) -> None:
+        self._out.close()
+
+
+class EditorLogHandler(logging.Handler):
+    def __init__(self, server: AgentdServer, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._server = server
+        self._loop = loop
+        self._thread = threading.get_ident()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if threading.get_ident() == self._thread:
+                self._server.log_to_editor(record)
+            else:
+                self._loop.call_soon_threadsafe(self._server.log_to_editor, record)
+        except Exception:
+            pass
+
+
+def run_stdio() -> int:
+    """Entry point of `agentd serve`."""
+    # pygls logs every message it sends at INFO and every handler error with a
+    # traceback; ours are logged by agentd's own handlers, once.
+    logging.getLogger("pygls").setLevel(logging.CRITICAL)
+    server = AgentdServer()
+    from agentd.lsp import handlers
+
+    handlers.register(server)
+
+    async def main() -> int:
+        handler = EditorLogHandler(server, asyncio.get_running_loop())
+        handler.setLevel(logging.DEBUG)
+        logging.getLogger("agentd").addHandler(handler)
+        try:
+            return await server.serve(sys.stdin.buffer, sys.stdout.buffer)
+        finally:
+            logging.getLogger("agentd").removeHandler(handler)
+
+    return asyncio.run(main())

@@ -1,0 +1,57 @@
+"""Core `Update`s -> `agent/update` payloads, built as plain dicts.
+
+This is the streaming hot path (one call per model chunk), so no pydantic
+here; `tests/unit/test_protocol_schema.py` validates these dicts against the
+models in `ext.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentd.agent.events import (
+    MemoryDelivered,
+    MessageChunk,
+    ThoughtChunk,
+    ToolCallStarted,
+    ToolCallUpdate,
+    Update,
+    UsageReport,
+    UserMessage,
+)
+
+
+def update_to_wire(update: Update) -> dict[str, Any]:
+    if isinstance(update, MessageChunk):
+        return {"kind": "message_chunk", "text": update.text}
+    if isinstance(update, ThoughtChunk):
+        return {"kind": "thought_chunk", "text": update.text}
+    if isinstance(update, ToolCallStarted):
+        return {
+            "kind": "tool_call",
+            "toolCallId": update.tool_call_id,
+            "name": update.name,
+            "arguments": update.arguments,
+            "executor": update.executor,
+        }
+    if isinstance(update, ToolCallUpdate):
+        out: dict[str, Any] = {
+            "kind": "tool_call_update",
+            "toolCallId": update.tool_call_id,
+            "status": update.status,
+        }
+        if update.content is not None:
+            out["content"] = update.content
+        return out
+    if isinstance(update, MemoryDelivered):
+        return {"kind": "memory", "point": update.point, "tier": update.tier, "docs": update.docs}
+    if isinstance(update, UsageReport):
+        return {
+            "kind": "usage",
+            "inputTokens": update.input_tokens,
+            "outputTokens": update.output_tokens,
+            "sessionTotalTokens": update.session_total_tokens,
+        }
+    if isinstance(update, UserMessage):
+        return {"kind": "user_message", "text": update.text}
+    raise TypeError(f"unknown update {update!r}")

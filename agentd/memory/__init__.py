@@ -1,0 +1,41 @@
+"""Project memory: markdown topic files on disk, indexed, watched and recalled.
+
+Modules, from pure to stateful:
+
+    layout        where memory lives (AGENTD_HOME, project slug, team folder)
+    frontmatter   the small YAML subset of a topic file's header
+    store         reading topic files defensively (budgets, binary, symlinks)
+    tokenize      text -> index terms (NFKC, words, CJK bigrams, stopwords)
+    index         inverted index with BM25F scoring and prefix matching
+    recall        the local recall tier: min-evidence, caps, budgets, ages
+    render        recalled memory as the model sees it (data, not orders)
+    watcher       the watchfiles loop, with restart and backoff
+    project       ProjectMemory: one project's index + watcher
+    manager       MemoryManager: the daemon's owner of every ProjectMemory
+    instructions  AGENTS.md / AGENTD.md for the system prompt
+    cli           ``agentd memory dir|list|recall|status``
+
+Nothing here imports the wire layer (pygls / lsprotocol).
+"""
+
+from agentd.memory.instructions import InstructionFiles
+from agentd.memory.layout import agentd_home, memory_dir, project_slug, team_memory_dir
+from agentd.memory.manager import MemoryManager
+from agentd.memory.project import ProjectMemory
+from agentd.memory.recall import RecalledDoc, RecallResult
+from agentd.memory.render import render_recall
+from agentd.memory.store import DocInfo
+
+__all__ = [
+    "DocInfo",
+    "InstructionFiles",
+    "MemoryManager",
+    "ProjectMemory",
+    "RecallResult",
+    "RecalledDoc",
+    "agentd_home",
+    "memory_dir",
+    "project_slug",
+    "render_recall",
+    "team_memory_dir",
+]

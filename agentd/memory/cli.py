@@ -1,0 +1,154 @@
+"""``agentd memory ...``: look at a project's memory from a shell.
+
+The main CLI calls ``register(subparsers)`` and, for the ``memory`` command,
+``run(args)``. Nothing here watches files: each command indexes once and
+exits, through the same ``ProjectMemory`` code a daemon uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from agentd.memory.layout import memory_dir
+from agentd.memory.project import ProjectMemory
+from agentd.memory.recall import MAX_DOCS, RecallResult
+from agentd.memory.render import render_recall
+from agentd.memory.store import DocInfo
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``memory`` and its subcommands to the main CLI's subparsers."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "memory", help="inspect a project's memory", description="Inspect a project's memory."
+    )
+    sub = parser.add_subparsers(dest="memory_command", metavar="COMMAND", required=True)
+
+    def workspace(p: argparse.ArgumentParser) -> None:
+        p.add_argument("workspace", metavar="WORKSPACE", type=Path, help="workspace root")
+
+    p = sub.add_parser("dir", help="print the project's memory folder")
+    workspace(p)
+    p = sub.add_parser("list", help="list the memory docs")
+    workspace(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser("recall", help="run the local recall tier for a query")
+    workspace(p)
+    p.add_argument("query", help="the query, as a user prompt would be")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--limit", type=int, default=MAX_DOCS, help=f"at most N docs (max {MAX_DOCS})")
+    p.add_argument("--render", action="store_true", help="print what the model would see")
+    p = sub.add_parser("status", help="index size, watcher state and problems")
+    workspace(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _doc_json(info: DocInfo) -> dict[str, Any]:
+    return {
+        "path": str(info.path),
+        "name": info.name,
+        "description": info.description,
+        "type": info.type,
+        "mtime": info.mtime,
+        "team": info.team,
+        "problems": list(info.problems),
+    }
+
+
+def recall_json(result: RecallResult) -> dict[str, Any]:
+    docs = []
+    for doc in result.docs:
+        item = asdict(doc)
+        item["path"] = str(doc.path)
+        item["ageText"] = item.pop("age_text")
+        docs.append(item)
+    return {"docs": docs, "tier": result.tier}
+
+
+async def _with_memory(workspace: Path, use: Callable[[ProjectMemory], int]) -> int:
+    memory = ProjectMemory(workspace, watch=False)
+    await memory.start()
+    try:
+        return use(memory)
+    finally:
+        await memory.aclose()
+
+
+def _list(args: argparse.Namespace, out: TextIO) -> Callable[[ProjectMemory], int]:
+    def use(memory: ProjectMemory) -> int:
+        docs = memory.list_docs()
+        if args.json:
+            payload = {"directory": str(memory.directory), "docs": [_doc_json(d) for d in docs]}
+            print(json.dumps(payload, ensure_ascii=False, indent=2), file=out)
+            return 0
+        print(f"{memory.directory}  ({len(docs)} docs)", file=out)
+        for d in docs:
+            flag = " [team]" if d.team else ""
+            warn = "  (!)" if d.problems else ""
+            print(f"  {d.type or '?':<9} {d.path.name:<32} {d.name}{flag}{warn}", file=out)
+        return 0
+
+    return use
+
+
+def _recall(args: argparse.Namespace, out: TextIO) -> Callable[[ProjectMemory], int]:
+    def use(memory: ProjectMemory) -> int:
+        result = memory.recall(args.query, limit=args.limit)
+        if args.json:
+            print(json.dumps(recall_json(result), ensure_ascii=False, indent=2), file=out)
+        elif args.render:
+            print(render_recall(result), file=out)
+        elif not result.docs:
+            print("no memory matches", file=out)
+        else:
+            for d in result.docs:
+                print(f"{d.score:8.3f}  {d.path}  {d.name} ({d.age_text})", file=out)
+        return 0
+
+    return use
+
+
+def _status(args: argparse.Namespace, out: TextIO) -> Callable[[ProjectMemory], int]:
+    def use(memory: ProjectMemory) -> int:
+        status = memory.status()
+        if args.json:
+            print(json.dumps(status, ensure_ascii=False, indent=2), file=out)
+            return 0
+        print(f"directory:      {status['directory']}", file=out)
+        print(f"team directory: {status['teamDirectory']}", file=out)
+        print(f"docs:           {status['docCount']} ({status['teamDocCount']} team)", file=out)
+        print(f"indexed at:     {status['indexedAt']}", file=out)
+        problems = status["problems"]
+        print(f"problems:       {len(problems) or 'none'}", file=out)
+        for p in problems:
+            print(f"  {p['path']}: {p['problem']}", file=out)
+        return 0
+
+    return use
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run a ``memory`` subcommand; returns the exit code."""
+    out = out if out is not None else sys.stdout
+    command = args.memory_command
+    workspace = Path(args.workspace).expanduser().resolve()
+    if command == "dir":
+        print(memory_dir(workspace), file=out)
+        return 0
+    if command == "recall" and args.limit < 0:
+        print("--limit must be 0 or more", file=sys.stderr)
+        return 2
+    handlers = {"list": _list, "recall": _recall, "status": _status}
+    handler = handlers.get(command)
+    if handler is None:
+        print(f"unknown memory command: {command}", file=sys.stderr)
+        return 2
+    return asyncio.run(_with_memory(workspace, handler(args, out)))

@@ -1,0 +1,219 @@
+"""Instruction files: AGENTS.md (and AGENTD.md) always in the system prompt.
+
+Read, most general first: the user's ``AGENTS.md`` in the agentd config dir,
+then each directory from the repository root (the nearest ancestor holding
+``.git``; the workspace root when there is none) down to the workspace root.
+``@path`` imports pull in other files, at most three levels deep; loops are
+refused, and so is any file whose real path leaves the project tree or the
+config dir. The whole text stays within a budget: when it is over, each
+top-level file (with its imports) gets a fair share, so one huge file cannot
+push out the others. Every ``render`` call stats the files involved and
+re-reads only when one changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentd.memory.layout import canonical_root
+from agentd.memory.store import BINARY_SNIFF_BYTES, decode
+
+INSTRUCTION_NAMES = ("AGENTS.md", "AGENTD.md")
+USER_FILE = "AGENTS.md"
+MAX_TOTAL_CHARS = 20_000
+MAX_IMPORT_DEPTH = 3
+MAX_FILE_BYTES = 256 * 1024
+TRUNCATION_MARK = "\n[... truncated: instruction files are limited to {n} characters]"
+PREAMBLE = (
+    "Instructions from the user's and the project's AGENTS.md files. "
+    "Follow them; more specific (deeper) files take precedence."
+)
+
+_IMPORT = re.compile(r"(?:(?<=\s)|^)@((?:~|\.{1,2})?/?[^\s`'\"<>()\[\]]+)")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_INLINE_CODE = re.compile(r"`[^`]*`")
+
+Signature = tuple[tuple[str, int, int], ...]
+
+
+@dataclass
+class _Section:
+    path: Path
+    label: str
+    text: str
+
+
+@dataclass
+class _Group:
+    """A top-level file and everything it imports, budgeted together."""
+
+    sections: list[_Section] = field(default_factory=list)
+
+    def render(self) -> str:
+        return "\n\n".join(f"Contents of {s.path} ({s.label}):\n\n{s.text}" for s in self.sections)
+
+
+def find_repo_root(workspace_root: Path) -> Path:
+    for directory in (workspace_root, *workspace_root.parents):
+        if (directory / ".git").exists():
+            return directory
+    return workspace_root
+
+
+def _imports(text: str) -> list[str]:
+    found: list[str] = []
+    in_fence = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        code_free = _INLINE_CODE.sub("", line)
+        found.extend(m.group(1).rstrip(".,;:!?") for m in _IMPORT.finditer(code_free))
+    return found
+
+
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (str(path), -1, -1)
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def _fair_shares(sizes: list[int], budget: int) -> list[int]:
+    """Water-filling: small items keep all they have, big ones split what remains."""
+    shares = [0] * len(sizes)
+    pending = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    remaining = budget
+    while pending:
+        fair = remaining // len(pending)
+        i = pending.pop(0)
+        shares[i] = min(sizes[i], fair)
+        remaining -= shares[i]
+    return shares
+
+
+class InstructionFiles:
+    def __init__(self, workspace_root: Path, config_dir: Path) -> None:
+        self.workspace_root = canonical_root(workspace_root)
+        self.config_dir = Path(os.path.abspath(config_dir))
+        self.repo_root = find_repo_root(self.workspace_root)
+        self.budget = MAX_TOTAL_CHARS
+        self.problems: list[str] = []
+        self._signature: Signature | None = None
+        self._watched: list[Path] = []
+        self._text = ""
+
+    def candidates(self) -> list[tuple[Path, str]]:
+        """Top-level files that may exist, most general first, with their label."""
+        out = [(self.config_dir / USER_FILE, "user instructions, for all projects")]
+        chain = [self.workspace_root]
+        if self.repo_root != self.workspace_root:
+            chain = [
+                p for p in self.workspace_root.parents if p.is_relative_to(self.repo_root)
+            ][::-1] + chain
+        for directory in chain:
+            out.extend((directory / name, "project instructions") for name in INSTRUCTION_NAMES)
+        return out
+
+    def render(self) -> str:
+        """The text to append to the system prompt ("" when there are no files)."""
+        paths = [p for p, _ in self.candidates()] + self._watched
+        signature = tuple(_stat_key(p) for p in paths)
+        if signature == self._signature:
+            return self._text
+        self._text, self._watched = self._load()
+        # The signature covers the imports found by this load too.
+        self._signature = tuple(
+            _stat_key(p) for p in [p for p, _ in self.candidates()] + self._watched
+        )
+        return self._text
+
+    # -- loading ------------------------------------------------------------------
+
+    def _roots(self) -> list[Path]:
+        return [Path(os.path.realpath(self.repo_root)), Path(os.path.realpath(self.config_dir))]
+
+    def _read(self, path: Path) -> str | None:
+        real = Path(os.path.realpath(path))
+        if not any(real.is_relative_to(root) for root in self._roots()):
+            self.problems.append(f"{path}: outside the project and the config dir; not read")
+            return None
+        try:
+            with open(real, "rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
+            return None
+        if b"\0" in data[:BINARY_SNIFF_BYTES]:
+            self.problems.append(f"{path}: binary file; not read")
+            return None
+        text, _ = decode(data[:MAX_FILE_BYTES], truncated=len(data) > MAX_FILE_BYTES)
+        return text.strip()
+
+    def _expand(
+        self,
+        path: Path,
+        label: str,
+        stack: list[Path],
+        seen: set[Path],
+        group: _Group,
+        watched: list[Path],
+    ) -> None:
+        real = Path(os.path.realpath(path))
+        if real in stack:
+            chain = " -> ".join(str(p) for p in [*stack, real])
+            self.problems.append(f"import loop refused: {chain}")
+            return
+        if real in seen:
+            return  # already included once; one copy is enough
+        text = self._read(path)
+        if text is None:
+            return
+        seen.add(real)
+        group.sections.append(_Section(path, label, text))
+        for target in _imports(text):
+            resolved = Path(os.path.expanduser(target))
+            if not resolved.is_absolute():
+                resolved = path.parent / resolved
+            resolved = Path(os.path.abspath(resolved))
+            if len(stack) + 1 > MAX_IMPORT_DEPTH:
+                self.problems.append(
+                    f"{path}: import of {target} refused (more than {MAX_IMPORT_DEPTH} levels)"
+                )
+                continue
+            watched.append(resolved)
+            if not resolved.exists():
+                self.problems.append(f"{path}: imported file {target} not found")
+                continue
+            self._expand(resolved, f"imported by {path.name}", [*stack, real], seen, group, watched)
+
+    def _load(self) -> tuple[str, list[Path]]:
+        self.problems = []
+        groups: list[_Group] = []
+        watched: list[Path] = []
+        seen: set[Path] = set()
+        for path, label in self.candidates():
+            group = _Group()
+            self._expand(path, label, [], seen, group, watched)
+            if group.sections:
+                groups.append(group)
+        if not groups:
+            return "", watched
+        texts = [g.render() for g in groups]
+        room = self.budget - len(PREAMBLE) - 2 * len(texts)
+        if sum(len(t) for t in texts) > room:
+            mark = TRUNCATION_MARK.format(n=self.budget)
+            shares = _fair_shares([len(t) for t in texts], room)
+            texts = [
+                t if len(t) <= share else t[: max(0, share - len(mark))] + mark
+                for t, share in zip(texts, shares, strict=True)
+            ]
+        return "\n\n".join([PREAMBLE, *texts]), watched

@@ -1,0 +1,79 @@
+"""Where memory lives on disk.
+
+Per project: ``$AGENTD_HOME/projects/<slug>/memory/``. The slug keeps the last
+components of the workspace path for a human reading the folder listing, and a
+hash of the resolved absolute path so that two different roots never collide.
+Nothing here creates directories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "agentd"
+INDEX_FILE = "MEMORY.md"
+TEAM_MEMORY_PARTS = (".agentd", "memory")
+TOPIC_SUFFIX = ".md"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_READABLE_MAX = 40
+_HASH_CHARS = 12
+
+
+def agentd_home() -> Path:
+    """``$AGENTD_HOME`` if set, else the platform's per-user data directory."""
+    env = os.environ.get("AGENTD_HOME", "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def user_config_dir() -> Path:
+    """The per-user config directory (holds the user-level ``AGENTS.md``)."""
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+def canonical_root(workspace_root: Path) -> Path:
+    """The absolute, symlink-resolved form used as the identity of a project."""
+    return Path(os.path.normcase(Path(workspace_root).expanduser().resolve(strict=False)))
+
+
+def _readable_part(root: Path) -> str:
+    parts = [p for p in root.parts[-2:] if p not in (root.anchor, "/", "\\")]
+    words = []
+    for part in parts:
+        # NFKD then ASCII keeps "café" readable as "cafe"; other scripts fall away.
+        ascii_part = unicodedata.normalize("NFKD", part).encode("ascii", "ignore").decode()
+        word = _UNSAFE.sub("-", ascii_part).strip("-.")
+        if word:
+            words.append(word)
+    readable = "-".join(words)[:_READABLE_MAX].strip("-.")
+    return readable or "root"
+
+
+def project_slug(workspace_root: Path) -> str:
+    """A readable, collision-free folder name for a workspace root."""
+    root = canonical_root(workspace_root)
+    digest = hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{_readable_part(root)}-{digest[:_HASH_CHARS]}"
+
+
+def project_dir(workspace_root: Path, home: Path | None = None) -> Path:
+    base = home if home is not None else agentd_home()
+    return base / "projects" / project_slug(workspace_root)
+
+
+def memory_dir(workspace_root: Path, home: Path | None = None) -> Path:
+    """The project's memory folder (not created here)."""
+    return project_dir(workspace_root, home) / "memory"
+
+
+def team_memory_dir(workspace_root: Path) -> Path:
+    """The optional team memory folder inside the workspace (shared through git)."""
+    return canonical_root(workspace_root).joinpath(*TEAM_MEMORY_PARTS)

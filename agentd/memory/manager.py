@@ -1,0 +1,78 @@
+"""The daemon's single owner of project memories (and of their watchers).
+
+``get`` starts a project on first use; callers that arrive while it starts
+share that one start (a cancelled caller does not cancel it for the others).
+``aclose`` is what the daemon's supervisor calls at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from agentd.memory.layout import agentd_home, canonical_root
+from agentd.memory.project import ProjectMemory
+
+
+class MemoryManager:
+    def __init__(self, home: Path | None = None, watch: bool = True) -> None:
+        self._home = home
+        self._watch = watch
+        self._projects: dict[Path, ProjectMemory] = {}
+        self._starting: dict[Path, asyncio.Task[ProjectMemory]] = {}
+        self._closed = False
+
+    @property
+    def home(self) -> Path:
+        return self._home if self._home is not None else agentd_home()
+
+    async def get(
+        self,
+        workspace_root: Path,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ProjectMemory:
+        """The project's memory, indexed and watched; started on first use."""
+        if self._closed:
+            raise RuntimeError("memory manager is closed")
+        key = canonical_root(workspace_root)
+        ready = self._projects.get(key)
+        if ready is not None:
+            return ready
+        task = self._starting.get(key)
+        if task is None:
+            task = asyncio.create_task(self._start(key, progress), name=f"memory-start:{key}")
+            self._starting[key] = task
+        return await asyncio.shield(task)
+
+    async def _start(self, key: Path, progress: Callable[[int, int], None] | None) -> ProjectMemory:
+        project = ProjectMemory(key, home=self.home, watch=self._watch)
+        try:
+            await project.start(progress)
+        except BaseException:
+            await project.aclose()
+            raise
+        finally:
+            self._starting.pop(key, None)
+        if self._closed:
+            await project.aclose()
+            raise RuntimeError("memory manager closed while the project was starting")
+        self._projects[key] = project
+        return project
+
+    def get_nowait(self, workspace_root: Path) -> ProjectMemory | None:
+        """The project's memory if it is already started, else None (never blocks)."""
+        return self._projects.get(canonical_root(workspace_root))
+
+    def projects(self) -> list[ProjectMemory]:
+        return list(self._projects.values())
+
+    async def aclose(self) -> None:
+        self._closed = True
+        starting = list(self._starting.values())
+        for task in starting:
+            task.cancel()
+        # Their outcomes (cancelled, failed) are of no interest any more.
+        await asyncio.gather(*starting, return_exceptions=True)
+        projects, self._projects = list(self._projects.values()), {}
+        await asyncio.gather(*(p.aclose() for p in projects))

@@ -1,0 +1,425 @@
+"""One project's memory: its folders, its index, its watcher.
+
+Shared by every session of the project in the daemon (the manager owns it).
+Invariants:
+- Only the event loop mutates the live index; full builds happen on a fresh
+  index (in a worker thread when the folder is large) that is swapped in.
+- ``recall`` is a plain function over the live index: it never awaits.
+- ``generation`` bumps on every change of the index; listeners hear about
+  every change after the initial build, with the paths that changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from watchfiles import Change
+
+from agentd.memory.index import InvertedIndex, field_terms
+from agentd.memory.layout import (
+    INDEX_FILE,
+    canonical_root,
+    memory_dir,
+    team_memory_dir,
+)
+from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, recall_index
+from agentd.memory.store import (
+    MAX_TOPIC_BYTES,
+    DocInfo,
+    IndexFile,
+    Skipped,
+    TopicDoc,
+    content_hash,
+    is_topic_name,
+    list_topics,
+    parse_topic,
+    read_index_file,
+    read_topic,
+)
+from agentd.memory.watcher import Changes, FolderWatcher, WatchState
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+Listener = Callable[[list[Path]], None]
+
+# Folders with more topic files than this are indexed in a worker thread.
+THREAD_THRESHOLD = 64
+# Watcher batches touching more files than this are read in a worker thread.
+THREAD_READ_THRESHOLD = 16
+
+
+@dataclass
+class _Snapshot:
+    """The result of a full scan, built off the loop and swapped in whole."""
+
+    index: InvertedIndex
+    skipped: dict[str, str] = field(default_factory=dict)
+    folder_problems: dict[str, str] = field(default_factory=dict)
+    index_file: IndexFile = field(default_factory=lambda: IndexFile("", None))
+
+
+def _realpath(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+class ProjectMemory:
+    def __init__(
+        self,
+        workspace_root: Path,
+        *,
+        home: Path | None = None,
+        directory: Path | None = None,
+        team_directory: Path | None = None,
+        watch: bool = True,
+    ) -> None:
+        self.workspace_root = canonical_root(workspace_root)
+        self.directory = Path(
+            os.path.abspath(directory or memory_dir(self.workspace_root, home))
+        )
+        self.team_directory = Path(
+            os.path.abspath(team_directory or team_memory_dir(self.workspace_root))
+        )
+        self.generation = 0
+        self._watch = watch
+        self._index = InvertedIndex()
+        self._skipped: dict[str, str] = {}
+        self._folder_problems: dict[str, str] = {}
+        self._index_file = IndexFile("", None)
+        self._indexed_at: float | None = None
+        self._listeners: list[Listener] = []
+        self._gen_event = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._watcher: FolderWatcher | None = None
+        self._started = False
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(self, progress: Progress | None = None) -> None:
+        """Build the index, then keep it current with the watcher.
+
+        The watcher registers first and the scan follows, so a file written
+        while the scan runs is seen by one or the other (the watcher's batch
+        waits for the scan to finish).
+        """
+        if self._started:
+            return
+        self._started = True
+        if self._watch:
+            self._watcher = FolderWatcher(
+                self._watch_paths,
+                self._on_changes,
+                self._rescan,
+                name=f"memory-watcher:{self.directory.parent.name}",
+            )
+            await self._watcher.start()
+        snapshot = await self._build_snapshot(progress)
+        self._install(snapshot, notify=False)
+        self._ready.set()
+
+    async def aclose(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            await watcher.aclose()
+
+    @property
+    def watcher_state(self) -> WatchState:
+        return self._watcher.state if self._watcher is not None else "stopped"
+
+    # -- queries ------------------------------------------------------------------
+
+    def recall(
+        self, query: str, *, exclude: Collection[str] = (), limit: int = MAX_DOCS
+    ) -> RecallResult:
+        """The local tier: synchronous, about a millisecond; never awaits."""
+        if not self._ready.is_set():
+            return EMPTY
+        return recall_index(self._index, query, exclude=exclude, limit=limit)
+
+    def list_docs(self) -> list[DocInfo]:
+        return sorted((d.info for d in self._index.docs()), key=lambda i: (i.team, str(i.path)))
+
+    def index_text(self) -> str:
+        """MEMORY.md within its budget (200 lines, 25,000 chars), for a system prompt."""
+        return self._index_file.text
+
+    def status(self) -> dict[str, Any]:
+        problems: list[dict[str, str]] = []
+        for info in self._index.docs():
+            problems.extend({"path": str(info.info.path), "problem": p} for p in info.info.problems)
+        for source in (self._skipped, self._folder_problems):
+            problems.extend({"path": p, "problem": why} for p, why in source.items())
+        if self._index_file.problem:
+            problems.append(
+                {"path": str(self.directory / INDEX_FILE), "problem": self._index_file.problem}
+            )
+        if self._watcher is not None and self._watcher.error and self.watcher_state == "failed":
+            problems.append(
+                {"path": str(self.directory), "problem": f"watcher: {self._watcher.error}"}
+            )
+        problems.sort(key=lambda p: (p["path"], p["problem"]))
+        indexed_at = (
+            datetime.fromtimestamp(self._indexed_at, UTC).isoformat()
+            if self._indexed_at is not None
+            else None
+        )
+        team_count = sum(1 for d in self._index.docs() if d.info.team)
+        return {
+            "directory": str(self.directory),
+            "teamDirectory": str(self.team_directory),
+            "docCount": len(self._index),
+            "teamDocCount": team_count,
+            "watcher": self.watcher_state,
+            "indexedAt": indexed_at,
+            "generation": self.generation,
+            "problems": problems,
+        }
+
+    # -- change notification ------------------------------------------------------
+
+    def add_listener(self, fn: Listener) -> None:
+        """``fn(paths)`` runs on the loop after each change of the index."""
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    async def wait_indexed_generation(self, gen: int) -> None:
+        while self.generation < gen:
+            await self._gen_event.wait()
+
+    def _changed(self, paths: Sequence[Path], *, notify: bool = True) -> None:
+        self.generation += 1
+        self._indexed_at = time.time()
+        event, self._gen_event = self._gen_event, asyncio.Event()
+        event.set()
+        if not notify or not paths:
+            return
+        for fn in list(self._listeners):
+            try:
+                fn(list(paths))
+            except Exception:
+                log.exception("memory listener failed")
+
+    # -- own writes ---------------------------------------------------------------
+
+    def note_own_write(self, path: Path, content: str) -> None:
+        """The daemon wrote ``content`` to ``path``: index it now.
+
+        Call after the write is durable. The watcher event that follows finds
+        the same content hash and is skipped, so the write costs one parse.
+        """
+        path = Path(os.path.abspath(path))
+        team = self._team_of(path)
+        if team is None:
+            return
+        data = content.encode("utf-8")
+        digest = content_hash(data[:MAX_TOPIC_BYTES])
+        if path.name == INDEX_FILE:
+            self._index_file = read_index_file(path.parent)
+            return
+        if not is_topic_name(path.name):
+            return
+        current = self._index.get(str(path))
+        if current is not None and current.content_hash == digest:
+            return
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            mtime = time.time()
+        doc = parse_topic(path, data, size=len(data), mtime=mtime, team=team)
+        self._index.upsert(doc)
+        self._skipped.pop(str(path), None)
+        self._changed([path])
+
+    # -- scanning -----------------------------------------------------------------
+
+    def _team_of(self, path: Path) -> bool | None:
+        """True/False when ``path`` sits directly in the team/personal folder."""
+        parent = path.parent
+        if parent == self.directory:
+            return False
+        if parent == self.team_directory:
+            return True
+        return None
+
+    def _team_allowed(self) -> str | None:
+        """None when the team folder may be read, else the problem with it."""
+        if not self.team_directory.is_dir():
+            return None
+        real = _realpath(self.team_directory)
+        if not real.is_relative_to(_realpath(self.workspace_root)):
+            return "team memory folder points outside the workspace; ignored"
+        return None
+
+    def _folders(self) -> list[tuple[Path, bool]]:
+        folders = [(self.directory, False)]
+        if self.team_directory != self.directory and self._team_allowed() is None:
+            folders.append((self.team_directory, True))
+        return folders
+
+    def _scan(self, progress: Progress | None) -> _Snapshot:
+        """Read and tokenise every topic file (blocking; may run in a thread)."""
+        snapshot = _Snapshot(InvertedIndex())
+        team_problem = self._team_allowed()
+        if team_problem:
+            snapshot.folder_problems[str(self.team_directory)] = team_problem
+        work: list[tuple[Path, Path, bool]] = []
+        for folder, team in self._folders():
+            listing = list_topics(folder)
+            for problem in listing.problems:
+                snapshot.folder_problems[str(problem.path)] = problem.problem
+            real = _realpath(folder)
+            work.extend((p, real, team) for p in listing.paths)
+        total = len(work)
+        if progress is not None:
+            progress(0, total)
+        step = max(1, total // 100)
+        tokenised = []
+        for n, (path, real, team) in enumerate(work, 1):
+            outcome = read_topic(path, real, team=team)
+            if isinstance(outcome, Skipped):
+                snapshot.skipped[str(path)] = outcome.problem
+            elif outcome is not None:  # None: vanished since the listing
+                tokenised.append((outcome, field_terms(outcome)))
+            if progress is not None and (n % step == 0 or n == total):
+                progress(n, total)
+        snapshot.index = InvertedIndex.from_tokenised(tokenised)
+        snapshot.index_file = read_index_file(self.directory)
+        return snapshot
+
+    async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
+        count = sum(len(list_topics(folder).paths) for folder, _ in self._folders())
+        if count <= THREAD_THRESHOLD:
+            return self._scan(_safe(progress))
+        loop = asyncio.get_running_loop()
+        safe = _safe(progress)
+        if safe is None:
+            return await asyncio.to_thread(self._scan, None)
+        report = safe
+
+        def from_thread(done: int, total: int) -> None:
+            # Progress goes to the wire layer, which lives on the loop.
+            loop.call_soon_threadsafe(report, done, total)
+
+        return await asyncio.to_thread(self._scan, from_thread)
+
+    def _install(self, snapshot: _Snapshot, *, notify: bool) -> None:
+        before = {str(d.info.path): d.content_hash for d in self._index.docs()}
+        after = {str(d.info.path): d.content_hash for d in snapshot.index.docs()}
+        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        self._index = snapshot.index
+        self._skipped = snapshot.skipped
+        self._folder_problems = snapshot.folder_problems
+        self._index_file = snapshot.index_file
+        self._changed([Path(p) for p in changed], notify=notify)
+
+    async def _rescan(self) -> None:
+        """After a watcher restart: events may have been missed, so look again."""
+        await self._ready.wait()
+        self._install(await self._build_snapshot(None), notify=True)
+
+    # -- watching -----------------------------------------------------------------
+
+    def _team_watch_target(self) -> Path | None:
+        """The team folder, or the nearest existing parent that will show it appear."""
+        for candidate in (self.team_directory, self.team_directory.parent, self.workspace_root):
+            if candidate.is_dir():
+                if candidate == self.team_directory and self._team_allowed() is not None:
+                    return None
+                return candidate
+            if candidate == self.workspace_root:
+                break
+        return None
+
+    def _watch_paths(self) -> list[Path]:
+        # Our own data folder: creating it is harmless and makes it watchable.
+        self.directory.mkdir(parents=True, exist_ok=True)
+        paths = [self.directory]
+        team = self._team_watch_target()
+        if team is not None and team != self.directory:
+            paths.append(team)
+        return paths
+
+    async def _on_changes(self, changes: Changes) -> bool:
+        """Apply a batch from the watcher; True asks it to re-register its paths."""
+        await self._ready.wait()
+        restart = False
+        topics: dict[str, tuple[Path, bool]] = {}
+        team_markers = {self.team_directory, self.team_directory.parent}
+        for change, raw in changes:
+            path = Path(raw)
+            if path == self.directory and change == Change.deleted:
+                restart = True
+                continue
+            if path in team_markers:
+                restart = True
+                continue
+            team = self._team_of(path)
+            if team is None:
+                continue
+            if path.name == INDEX_FILE:
+                self._index_file = read_index_file(path.parent)
+            elif is_topic_name(path.name):
+                topics[str(path)] = (path, team)
+        if restart:
+            # The folders changed shape; the rescan after re-registering covers all.
+            return True
+        if topics:
+            await self._apply_topic_changes(list(topics.values()))
+        return False
+
+    def _read_many(
+        self, items: list[tuple[Path, bool]]
+    ) -> list[tuple[Path, TopicDoc | Skipped | None]]:
+        reals = {False: _realpath(self.directory), True: _realpath(self.team_directory)}
+        return [(path, read_topic(path, reals[team], team=team)) for path, team in items]
+
+    async def _apply_topic_changes(self, items: list[tuple[Path, bool]]) -> None:
+        if len(items) > THREAD_READ_THRESHOLD:
+            outcomes = await asyncio.to_thread(self._read_many, items)
+        else:
+            outcomes = self._read_many(items)
+        changed: list[Path] = []
+        for path, outcome in outcomes:
+            key = str(path)
+            if isinstance(outcome, TopicDoc):
+                current = self._index.get(key)
+                if current is not None and current.content_hash == outcome.content_hash:
+                    # Our own write, or a touch: no re-tokenising, no notification.
+                    self._index.set_mtime(key, outcome.info.mtime)
+                    continue
+                self._index.upsert(outcome)
+                self._skipped.pop(key, None)
+                changed.append(path)
+            else:
+                removed = self._index.remove(key)
+                had_problem = self._skipped.pop(key, None) is not None
+                if isinstance(outcome, Skipped):
+                    self._skipped[key] = outcome.problem
+                if removed or had_problem or isinstance(outcome, Skipped):
+                    changed.append(path)
+        if changed:
+            self._changed(changed)
+
+
+def _safe(progress: Progress | None) -> Progress | None:
+    if progress is None:
+        return None
+
+    def call(done: int, total: int) -> None:
+        try:
+            progress(done, total)
+        except Exception:
+            log.exception("memory progress callback failed")
+
+    return call

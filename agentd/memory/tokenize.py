@@ -1,0 +1,144 @@
+"""Text to index terms, shared by indexing and queries so both sides agree.
+
+- NFKC first (full-width Latin letters become ASCII, half-width kana become
+  full-width), then case folding.
+- Scripts written with spaces: word tokens, split at punctuation and
+  underscores, camelCase parts added, English stopwords dropped, a light
+  suffix stemmer (plurals, -ing, -ed); prefix matching lives in the index.
+- Chinese, Japanese, Korean: overlapping character bigrams of each run. A run
+  of one character yields a unigram, which ranks but never counts as evidence
+  on its own (a lone ``部`` matches too much to mean anything).
+- In Japanese, particles sit where kana meet kanji or katakana
+  (``コードレビューの基準``); bigrams that straddle such a boundary through a
+  particle are dropped, while all-hiragana text keeps every bigram.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+# Han (+ extension A, compatibility), kana, Hangul syllables and jamo.
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+_HIRAGANA = "\u3041-\u309f"
+_KATAKANA = "\u30a0-\u30ff\u31f0-\u31ff"
+_HANGUL = "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_CJK = _HAN + _HIRAGANA + _KATAKANA + _HANGUL
+
+_TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_HAS_CAMEL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+_HIRAGANA_RE = re.compile(rf"[{_HIRAGANA}]")
+
+_ENGLISH_STOPWORDS = """
+a about above after again against all also am an and any are aren arent as at be because been
+before being below between both but by can cannot could couldn did didn do does doesn doing
+don dont down during each eg etc few for from further get got had hadn has hasn have haven
+having he her here hers herself him himself his how i ie if in into is isn it its itself just
+let me more most mustn my myself no nor not now of off on once only or other ought our ours
+ourselves out over own please same shan she should shouldn so some such than thank thanks that
+the their theirs them themselves then there these they this those through to too under until
+up us very via was wasn we were weren what when where which while who whom why will with won
+would wouldn you your yours yourself yourselves hi hello hey ok okay
+"""
+ENGLISH_STOPWORDS = frozenset(_ENGLISH_STOPWORDS.split())
+
+# Japanese particles: dropped only where they join kana to kanji/katakana.
+_JA_PARTICLES = frozenset("のはがをにへとでもやかねよ")
+
+# Function-word bigrams of Chinese, Japanese and Korean (question words,
+# pronouns, copulas, verb endings): frequent everywhere, evidence of nothing.
+_CJK_STOP_BIGRAMS = """
+我们 你们 他们 她们 它们 这个 那个 这些 那些 什么 怎么 怎样 如何 为什
+一个 一下 可以 没有 就是 还是 但是 因为 所以 如果 这样 那样 已经 的话
+这里 那里 哪里 请问 我的 你的 他的 是否 是不 不是 的是
+です ます でし まし した して する され ある いる なる こと もの これ
+それ あれ この その あの から まで ので など くだ ださ さい
+니다 습니 입니 합니 있는 하는 하고 그리 리고 그러 그래 래서 하지 지만
+에서 으로 에게 이다 있다 없다 하다 된다 한다 있습 없습
+"""
+CJK_STOP_BIGRAMS = frozenset(_CJK_STOP_BIGRAMS.split())
+
+
+def normalize(text: str) -> str:
+    return unicodedata.normalize("NFKC", text)
+
+
+def is_word_term(term: str) -> bool:
+    """True for terms of space-separated scripts (those get prefix matching)."""
+    m = _TOKEN.match(term)
+    return m is not None and m.group(2) is not None
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light English suffix stripper; it only has to agree with itself."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if (word.endswith("es") and word[-3] in "sxz") or word.endswith(("ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    for suffix, min_len in (("ing", 6), ("ed", 5)):
+        if word.endswith(suffix) and len(word) >= min_len:
+            root = word[: -len(suffix)]
+            # "shipping" -> "shipp" -> "ship"; "installed" -> "install" keeps its "ll".
+            if len(root) > 3 and root[-1] == root[-2] and root[-1] not in "lsz":
+                root = root[:-1]
+            return root
+    return word
+
+
+def _word_terms(raw: str, out: list[str]) -> None:
+    parts = [raw]
+    if _HAS_CAMEL.search(raw):
+        parts.extend(_CAMEL.findall(raw))
+    for part in parts:
+        word = part.casefold()
+        if len(word) < 2 or word in ENGLISH_STOPWORDS:
+            continue
+        out.append(stem(word))
+
+
+def _boundary_particle(a: str, b: str) -> bool:
+    """Does the bigram ``ab`` join kana to kanji/katakana through a particle?"""
+    a_hira = _HIRAGANA_RE.match(a) is not None
+    b_hira = _HIRAGANA_RE.match(b) is not None
+    if a_hira == b_hira:
+        return False
+    particle = a if a_hira else b
+    return particle in _JA_PARTICLES
+
+
+def _cjk_terms(run: str, out: list[str]) -> None:
+    if len(run) == 1:
+        if run not in _JA_PARTICLES:
+            out.append(run)
+        return
+    for i in range(len(run) - 1):
+        a, b = run[i], run[i + 1]
+        gram = a + b
+        if gram in CJK_STOP_BIGRAMS or _boundary_particle(a, b):
+            continue
+        out.append(gram)
+
+
+def terms(text: str) -> list[str]:
+    """Index terms of ``text`` in order, with repeats (term frequency counts)."""
+    out: list[str] = []
+    for cjk, word in _TOKEN.findall(normalize(text)):
+        if cjk:
+            _cjk_terms(cjk.casefold(), out)
+        else:
+            _word_terms(word, out)
+    return out
+
+
+def is_weak(term: str) -> bool:
+    """A term that may rank a doc but is never evidence on its own."""
+    return len(term) < 2

@@ -1,0 +1,156 @@
+"""One file watcher (watchfiles' ``awatch``) over a project's memory folders.
+
+The watcher registers its OS watches, tells its owner (who scans, so nothing
+written in between is missed), then hands each debounced batch of changes to
+the owner. It restarts when the owner asks (a watched folder appeared or
+vanished) and after a failure, with backoff; every restart is followed by the
+owner's rescan because events may have been lost meanwhile. ``aclose`` stops
+it through watchfiles' ``stop_event`` and awaits the task: nothing is left
+running in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from watchfiles import Change, awatch
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_MS = 50
+STEP_MS = 10
+MAX_BACKOFF_S = 30.0
+CLOSE_TIMEOUT_S = 5.0
+
+WatchState = Literal["running", "stopped", "failed"]
+Changes = set[tuple[Change, str]]
+
+
+class _StopSignal:
+    """What awatch polls (from its worker thread) to know when to return."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        self._restart = False
+
+    def is_set(self) -> bool:
+        return self._restart or self._stop.is_set()
+
+    def set(self) -> None:
+        # awatch calls this when it is cancelled; it ends this instance only.
+        self._restart = True
+
+
+class FolderWatcher:
+    def __init__(
+        self,
+        paths: Callable[[], Sequence[Path]],
+        on_changes: Callable[[Changes], Awaitable[bool]],
+        on_restarted: Callable[[], Awaitable[None]],
+        *,
+        name: str = "memory-watcher",
+    ) -> None:
+        """``on_changes`` returns True when the watched paths must be recomputed."""
+        self._paths = paths
+        self._on_changes = on_changes
+        self._on_restarted = on_restarted
+        self._name = name
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.state: WatchState = "stopped"
+        self.error: str | None = None
+
+    async def start(self) -> None:
+        """Start watching; returns once the first registration is done (or failed)."""
+        if self._task is not None:
+            return
+        registered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._run(registered), name=self._name)
+        await registered
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            # A handler that ignores the stop: cancel it rather than hang shutdown.
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.state = "stopped"
+
+    async def _run(self, registered: asyncio.Future[None]) -> None:
+        failures = 0
+        first = True
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self._watch_once(registered if first else None)
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    self.state = "failed"
+                    self.error = f"{type(exc).__name__}: {exc}"
+                    log.warning("memory watcher failed (%s); retrying", self.error)
+                    if not registered.done():
+                        registered.set_result(None)
+                    with contextlib.suppress(TimeoutError):
+                        delay = min(MAX_BACKOFF_S, 0.25 * 2**failures)
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                first = False
+                if not self._stop.is_set():
+                    await self._on_restarted()
+        finally:
+            if not registered.done():
+                registered.set_result(None)
+            if self.state != "failed":
+                self.state = "stopped"
+
+    async def _watch_once(self, registered: asyncio.Future[None] | None) -> None:
+        signal = _StopSignal(self._stop)
+        paths = [str(p) for p in self._paths()]
+        changes_iter = awatch(
+            *paths,
+            debounce=DEBOUNCE_MS,
+            step=STEP_MS,
+            stop_event=signal,
+            recursive=False,
+        )
+        pending: asyncio.Future[Changes] = asyncio.ensure_future(anext(changes_iter))
+        try:
+            # One turn of the loop runs the first step of `pending`, which
+            # creates the OS watches synchronously (RustNotify's constructor)
+            # before its first await: after this, no write can be missed.
+            await asyncio.sleep(0)
+            if pending.done() and pending.exception() is not None:
+                pending.result()  # raises the registration error
+            self.state = "running"
+            self.error = None
+            if registered is not None and not registered.done():
+                registered.set_result(None)
+            while True:
+                try:
+                    changes = await pending
+                except StopAsyncIteration:
+                    return
+                if await self._on_changes(changes):
+                    return
+                if self._stop.is_set():
+                    return
+                pending = asyncio.ensure_future(anext(changes_iter))
+        finally:
+            if not pending.done():
+                signal.set()
+                with contextlib.suppress(StopAsyncIteration, asyncio.CancelledError):
+                    await pending
+            await changes_iter.aclose()

@@ -1,0 +1,426 @@
+"""HTTP machinery shared by the providers: client, retries, deadlines, errors.
+
+    ModelHTTP.stream()        request -> retries -> SSE events -> provider parser
+      _open()                 send; retry 408/409/429/5xx and connect failures
+      _sse()                  read the body under the total deadline, decode SSE
+    to_model_error()          THE one place httpx failures and error statuses
+                              become `agentd.errors.ModelError`s
+
+Retries happen only before the first byte of a successful response is read:
+once a stream has started, a failure is final (replaying it would duplicate
+text the user has already seen). Every error message names the host and is
+scrubbed of credentials, including text copied from a response body.
+
+Timeouts: `connect_timeout` and `read_idle_timeout` are httpx's own (httpx's
+read timeout applies to each read, which is the idle gap of a stream);
+`total_timeout` is a deadline on the event loop clock, applied to each await
+separately because an `asyncio.timeout` must never stay open across a
+`yield` (it would cancel whatever the consumer is awaiting at the time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import math
+import random
+import re
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import httpx
+
+from agentd import __version__
+from agentd.errors import (
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelStreamInterrupted,
+    ModelTimeout,
+)
+from agentd.providers.base import Purpose, StreamEvent
+from agentd.providers.config import ProviderConfig
+from agentd.providers.sse import SSEDecoder, SSEError, SSEEvent
+
+Sleep = Callable[[float], Awaitable[None]]
+Rand = Callable[[], float]
+
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 8.0
+RETRY_STATUSES = frozenset({408, 409, 429})
+ERROR_BODY_LIMIT = 64 * 1024
+DETAIL_LIMIT = 500  # characters of a provider's error message kept in ours
+
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
+
+
+class StreamParser(Protocol):
+    """Turns one provider's SSE events into `StreamEvent`s."""
+
+    @property
+    def done(self) -> bool:
+        """The provider said the stream is over; stop reading."""
+        ...
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]: ...
+
+    def finish(self) -> list[StreamEvent]:
+        """The body ended: the final events, or raise if it ended too early."""
+        ...
+
+
+class ModelHTTP:
+    """One keep-alive `httpx.AsyncClient` and the request policy of a provider."""
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rand: Rand = random.random,
+    ) -> None:
+        self.config = config
+        self.host = host_of(config.effective_base_url())
+        self._transport = transport
+        self._sleep = sleep
+        self._rand = rand
+        # Created on first use: building the SSL context costs tens of
+        # milliseconds that the daemon's cold start should not pay.
+        self._client: httpx.AsyncClient | None = None
+
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            c = self.config
+            self._client = httpx.AsyncClient(
+                transport=self._transport,
+                timeout=httpx.Timeout(
+                    connect=c.connect_timeout,
+                    read=c.read_idle_timeout,
+                    write=c.read_idle_timeout,
+                    pool=c.connect_timeout,
+                ),
+                limits=httpx.Limits(
+                    max_connections=32, max_keepalive_connections=8, keepalive_expiry=30.0
+                ),
+                headers={"User-Agent": f"agentd/{__version__}"},
+                # Never follow a redirect: the key goes only to the configured host.
+                follow_redirects=False,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def fail(self, message: str) -> ModelError:
+        """A provider-level stream error (bad event, error event), scrubbed."""
+        return ModelError(scrub(message, self.config.secrets()))
+
+    def event_json(self, event: SSEEvent) -> dict[str, Any]:
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            snippet = event.data[:80] + ("..." if len(event.data) > 80 else "")
+            raise self.fail(f"malformed event from {self.host}: not JSON: {snippet!r}") from None
+        if not isinstance(data, dict):
+            raise self.fail(f"malformed event from {self.host}: expected a JSON object")
+        return data
+
+    async def stream(
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        *,
+        headers: Mapping[str, str],
+        purpose: Purpose,
+        parser: StreamParser,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """POST `body` and yield the parser's events, then its final ones."""
+        started = False
+        try:
+            all_headers = {
+                **headers,
+                "Accept": "text/event-stream",
+                "Content-Type": "application/json",
+                **dict(self.config.extra_headers),
+                "X-Agentd-Purpose": purpose,
+            }
+            content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            # aclosing: leaving this loop early (done, error, cancel, aclose)
+            # closes the inner generator now, which closes the HTTP response.
+            async with contextlib.aclosing(self._sse(url, content, all_headers)) as events:
+                async for sse in events:
+                    for out in parser.feed(sse):
+                        started = True
+                        yield out
+                    if parser.done:
+                        break
+            for out in parser.finish():
+                started = True
+                yield out
+        except ModelError as exc:
+            if started and not isinstance(exc, ModelStreamInterrupted):
+                raise rebuild(exc, ModelStreamInterrupted) from exc
+            raise
+
+    async def _sse(
+        self, url: str, content: bytes, headers: dict[str, str]
+    ) -> AsyncGenerator[SSEEvent, None]:
+        deadline = asyncio.get_running_loop().time() + self.config.total_timeout
+        response = await self._open(url, content, headers, deadline)
+        chunks = response.aiter_bytes()
+        decoder = SSEDecoder()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(chunks, None)
+                except (httpx.HTTPError, TimeoutError) as exc:
+                    raise self._error(exc) from exc
+                if chunk is None:
+                    break
+                for event in decoder.feed(chunk):
+                    yield event
+            for event in decoder.close():
+                yield event
+        except SSEError as exc:
+            raise self._error(exc) from exc
+        finally:
+            await response.aclose()
+
+    async def _open(
+        self, url: str, content: bytes, headers: dict[str, str], deadline: float
+    ) -> httpx.Response:
+        """Send until a 2xx event stream starts, retrying what may be retried."""
+        client = self._get_client()
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            cause: BaseException | None = None
+            try:
+                async with asyncio.timeout_at(deadline):
+                    request = client.build_request("POST", url, content=content, headers=headers)
+                    response = await client.send(request, stream=True)
+            except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
+                cause, error = exc, self._error(exc)
+            else:
+                if response.is_success and not _is_json(response):
+                    return response
+                error = await self._error_response(response, deadline)
+            if not error.retryable:
+                raise error from cause
+            if attempt >= self.config.max_retries:
+                note = f"gave up after {attempt + 1} attempts" if attempt else ""
+                raise rebuild(error, note=note) from cause
+            if error.retry_after is not None:
+                delay = error.retry_after
+            else:
+                delay = self._rand() * min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt)
+            if loop.time() + delay >= deadline:
+                note = f"gave up: a retry would pass the {_secs(self.config.total_timeout)} s limit"
+                raise rebuild(error, note=note) from cause
+            attempt += 1
+            await self._sleep(delay)
+
+    async def _error_response(self, response: httpx.Response, deadline: float) -> ModelError:
+        body = b""
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) >= ERROR_BODY_LIMIT:
+                        break
+        except (httpx.HTTPError, TimeoutError):
+            pass  # the status alone still makes a clear error
+        finally:
+            await response.aclose()
+        return self._error(response, body[:ERROR_BODY_LIMIT])
+
+    def _error(self, failure: httpx.Response | Exception, body: bytes = b"") -> ModelError:
+        return to_model_error(failure, host=self.host, config=self.config, body=body)
+
+
+def to_model_error(
+    failure: httpx.Response | Exception,
+    *,
+    host: str,
+    config: ProviderConfig,
+    body: bytes = b"",
+) -> ModelError:
+    """Map an httpx exception, an error response (with its body) or our own
+    deadline / SSE failure to a clear, credential-free `ModelError`."""
+    err: ModelError
+    if isinstance(failure, httpx.Response):
+        err = _status_error(failure, body, host, config)
+    elif isinstance(failure, httpx.ConnectTimeout):
+        err = ModelTimeout(
+            f"connecting to {host} timed out after {_secs(config.connect_timeout)} s",
+            retryable=True,
+        )
+    elif isinstance(failure, httpx.PoolTimeout):
+        err = ModelTimeout(f"no free connection to {host} within {_secs(config.connect_timeout)} s")
+    elif isinstance(failure, httpx.TimeoutException):
+        err = ModelTimeout(f"{host} sent nothing for {_secs(config.read_idle_timeout)} s")
+    elif isinstance(failure, httpx.ConnectError):
+        err = ModelConnectionError(f"cannot connect to {host}: {_why(failure)}", retryable=True)
+    elif isinstance(failure, httpx.NetworkError | httpx.RemoteProtocolError):
+        err = ModelConnectionError(f"connection to {host} lost: {_why(failure)}")
+    elif isinstance(failure, TimeoutError):
+        err = ModelTimeout(
+            f"request to {host} took longer than the {_secs(config.total_timeout)} s limit"
+        )
+    elif isinstance(failure, SSEError):
+        err = ModelError(f"malformed event stream from {host}: {failure}")
+    else:  # invalid URL, proxy failure, unsupported scheme, decoding error...
+        err = ModelConnectionError(f"request to {host} failed: {_why(failure)}")
+    return rebuild(err, message=scrub(err.message, config.secrets()))
+
+
+def _status_error(
+    response: httpx.Response, body: bytes, host: str, config: ProviderConfig
+) -> ModelError:
+    status = response.status_code
+    detail = provider_message(body)
+    tail = f": {detail}" if detail else ""
+    if response.is_success:  # a JSON answer where an event stream was expected
+        return ModelHTTPError(
+            f"{host} answered with JSON instead of an event stream{tail}", status=status
+        )
+    retryable = status in RETRY_STATUSES or status >= 500
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    head = f"{status} {httpx.codes.get_reason_phrase(status) or 'error'} from {host}"
+    if retryable and retry_after is not None and retry_after > config.max_retry_after:
+        who = f"rate limited by {host}" if status == 429 else head
+        return ModelHTTPError(
+            f"{who}: retry after {_secs(retry_after)} s exceeds the "
+            f"{_secs(config.max_retry_after)} s limit{f' ({detail})' if detail else ''}",
+            status=status,
+            retry_after=retry_after,
+        )
+    return ModelHTTPError(
+        head + tail + _hint(status, config),
+        status=status,
+        retryable=retryable,
+        retry_after=retry_after,
+    )
+
+
+def _hint(status: int, config: ProviderConfig) -> str:
+    if status in (401, 403):
+        return " — check AGENTD_API_KEY" if config.api_key else " — AGENTD_API_KEY is not set"
+    if status == 404 or 300 <= status < 400:
+        return " — check AGENTD_BASE_URL and AGENTD_MODEL"
+    return ""
+
+
+def provider_message(payload: bytes | str | Mapping[str, Any]) -> str:
+    """The provider's own words from an error body or error event, if any.
+
+    Understands `{"error": {"message"}}` (OpenAI, Anthropic), `{"error": "..."}`,
+    `{"message"}` and `{"detail"}`; otherwise a short plain-text body is used
+    as is, and HTML error pages are skipped.
+    """
+    data: Any = payload
+    if not isinstance(payload, Mapping):
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        try:
+            data = json.loads(text)
+        except ValueError:
+            line = text.strip().split("\n", 1)[0].strip()
+            return "" if line.startswith("<") else line[:DETAIL_LIMIT]
+    message: Any = None
+    if isinstance(data, Mapping):
+        error = data.get("error")
+        if isinstance(error, Mapping):
+            message = error.get("message")
+            kind = error.get("type") or error.get("code")
+            if isinstance(message, str) and isinstance(kind, str) and kind not in message:
+                message = f"{message} ({kind})"
+        else:
+            message = error or data.get("message") or data.get("detail")
+    return message[:DETAIL_LIMIT] if isinstance(message, str) else ""
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait, from delta-seconds or an HTTP date; None if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    # Keys shorter than 4 characters are placeholders ("x"), not secrets;
+    # replacing them would mangle every message.
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return _BEARER.sub(r"\1 ***", text)
+
+
+def rebuild(
+    err: ModelError,
+    cls: type[ModelError] | None = None,
+    *,
+    message: str | None = None,
+    note: str = "",
+) -> ModelError:
+    """A copy of `err` with another class and/or message (errors are immutable)."""
+    text = err.message if message is None else message
+    if note:
+        text = f"{text} ({note})"
+    return (cls or type(err))(
+        text, status=err.status, retryable=err.retryable, retry_after=err.retry_after
+    )
+
+
+def host_of(url: str) -> str:
+    try:
+        netloc = httpx.URL(url).netloc.decode("ascii")
+    except (httpx.InvalidURL, UnicodeDecodeError):
+        netloc = ""
+    return netloc or url or "the model endpoint"
+
+
+def parse_tool_arguments(text: str) -> dict[str, Any] | None:
+    """A tool call's arguments, or None unless they are one whole JSON object."""
+    if not text.strip():
+        return {}  # a call without parameters may stream no arguments at all
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def as_int(value: Any) -> int:
+    """A token count from a provider's JSON; anything odd counts as 0."""
+    return value if isinstance(value, int) else 0
+
+
+def _is_json(response: httpx.Response) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("application/json")
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _secs(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:g}"

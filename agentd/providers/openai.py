@@ -1,0 +1,287 @@
+"""OpenAI-compatible Chat Completions (OpenAI, DashScope/Qwen, vLLM, Ollama, llama.cpp)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agentd.agent.messages import (
+    Message,
+    ReminderPart,
+    TextPart,
+    ToolCall,
+    render_reminder,
+)
+from agentd.errors import ModelError
+from agentd.providers.base import (
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+)
+from agentd.providers.config import ProviderConfig
+from agentd.providers.http import (
+    ModelHTTP,
+    Rand,
+    Sleep,
+    as_int,
+    parse_tool_arguments,
+    provider_message,
+)
+from agentd.providers.sse import SSEEvent
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rand: Rand = random.random,
+    ) -> None:
+        self.config = config
+        self._http = ModelHTTP(config, transport=transport, sleep=sleep, rand=rand)
+        self._url = f"{config.effective_base_url()}/chat/completions"
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        model = request.model or self.config.model_for(request.purpose)
+        return self._http.stream(
+            self._url,
+            request_body(request, model),
+            headers=headers,
+            purpose=request.purpose,
+            parser=ChatStreamParser(self._http),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+# --- request ----------------------------------------------------------------
+
+
+def request_body(request: ModelRequest, model: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": to_chat_messages(request.system, request.messages),
+        # max_tokens rather than max_completion_tokens: every compatible
+        # server (vLLM, Ollama, llama.cpp, DashScope) understands it.
+        "max_tokens": request.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in request.tools
+        ]
+    if request.tool_choice:
+        body["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
+    return body
+
+
+def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for msg in messages:
+        if msg.role == "user":
+            out.extend(_user_messages(msg))
+        else:
+            out.extend(_assistant_message(msg))
+    return out
+
+
+def _user_messages(msg: Message) -> list[dict[str, Any]]:
+    # Tool results must directly follow the assistant message that made the
+    # calls, so they go first; text and reminders ride in a user message after.
+    # Chat Completions has no error flag: the result text has to say so itself.
+    out: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": r.tool_call_id, "content": r.content}
+        for r in msg.tool_results
+    ]
+    texts = [
+        render_reminder(p.text) if isinstance(p, ReminderPart) else p.text
+        for p in msg.parts
+        if isinstance(p, ReminderPart) or (isinstance(p, TextPart) and p.text)
+    ]
+    if texts:
+        out.append({"role": "user", "content": "\n\n".join(texts)})
+    return out
+
+
+def _assistant_message(msg: Message) -> list[dict[str, Any]]:
+    # Thinking is not sent back; an interrupted message goes as it was cut.
+    text, calls = msg.text, msg.tool_calls
+    if not text and not calls:
+        return []  # e.g. cancelled before any output; the API rejects it empty
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": json.dumps(c.arguments, ensure_ascii=False),
+                },
+            }
+            for c in calls
+        ]
+    return [out]
+
+
+# --- response ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+class ChatStreamParser:
+    """Chat Completions chunks -> stream events.
+
+    The response is complete once a `finish_reason` or `[DONE]` arrived; a
+    body that ends before either was cut off. Tool calls are assembled from
+    fragments by index and released only when complete.
+    """
+
+    def __init__(self, http: ModelHTTP) -> None:
+        self._http = http
+        self._calls: dict[int, _PartialCall] = {}
+        self._finish: str | None = None
+        self._ready = 0
+        self._usage = Usage()
+        self.done = False
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return []
+        if event.event == "error":
+            raise self._error(provider_message(event.data))
+        chunk = self._http.event_json(event)
+        if chunk.get("error"):
+            raise self._error(provider_message(chunk))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = Usage(
+                as_int(usage.get("prompt_tokens")), as_int(usage.get("completion_tokens"))
+            )
+        out: list[StreamEvent] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # we ask for one choice
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                self._delta(delta, out)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason and self._finish is None:
+                self._finish = reason
+                out.extend(self._release_calls())
+        return out
+
+    def finish(self) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        if self._finish is None:
+            if not self.done:
+                raise self._http.fail(
+                    f"the stream from {self._http.host} ended before the response was complete"
+                )
+            self._finish = "stop"
+            out.extend(self._release_calls())
+        reason = _STOP_REASONS.get(self._finish, "end_turn")
+        if reason == "end_turn" and self._ready:
+            reason = "tool_use"  # some servers say "stop" after tool calls
+        out.append(StreamEnd(reason, self._usage))
+        return out
+
+    def _error(self, detail: str) -> ModelError:
+        return self._http.fail(f"{self._http.host} reported an error: {detail or 'no details'}")
+
+    def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            out.append(ThinkingDelta(reasoning))
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            out.append(TextDelta(content))
+        for fragment in delta.get("tool_calls") or ():
+            if isinstance(fragment, dict):
+                self._fragment(fragment, out)
+
+    def _fragment(self, fragment: dict[str, Any], out: list[StreamEvent]) -> None:
+        index = fragment.get("index")
+        call_id = fragment.get("id")
+        if not isinstance(index, int):
+            # Servers that omit the index send one fragment per call, or
+            # continue the last call without an id.
+            index = len(self._calls) if call_id else max(self._calls, default=0)
+        call = self._calls.setdefault(index, _PartialCall())
+        if isinstance(call_id, str) and call_id and not call.id:
+            call.id = call_id
+        function = fragment.get("function")
+        if isinstance(function, dict):
+            name = function.get("name")
+            if isinstance(name, str) and name and not call.name:
+                call.name = name
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                call.arguments.append(arguments)
+            elif isinstance(arguments, dict):  # some servers send the object itself
+                call.arguments.append(json.dumps(arguments))
+        if call.name and not call.started:
+            call.started = True
+            call.id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+            out.append(ToolCallStarted(call.id, call.name))
+
+    def _release_calls(self) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        for _, call in sorted(self._calls.items()):
+            arguments = parse_tool_arguments("".join(call.arguments))
+            if call.started and arguments is not None:
+                out.append(ToolCallReady(ToolCall(call.id, call.name, arguments)))
+            elif self._finish != "length":
+                # A call the model finished but broke: an error beats a tool
+                # call silently lost. Cut by max_tokens, it is simply dropped.
+                what = repr(call.name) if call.name else "without a name"
+                raise self._http.fail(
+                    f"{self._http.host} sent a tool call {what} with invalid JSON arguments"
+                )
+        self._ready = len(out)
+        return out

@@ -1,0 +1,1 @@
+"""Helpers shared by tests, the demo and the benchmarks: the local model server."""

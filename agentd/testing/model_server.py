@@ -1,0 +1,876 @@
+"""The bundled local model server: OpenAI and Anthropic APIs with scripted replies.
+
+Tests, the demo and the benchmarks talk to it over loopback HTTP, the same
+code path a real provider uses. It speaks:
+
+    POST /v1/chat/completions    OpenAI Chat Completions (stream or not)
+    POST /v1/messages            Anthropic Messages (stream or not)
+    GET  /v1/models              a small model list, for health checks
+    POST /_agentd/enqueue        {"purpose", "reply"} or {"purpose", "replies": [...]}
+    POST /_agentd/rule           {"match", "reply", "purpose"?, "times"?}
+    POST /_agentd/latency        {"purpose", "seconds"}
+    POST /_agentd/default_arguments  {"tool", "arguments"}
+    GET  /_agentd/log            every log entry, as a JSON array
+    POST /_agentd/reset
+
+Which reply answers a request of purpose P (header `X-Agentd-Purpose`,
+default `main`): the head of P's queue, else the first of P's rules whose
+`match` is a substring of the last user text, else `default_reply` (forced
+tool -> a call of it; a trailing tool result -> "Tool result received: ...";
+otherwise `!tool`/`!ttft`/`!delay`/`!chunks`/`!status` directives or an echo).
+Reply dicts are documented in `model_server_replies.parse_reply`'s keys:
+text, chunks, thinking, toolCalls, stopReason, ttft, chunkDelay, usage,
+status, retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
+
+Content chunks (thinking pieces, text pieces, tool-argument fragments) are what
+`dropAfter`/`stallAfter`/`errorAfter` count. HTTP headers of a stream are sent
+at once; `ttft` delays everything after them, so `stallAfter: 0` is a stream
+that stalls right after its headers. A non-streaming answer has no chunks: with
+`dropAfter` it sends half its body and drops, with `stallAfter` only its
+headers; `malformed: bad_json` truncates its JSON, `error_event` makes it a 500.
+
+Log entries, in order (and as JSON lines in `log_path`):
+    request      id, ts, purpose, api, path, headers (secrets redacted), body, replySource
+    first_chunk  id, ts                 the first content chunk was sent
+    complete     id, ts                 the whole response was sent
+    disconnect   id, ts, chunksSent     the client left before the end
+    fault        id, ts, kind, ...      kind: status (with status), drop, stall, malformed
+    bad_request  ts, path, status, message
+    reset        ts                     (file only: `reset()` empties the list)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, TypeVar
+
+from agentd.testing.model_server_http import ClientGone, Connection, HTTPError, Request
+from agentd.testing.model_server_replies import (
+    Api,
+    BadRequest,
+    JSONDict,
+    Output,
+    Reply,
+    RequestView,
+    default_reply,
+    inspect_request,
+    parse_reply,
+    resolve,
+)
+from agentd.testing.model_server_wire import (
+    Frame,
+    anthropic_body,
+    anthropic_stream,
+    bad_json_frame,
+    comments_crlf,
+    error_body,
+    models_body,
+    openai_body,
+    openai_stream,
+    split_odd,
+    stream_error_frame,
+)
+
+__all__ = ["ModelServer", "ModelServerThread", "main", "parse_reply"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+_JSON_HEADERS = {"content-type": "application/json"}
+
+
+def _loopback_host(host: str) -> str:
+    """The address to bind for `host`; ValueError unless it is a loopback address."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        raise ValueError(f"the model server only listens on loopback, not {host!r}") from None
+    if not address.is_loopback:
+        raise ValueError(f"the model server only listens on loopback, not {host!r}")
+    return str(address)
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+@dataclass(slots=True)
+class _Rule:
+    match: str
+    reply: Reply
+    purpose: str
+    times: int | None
+
+
+@dataclass(slots=True)
+class _Progress:
+    request_id: int
+    chunks_sent: int = 0
+    first_logged: bool = False
+
+
+class ModelServer:
+    """The server, on the running event loop. Not thread-safe: see ModelServerThread."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, log_path: str | Path | None = None
+    ) -> None:
+        self.host = _loopback_host(host)
+        self.port = port
+        self.log: list[dict[str, Any]] = []
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._log_file: IO[str] | None = None
+        self._queues: dict[str, deque[Reply]] = {}
+        self._rules: list[_Rule] = []
+        self._latency: dict[str, float] = {}
+        self._default_args: dict[str, JSONDict] = {}
+        # Ids stay unique across reset() so that a waiter never confuses two requests.
+        self._next_id = 0
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        # Replaced by a fresh Event each time the log grows: waiters wake, rescan, rewait.
+        self._log_grew: asyncio.Event | None = None
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.base_url + "/v1"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("the model server is already running")
+        self._log_grew = asyncio.Event()
+        if self._log_path is not None:
+            self._log_file = self._log_path.open("a", encoding="utf-8")
+        try:
+            self._server = await asyncio.start_server(self._on_connection, self.host, self.port)
+        except BaseException:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        # Python 3.11's wait_closed does not wait for open connections, and a
+        # stalled stream never ends by itself: cancel every handler and wait.
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    async def __aenter__(self) -> ModelServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # --- scripting ---------------------------------------------------------------
+
+    def enqueue(self, reply: dict[str, Any], purpose: str = "main") -> None:
+        """Queue a reply for the next request of `purpose` (FIFO); ValueError if invalid."""
+        self._queues.setdefault(purpose, deque()).append(parse_reply(reply))
+
+    def add_rule(
+        self, match: str, reply: dict[str, Any], purpose: str = "main", times: int | None = None
+    ) -> None:
+        """Answer requests whose last user text contains `match` (when the queue is empty)."""
+        if not isinstance(match, str):
+            raise ValueError("match must be a string")
+        if times is not None and (isinstance(times, bool) or not isinstance(times, int)):
+            raise ValueError("times must be an integer")
+        if times is not None and times < 1:
+            raise ValueError("times must be at least 1")
+        self._rules.append(_Rule(match, parse_reply(reply), purpose, times))
+
+    def set_latency(self, purpose: str, seconds: float) -> None:
+        """Extra ttft for every request of `purpose`."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ValueError("seconds must be a number >= 0")
+        self._latency[purpose] = float(seconds)
+
+    def set_default_arguments(self, tool_name: str, arguments: dict[str, Any]) -> None:
+        """Arguments for calls of `tool_name` that are scripted or forced without any."""
+        if not isinstance(arguments, dict):
+            raise ValueError("arguments must be an object")
+        self._default_args[tool_name] = dict(arguments)
+
+    def reset(self) -> None:
+        """Forget queued replies, rules, latencies, default arguments and the log."""
+        self._queues.clear()
+        self._rules.clear()
+        self._latency.clear()
+        self._default_args.clear()
+        self.log.clear()
+        self._write_log_line({"type": "reset", "ts": time.time()})
+
+    def _choose(self, purpose: str, view: RequestView) -> tuple[Reply, str]:
+        queue = self._queues.get(purpose)
+        if queue:
+            return queue.popleft(), "queue"
+        for rule in self._rules:
+            if rule.purpose == purpose and rule.match in view.last_user_text:
+                if rule.times is not None:
+                    rule.times -= 1
+                    if rule.times == 0:
+                        self._rules.remove(rule)
+                return rule.reply, "rule"
+        return default_reply(view), "default"
+
+    # --- the log -------------------------------------------------------------------
+
+    def _write_log_line(self, entry: dict[str, Any]) -> None:
+        if self._log_file is not None:
+            self._log_file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            self._log_file.flush()
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        self.log.append(entry)
+        self._write_log_line(entry)
+        if self._log_grew is not None:
+            self._log_grew.set()
+            self._log_grew = asyncio.Event()
+
+    def requests(self, purpose: str | None = None) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.log
+            if e["type"] == "request" and (purpose is None or e["purpose"] == purpose)
+        ]
+
+    # The documented test API takes a timeout, like ModelServerThread.wait_for.
+    async def wait_for(
+        self,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """The first log entry, past or future, matching `predicate`; TimeoutError after
+        `timeout` seconds."""
+        checked = 0
+        async with asyncio.timeout(timeout):
+            while True:
+                # reset() may have shortened the log: scan it again from the start.
+                if checked > len(self.log):
+                    checked = 0
+                for entry in self.log[checked:]:
+                    if predicate(entry):
+                        return entry
+                checked = len(self.log)
+                if self._log_grew is None:
+                    self._log_grew = asyncio.Event()
+                await self._log_grew.wait()
+
+    # --- connections -----------------------------------------------------------------
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if self._server is None:
+            # Accepted just as stop() ran: stop() no longer sees this handler.
+            writer.close()
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        conn = Connection(reader, writer)
+        try:
+            await self._serve(conn)
+        except ClientGone:
+            pass
+        except Exception:
+            # A bug must cost one connection, never the server.
+            _log.exception("model server: unexpected error while serving a connection")
+        finally:
+            await conn.close()
+            if task is not None:
+                self._connections.discard(task)
+
+    async def _serve(self, conn: Connection) -> None:
+        while True:
+            try:
+                request = await conn.read_request()
+            except HTTPError as exc:
+                self._bad_request(None, exc.status, exc.message)
+                body = _json_bytes({"error": {"message": exc.message, "type": "invalid_request"}})
+                await conn.send(exc.status, body, _JSON_HEADERS, keep_alive=False)
+                return
+            if request is None:
+                return
+            if not await self._dispatch(conn, request) or not request.keep_alive:
+                return
+
+    async def _dispatch(self, conn: Connection, request: Request) -> bool:
+        """Answer one request; False when the connection cannot be reused."""
+        keep = request.keep_alive
+        path, method = request.path, request.method
+        api: Api | None = None
+        if path == "/v1/chat/completions":
+            api = "openai"
+        elif path == "/v1/messages":
+            api = "anthropic"
+        if api is not None:
+            if method != "POST":
+                return await self._plain(conn, request, 405, {"error": "use POST"})
+            return await self._model_request(conn, request, api)
+        if path == "/v1/models":
+            if method != "GET":
+                return await self._plain(conn, request, 405, {"error": "use GET"})
+            await conn.send(200, _json_bytes(models_body()), _JSON_HEADERS, keep_alive=keep)
+            return True
+        if path.startswith("/_agentd/"):
+            return await self._control(conn, request)
+        return await self._plain(conn, request, 404, {"error": f"no such path: {path}"})
+
+    async def _plain(self, conn: Connection, request: Request, status: int, body: Any) -> bool:
+        await conn.send(status, _json_bytes(body), _JSON_HEADERS, keep_alive=request.keep_alive)
+        return True
+
+    # --- control endpoints ---------------------------------------------------------------
+
+    async def _control(self, conn: Connection, request: Request) -> bool:
+        name = request.path.removeprefix("/_agentd/")
+        if name == "log":
+            if request.method != "GET":
+                return await self._plain(conn, request, 405, {"error": "use GET"})
+            return await self._plain(conn, request, 200, self.log)
+        handlers: dict[str, Callable[[Any], JSONDict]] = {
+            "enqueue": self._control_enqueue,
+            "rule": self._control_rule,
+            "latency": self._control_latency,
+            "default_arguments": self._control_default_arguments,
+            "reset": self._control_reset,
+        }
+        handler = handlers.get(name)
+        if handler is None:
+            return await self._plain(conn, request, 404, {"error": f"no such path: {request.path}"})
+        if request.method != "POST":
+            return await self._plain(conn, request, 405, {"error": "use POST"})
+        try:
+            data = json.loads(request.body) if request.body.strip() else {}
+            if not isinstance(data, dict):
+                raise ValueError("the body must be a JSON object")
+            result = handler(data)
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            return await self._plain(conn, request, 400, {"error": str(exc)})
+        return await self._plain(conn, request, 200, {"ok": True, **result})
+
+    @staticmethod
+    def _purpose(data: JSONDict) -> str:
+        purpose = data.get("purpose", "main")
+        if not isinstance(purpose, str) or not purpose:
+            raise ValueError("purpose must be a non-empty string")
+        return purpose
+
+    def _control_enqueue(self, data: JSONDict) -> JSONDict:
+        purpose = self._purpose(data)
+        if "replies" in data:
+            replies = data["replies"]
+            if not isinstance(replies, list):
+                raise ValueError("replies must be a list")
+        elif "reply" in data:
+            replies = [data["reply"]]
+        else:
+            raise ValueError("give reply or replies")
+        # Validate them all first, so that a bad one enqueues none.
+        parsed = [parse_reply(r) for r in replies]
+        self._queues.setdefault(purpose, deque()).extend(parsed)
+        return {"queued": len(self._queues[purpose])}
+
+    def _control_rule(self, data: JSONDict) -> JSONDict:
+        match, reply, times = data.get("match"), data.get("reply"), data.get("times")
+        if not isinstance(match, str):
+            raise ValueError("match must be a string")
+        if not isinstance(reply, dict):
+            raise ValueError("reply must be an object")
+        self.add_rule(match, reply, self._purpose(data), times)
+        return {}
+
+    def _control_latency(self, data: JSONDict) -> JSONDict:
+        seconds = data.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError("seconds must be a number")
+        self.set_latency(self._purpose(data), seconds)
+        return {}
+
+    def _control_default_arguments(self, data: JSONDict) -> JSONDict:
+        tool, arguments = data.get("tool"), data.get("arguments")
+        if not isinstance(tool, str) or not isinstance(arguments, dict):
+            raise ValueError("give tool (a string) and arguments (an object)")
+        self.set_default_arguments(tool, arguments)
+        return {}
+
+    def _control_reset(self, data: JSONDict) -> JSONDict:
+        self.reset()
+        return {}
+
+    # --- model requests ----------------------------------------------------------------
+
+    async def _model_request(self, conn: Connection, request: Request, api: Api) -> bool:
+        keep = request.keep_alive
+        try:
+            body = json.loads(request.body)
+            view = inspect_request(api, body)
+        except (ValueError, BadRequest) as exc:
+            message = f"invalid JSON body: {exc}" if isinstance(exc, ValueError) else str(exc)
+            self._bad_request(request.path, 400, message)
+            body = _json_bytes(error_body(api, 400, message))
+            await conn.send(400, body, _JSON_HEADERS, keep_alive=keep)
+            return True
+        purpose = request.headers.get("x-agentd-purpose", "").strip() or "main"
+        reply, source = self._choose(purpose, view)
+        self._next_id += 1
+        rid = self._next_id
+        headers = {
+            k: "<redacted>" if k in _SECRET_HEADERS else v for k, v in request.headers.items()
+        }
+        self._record(
+            {
+                "type": "request",
+                "id": rid,
+                "ts": time.time(),
+                "purpose": purpose,
+                "api": api,
+                "path": request.path,
+                "headers": headers,
+                "body": body,
+                "replySource": source,
+            }
+        )
+        progress = _Progress(rid)
+        conn.watch()
+        try:
+            ttft = reply.ttft + self._latency.get(purpose, 0.0)
+            if reply.status is not None:
+                return await self._fault_status(conn, request, api, reply, rid, ttft)
+            out = resolve(reply, view, rid, self._default_args)
+            if view.stream:
+                return await self._stream(conn, request, api, view, reply, out, progress, ttft)
+            return await self._whole(conn, request, api, view, reply, out, progress, ttft)
+        except ClientGone:
+            entry = {"type": "disconnect", "id": rid, "ts": time.time()}
+            self._record({**entry, "chunksSent": progress.chunks_sent})
+            return False
+        finally:
+            await conn.unwatch()
+
+    def _bad_request(self, path: str | None, status: int, message: str) -> None:
+        entry = {"type": "bad_request", "ts": time.time(), "path": path}
+        self._record({**entry, "status": status, "message": message})
+
+    def _fault(self, rid: int, kind: str, **fields: Any) -> None:
+        self._record({"type": "fault", "id": rid, "ts": time.time(), "kind": kind, **fields})
+
+    async def _fault_status(
+        self, conn: Connection, request: Request, api: Api, reply: Reply, rid: int, ttft: float
+    ) -> bool:
+        await conn.pause(ttft)
+        status = reply.status
+        assert status is not None
+        headers = dict(_JSON_HEADERS)
+        if reply.retry_after is not None:
+            headers["retry-after"] = reply.retry_after
+        body = reply.error_body if reply.error_body is not None else error_body(api, status)
+        self._fault(rid, "status", status=status)
+        await conn.send(status, _json_bytes(body), headers, keep_alive=request.keep_alive)
+        return True
+
+    def _first_chunk(self, progress: _Progress) -> None:
+        if not progress.first_logged:
+            progress.first_logged = True
+            self._record({"type": "first_chunk", "id": progress.request_id, "ts": time.time()})
+
+    def _complete(self, progress: _Progress) -> None:
+        self._first_chunk(progress)
+        self._record({"type": "complete", "id": progress.request_id, "ts": time.time()})
+
+    async def _whole(
+        self,
+        conn: Connection,
+        request: Request,
+        api: Api,
+        view: RequestView,
+        reply: Reply,
+        out: Output,
+        progress: _Progress,
+        ttft: float,
+    ) -> bool:
+        """A non-streaming answer: one JSON body (faults cut or spoil that body)."""
+        build = openai_body if api == "openai" else anthropic_body
+        data = _json_bytes(build(out, model=view.model, request_id=progress.request_id))
+        await conn.pause(ttft)
+        if reply.stall_after is not None:
+            self._fault(progress.request_id, "stall", chunksSent=0)
+            head = {**_JSON_HEADERS, "content-length": str(len(data))}
+            await conn.send_head(200, head, keep_alive=request.keep_alive)
+            await conn.wait_gone()
+            raise ClientGone("client left a stalled response")
+        if reply.drop_after is not None:
+            self._fault(progress.request_id, "drop", chunksSent=0)
+            head = {**_JSON_HEADERS, "content-length": str(len(data))}
+            await conn.send_head(200, head, keep_alive=request.keep_alive)
+            await conn.write(data[: len(data) // 2])
+            conn.abort()
+            return False
+        if reply.malformed == "error_event":
+            self._fault(progress.request_id, "malformed", malformed=reply.malformed)
+            body = _json_bytes(error_body(api, 500))
+            await conn.send(500, body, _JSON_HEADERS, keep_alive=request.keep_alive)
+            self._complete(progress)
+            return True
+        if reply.malformed == "bad_json":
+            self._fault(progress.request_id, "malformed", malformed=reply.malformed)
+            data = data[: len(data) // 2]
+        await conn.send(200, data, _JSON_HEADERS, keep_alive=request.keep_alive)
+        self._complete(progress)
+        return True
+
+    async def _stream(
+        self,
+        conn: Connection,
+        request: Request,
+        api: Api,
+        view: RequestView,
+        reply: Reply,
+        out: Output,
+        progress: _Progress,
+        ttft: float,
+    ) -> bool:
+        rid = progress.request_id
+        if api == "openai":
+            frames = openai_stream(
+                out, model=view.model, request_id=rid, include_usage=view.include_usage
+            )
+        else:
+            frames = anthropic_stream(out, model=view.model, request_id=rid)
+        if reply.malformed is not None:
+            self._fault(rid, "malformed", malformed=reply.malformed)
+        if reply.malformed == "error_event":
+            # The error ends the stream, as a real API does: nothing valid follows it.
+            frames = frames[: _after_content(frames, reply.error_after)]
+            frames.append(stream_error_frame(api))
+        elif reply.malformed == "bad_json":
+            at = _after_content(frames, reply.error_after)
+            frames.insert(at, bad_json_frame(api))
+        elif reply.malformed == "comments_crlf":
+            frames = comments_crlf(frames)
+
+        cut: int | None = None
+        cut_kind = ""
+        if reply.drop_after is not None:
+            total = sum(f.content for f in frames)
+            n = reply.drop_after
+            if out.tool_calls:
+                # Never let the last argument fragment through: a drop scripted on a
+                # tool call must cut its JSON, not land after it is complete.
+                n = min(n, total - 1)
+            cut, cut_kind = _after_content(frames, n), "drop"
+        elif reply.stall_after is not None:
+            n = reply.stall_after
+            cut, cut_kind = _after_content(frames, n), "stall"
+
+        headers = {
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-cache",
+            "x-request-id": f"req_agentd{rid:08d}",
+        }
+        # HTTP/1.0 has no chunked encoding: there the end of the stream is the close.
+        chunked = request.version == "HTTP/1.1"
+        await conn.start_stream(200, headers, keep_alive=request.keep_alive, chunked=chunked)
+        await conn.pause(ttft)
+        split = reply.malformed == "split_events"
+        carry = b""
+        for i, frame in enumerate(frames):
+            if i == cut:
+                break
+            if frame.content and progress.chunks_sent > 0:
+                await conn.pause(reply.chunk_delay)
+            if split:
+                # Hold back the tail of each frame so that pieces straddle events.
+                pieces = split_odd(carry + frame.data)
+                carry = pieces.pop() if i < len(frames) - 1 and pieces else b""
+                for piece in pieces:
+                    await conn.write_chunk(piece)
+            else:
+                await conn.write_chunk(frame.data)
+            if frame.content:
+                progress.chunks_sent += 1
+                self._first_chunk(progress)
+        if cut is not None and cut < len(frames):
+            self._fault(rid, cut_kind, chunksSent=progress.chunks_sent)
+            if cut_kind == "drop":
+                conn.abort()
+                return False
+            await conn.wait_gone()
+            raise ClientGone("client left a stalled stream")
+        await conn.write_chunk(carry)
+        await conn.end_stream()
+        self._complete(progress)
+        return chunked
+
+
+def _after_content(frames: list[Frame], n: int) -> int:
+    """Index just after the n-th content frame (after the last one if fewer; 1 if none)."""
+    if n <= 0:
+        return 0
+    seen = 0
+    last = 0
+    for i, frame in enumerate(frames):
+        if frame.content:
+            seen += 1
+            last = i + 1
+            if seen == n:
+                return last
+    return last or 1
+
+
+# --- a server on its own thread, for synchronous callers ----------------------------------
+
+
+class ModelServerThread:
+    """A ModelServer on its own event loop in a background thread.
+
+    Every method hands its work to the server's loop and waits for it, so the
+    server is only ever touched from its own thread.
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, log_path: str | Path | None = None
+    ) -> None:
+        self.server = ModelServer(host, port, log_path)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("already started")
+        self._thread = threading.Thread(target=self._run, name="agentd-model-server", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        try:
+            await self.server.start()
+        except BaseException as exc:  # handed to the thread that called start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await self.server.stop()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        if self._loop is not None and self._stopping is not None and thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        thread.join()
+
+    def __enter__(self) -> ModelServerThread:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        loop = self._loop
+        if loop is None or self._thread is None:
+            raise RuntimeError("the model server thread is not running")
+
+        async def run() -> _T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.server.openai_base_url
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """A snapshot of the log."""
+        return self._call(lambda: list(self.server.log))
+
+    def requests(self, purpose: str | None = None) -> list[dict[str, Any]]:
+        return self._call(lambda: self.server.requests(purpose))
+
+    def enqueue(self, reply: dict[str, Any], purpose: str = "main") -> None:
+        self._call(lambda: self.server.enqueue(reply, purpose))
+
+    def add_rule(
+        self, match: str, reply: dict[str, Any], purpose: str = "main", times: int | None = None
+    ) -> None:
+        self._call(lambda: self.server.add_rule(match, reply, purpose, times))
+
+    def set_latency(self, purpose: str, seconds: float) -> None:
+        self._call(lambda: self.server.set_latency(purpose, seconds))
+
+    def set_default_arguments(self, tool_name: str, arguments: dict[str, Any]) -> None:
+        self._call(lambda: self.server.set_default_arguments(tool_name, arguments))
+
+    def reset(self) -> None:
+        self._call(self.server.reset)
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Blocking wait_for; `predicate` runs on the server's thread."""
+        loop = self._loop
+        if loop is None or self._thread is None:
+            raise RuntimeError("the model server thread is not running")
+        future = asyncio.run_coroutine_threadsafe(self.server.wait_for(predicate, timeout), loop)
+        return future.result()
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentd model-server",
+        description="Serve the OpenAI and Anthropic APIs with scripted replies on loopback.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="a loopback address")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--log", type=Path, help="append log entries as JSON lines")
+    parser.add_argument(
+        "--latency",
+        action="append",
+        default=[],
+        metavar="PURPOSE=SECONDS",
+        help="extra time to first chunk for a purpose (repeatable)",
+    )
+    parser.add_argument(
+        "--script", type=Path, help="a JSON list of {purpose?, reply} to enqueue at start"
+    )
+    return parser
+
+
+def _configure(server: ModelServer, latencies: list[str], script: Path | None) -> None:
+    """Apply --latency and --script; ValueError/OSError describe what is wrong."""
+    for item in latencies:
+        purpose, sep, seconds = item.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = -1.0
+        if not sep or not purpose or not value >= 0:
+            raise ValueError(f"--latency expects PURPOSE=SECONDS, got {item!r}")
+        server.set_latency(purpose, value)
+    if script is not None:
+        entries = json.loads(script.read_text(encoding="utf-8"))
+        if not isinstance(entries, list):
+            raise ValueError(f"{script}: expected a JSON list of {{purpose?, reply}}")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("reply"), dict):
+                raise ValueError(f"{script}: item {i} needs a reply object")
+            purpose = entry.get("purpose", "main")
+            if not isinstance(purpose, str):
+                raise ValueError(f"{script}: item {i}: purpose must be a string")
+            try:
+                server.enqueue(entry["reply"], purpose)
+            except ValueError as exc:
+                raise ValueError(f"{script}: item {i}: {exc}") from None
+
+
+async def _serve_until_signalled(server: ModelServer) -> int:
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        try:
+            await server.start()
+        except OSError as exc:
+            print(f"agentd model-server: cannot listen: {exc}", file=sys.stderr)
+            return 1
+        # The one line a parent process reads to find the port.
+        sys.stdout.write(json.dumps({"url": server.base_url, "port": server.port}) + "\n")
+        sys.stdout.flush()
+        await stopping.wait()
+    finally:
+        await server.stop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`agentd model-server`: print {"url", "port"} on one line, serve until SIGINT/SIGTERM."""
+    args = _parser().parse_args(argv)
+    try:
+        server = ModelServer(args.host, args.port, args.log)
+        _configure(server, args.latency, args.script)
+    except (ValueError, OSError) as exc:
+        print(f"agentd model-server: {exc}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_serve_until_signalled(server))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+-- The chat buffer `agentd://chat`: a markdown log of the turns, written only
+-- by this module (the buffer is 'nomodifiable' so that stray keys cannot
+-- shift the rows that tool lines are updated at).
+local api = vim.api
+
+local M = {}
+
+M.name = 'agentd://chat'
+local ns = api.nvim_create_namespace('agentd.chat')
+local bufnr ---@type integer?
+
+--- The chat buffer, created on first use.
+---@return integer
+function M.buf()
+  if bufnr and api.nvim_buf_is_valid(bufnr) then
+    return bufnr
+  end
+  -- A buffer of that name may survive from an earlier load of the plugin.
+  local existing = vim.fn.bufnr('^' .. vim.pesc(M.name) .. '$')
+  bufnr = existing > 0 and existing or api.nvim_create_buf(true, true)
+  if existing <= 0 then
+    api.nvim_buf_set_name(bufnr, M.name)
+  end
+  local bo = vim.bo[bufnr]
+  bo.buftype = 'nofile' -- never written, no "unsaved changes" prompt on :qa
+  bo.bufhidden = 'hide' -- keep the log when its window closes
+  bo.swapfile = false
+  bo.filetype = 'markdown'
+  bo.modifiable = false
+  return bufnr
+end
+
+--- Run `fn` with the chat buffer modifiable, then follow the end of the log
+--- in every window that shows it.
+local function write(fn)
+  local buf = M.buf()
+  vim.bo[buf].modifiable = true
+  local ok, err = pcall(fn, buf)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].modified = false
+  if not ok then
+    error(err)
+  end
+  local last = api.nvim_buf_line_count(buf)
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    api.nvim_win_set_cursor(win, { last, 0 })
+  end
+end
+
+local function last_line(buf)
+  local n = api.nvim_buf_line_count(buf)
+  return n, api.nvim_buf_get_lines(buf, n - 1, n, false)[1]
+end
+
+--- Append whole lines after the last line (an empty buffer's only line is reused).
+local function append_lines(buf, lines)
+  local n, last = last_line(buf)
+  if n == 1 and last == '' then
+    api.nvim_buf_set_lines(buf, 0, 1, false, lines)
+  else
+    api.nvim_buf_set_lines(buf, n, n, false, lines)
+  end
+  return api.nvim_buf_line_count(buf) - #lines
+end
+
+--- Show the chat buffer in a window (unless one already shows it).
+---@param position string|nil an Ex command opening a window, e.g. 'botright vsplit'
+function M.open(position)
+  local buf = M.buf()
+  if #vim.fn.win_findbuf(buf) > 0 then
+    return
+  end
+  local cur = api.nvim_get_current_win()
+  vim.cmd(position or 'botright vsplit')
+  api.nvim_win_set_buf(0, buf)
+  vim.wo.wrap = true
+  vim.wo.linebreak = true
+  api.nvim_win_set_cursor(0, { api.nvim_buf_line_count(buf), 0 })
+  -- Keep the user where they were: the chat follows by itself.
+  api.nvim_set_current_win(cur)
+end
+
+--- Replace the whole log with a header (new session, reset).
+function M.clear(header)
+  write(function(buf)
+    api.nvim_buf_clear_namespace(buf, ns, 0, -1)
+    api.nvim_buf_set_lines(buf, 0, -1, false, { header, '' })
+  end)
+end
+
+--- Start a turn: the user's prompt, then the heading the answer streams under.
+--- Returns the render state that the other functions take.
+function M.begin_turn(prompt)
+  local r = { mode = nil, marks = {} }
+  write(function(buf)
+    local lines = { '## You', '' }
+    vim.list_extend(lines, vim.split(prompt, '\n', { plain = true }))
+    vim.list_extend(lines, { '', '## agentd', '' })
+    local _, last = last_line(buf)
+    if last ~= '' then
+      table.insert(lines, 1, '')
+    end
+    append_lines(buf, lines)
+  end)
+  return r
+end
+
+-- Streamed text is appended to the last line; a line break in a chunk opens
+-- new lines. Thoughts are quoted ("> ") so that they read apart from the answer.
+local function stream(r, kind, text)
+  write(function(buf)
+    if r.mode ~= kind then
+      -- Leaving a block of tool/memory lines (or the other stream): a blank
+      -- line keeps markdown from gluing the paragraphs together.
+      local _, last = last_line(buf)
+      local start = kind == 'thought' and '> ' or ''
+      if last == '' then
+        local n = api.nvim_buf_line_count(buf)
+        api.nvim_buf_set_lines(buf, n - 1, n, false, { start })
+      else
+        append_lines(buf, { '', start })
+      end
+      r.mode = kind
+    end
+    local parts = vim.split(text, '\n', { plain = true })
+    if kind == 'thought' then
+      for i = 2, #parts do
+        parts[i] = '> ' .. parts[i]
+      end
+    end
+    local n, last = last_line(buf)
+    api.nvim_buf_set_text(buf, n - 1, #last, n - 1, #last, parts)
+  end)
+end
+
+function M.text(r, text)
+  stream(r, 'message', text)
+end
+
+function M.thought(r, text)
+  stream(r, 'thought', text)
+end
+
+--- Append one line of a block (tool call, memory delivery). Returns a key
+--- for `set_line`, backed by an extmark so the row is found again later.
+function M.line(r, text)
+  local key
+  write(function(buf)
+    if r.mode ~= 'block' then
+      local _, last = last_line(buf)
+      if last ~= '' then
+        append_lines(buf, { '' })
+      end
+      r.mode = 'block'
+    end
+    local _, last = last_line(buf)
+    local row
+    if last == '' then
+      row = api.nvim_buf_line_count(buf) - 1
+      api.nvim_buf_set_lines(buf, row, row + 1, false, { text })
+    else
+      row = append_lines(buf, { text })
+    end
+    key = api.nvim_buf_set_extmark(buf, ns, row, 0, {})
+  end)
+  return key
+end
+
+--- Rewrite a line made by `M.line` (a tool call whose status changed).
+function M.set_line(key, text)
+  write(function(buf)
+    local pos = api.nvim_buf_get_extmark_by_id(buf, ns, key, {})
+    if pos[1] then
+      api.nvim_buf_set_lines(buf, pos[1], pos[1] + 1, false, { text })
+      -- set_lines over the mark's row can move it: pin it back to the row.
+      api.nvim_buf_set_extmark(buf, ns, pos[1], 0, { id = key })
+    end
+  end)
+end
+
+--- Close a turn with an italic footer line (stop reason, usage, cancelled).
+function M.finish(r, text)
+  if r.finished then
+    return
+  end
+  r.finished = true
+  write(function(buf)
+    local _, last = last_line(buf)
+    local lines = { '_' .. text .. '_', '' }
+    if last ~= '' then
+      table.insert(lines, 1, '')
+    end
+    append_lines(buf, lines)
+  end)
+  r.mode = nil
+end
+
+--- A standalone note (errors outside a turn, "no prompt running", ...).
+function M.note(text)
+  write(function(buf)
+    local _, last = last_line(buf)
+    local lines = { '_' .. text .. '_', '' }
+    if last ~= '' then
+      table.insert(lines, 1, '')
+    end
+    append_lines(buf, lines)
+  end)
+end
+
+--- The whole log as one string (tests, and :AgentdAsk callers that want it).
+function M.content()
+  return table.concat(api.nvim_buf_get_lines(M.buf(), 0, -1, false), '\n')
+end
+
+return M

@@ -1,0 +1,441 @@
+-- Client tools: the daemon asks the editor to run these (an `agent/update`
+-- of kind `tool_call` with executor "client") and waits for an
+-- `agent/toolResult`. Every outcome is a result, refusals and failures too
+-- (isError), so that the model can react instead of waiting forever.
+local api = vim.api
+local uv = vim.uv
+
+local M = {}
+
+-- Same caps as the daemon's own read_file (agentd/agent/tools.py), so that a
+-- model sees the same thing whichever side answers.
+local READ_LIMIT_BYTES = 512 * 1024
+
+--- The tools that change something and so need the user's approval.
+M.needs_approval = { edit_file = true, write_file = true, run_command = true }
+
+---@class agentd.ToolCtx
+---@field root string project root (absolute)
+---@field config table the plugin's options
+---@field cancelled fun(): boolean true once the turn was cancelled
+---@field on_process fun(proc: vim.SystemObj) registers a process to kill on cancel
+
+local function fail(msg)
+  error({ agentd = msg }, 0)
+end
+
+--- The real path of `path`, or of its nearest existing ancestor with the
+--- missing tail appended (a file that write_file is about to create).
+local function real_of(path)
+  local tail = ''
+  local dir = path
+  while true do
+    local real = uv.fs_realpath(dir)
+    if real then
+      return real .. tail
+    end
+    local parent = vim.fs.dirname(dir)
+    if parent == dir then
+      return path
+    end
+    tail = '/' .. vim.fs.basename(dir) .. tail
+    dir = parent
+  end
+end
+
+--- Resolve a tool's path argument inside the project root. `..`, absolute
+--- paths elsewhere and symlinks that point out of the root are refused, as
+--- the daemon does for its own tools.
+---@return string absolute normalized path (symlinks kept, so buffer names match what the user opened)
+function M.resolve(root, path)
+  if type(path) ~= 'string' or path == '' then
+    fail('path is required')
+  end
+  if path:match('^file://') then
+    path = vim.uri_to_fname(path)
+  end
+  local abs = path:sub(1, 1) == '/' and path or (root .. '/' .. path)
+  abs = vim.fs.normalize(abs) -- resolves `.` and `..`
+  local real_root = uv.fs_realpath(root) or root
+  local real = real_of(abs)
+  if real ~= real_root and real:sub(1, #real_root + 1) ~= real_root .. '/' then
+    fail(('%s is outside the workspace %s'):format(path, root))
+  end
+  return abs
+end
+
+local function rel(root, abs)
+  if abs:sub(1, #root + 1) == root .. '/' then
+    return abs:sub(#root + 2)
+  end
+  return abs
+end
+
+--- The loaded buffer of a file, if any (its unsaved text is the truth).
+local function loaded_buf(abs)
+  local b = vim.fn.bufnr('^' .. vim.fn.fnameescape(abs) .. '$')
+  if b == -1 then
+    -- bufnr() matches names as patterns; compare full names as a fallback.
+    for _, cand in ipairs(api.nvim_list_bufs()) do
+      if api.nvim_buf_get_name(cand) == abs then
+        b = cand
+        break
+      end
+    end
+  end
+  if b ~= -1 and api.nvim_buf_is_loaded(b) then
+    return b
+  end
+end
+
+--- Load (or find) the buffer of a file, listed so that the user sees it in :ls.
+local function load_buf(abs)
+  local b = vim.fn.bufadd(abs)
+  vim.fn.bufload(b)
+  vim.bo[b].buflisted = true
+  return b
+end
+
+--- Make `fn`'s buffer changes one undo block of their own: setting
+--- 'undolevels' closes the current block (:h undo-break), before so this edit
+--- does not join an earlier one, after so a later one does not join this.
+local function one_undo_block(buf, fn)
+  api.nvim_buf_call(buf, function()
+    vim.go.undolevels = vim.go.undolevels
+    fn()
+    vim.go.undolevels = vim.go.undolevels
+  end)
+end
+
+local function maybe_save(ctx, buf, abs)
+  if not ctx.config.save_after_edit then
+    return ' (unsaved: the buffer is modified, the file on disk is not)'
+  end
+  vim.fn.mkdir(vim.fs.dirname(abs), 'p')
+  api.nvim_buf_call(buf, function()
+    vim.cmd('silent keepalt noautocmd write!')
+  end)
+  return ' (saved)'
+end
+
+--- 0-based byte offset in `text` -> 0-based row and column.
+local function pos_of(text, offset)
+  local row, line_start = 0, 1
+  local i = 1
+  while true do
+    local nl = text:find('\n', i, true)
+    if not nl or nl > offset then
+      break
+    end
+    row = row + 1
+    line_start = nl + 1
+    i = nl + 1
+  end
+  return row, offset - (line_start - 1)
+end
+
+local handlers = {}
+
+function handlers.read_file(ctx, args, done)
+  local abs = M.resolve(ctx.root, args.path)
+  local lines
+  local buf = loaded_buf(abs)
+  if buf then
+    lines = api.nvim_buf_get_lines(buf, 0, -1, false)
+  else
+    local stat = uv.fs_stat(abs)
+    if not stat then
+      fail(('%s does not exist'):format(args.path))
+    elseif stat.type ~= 'file' then
+      fail(('%s is not a regular file'):format(args.path))
+    end
+    local f = assert(io.open(abs, 'rb'))
+    local data = f:read(READ_LIMIT_BYTES + 1) or ''
+    f:close()
+    if data:sub(1, 8192):find('\0', 1, true) then
+      fail(('%s looks like a binary file'):format(args.path))
+    end
+    local truncated = #data > READ_LIMIT_BYTES
+    lines = vim.split(data:sub(1, READ_LIMIT_BYTES), '\r?\n')
+    if lines[#lines] == '' then
+      table.remove(lines)
+    end
+    if truncated then
+      lines.truncated = true
+    end
+  end
+  local start = math.max(1, tonumber(args.offset) or 1)
+  local stop = #lines
+  if tonumber(args.limit) then
+    stop = math.min(#lines, start - 1 + math.max(0, tonumber(args.limit)))
+  end
+  local width = #tostring(stop > 0 and stop or 1)
+  local out = {}
+  for i = start, stop do
+    out[#out + 1] = ('%' .. width .. 'd  %s'):format(i, lines[i])
+  end
+  if lines.truncated then
+    out[#out + 1] = ('[file truncated at %d bytes]'):format(READ_LIMIT_BYTES)
+  end
+  done(#out > 0 and table.concat(out, '\n') or '(empty file)')
+end
+
+function handlers.edit_file(ctx, args, done)
+  local abs = M.resolve(ctx.root, args.path)
+  local old, new = args.old_text, args.new_text
+  if type(old) ~= 'string' or old == '' then
+    fail('old_text must be a non-empty string')
+  end
+  if type(new) ~= 'string' then
+    fail('new_text must be a string')
+  end
+  if not loaded_buf(abs) and not uv.fs_stat(abs) then
+    fail(('%s does not exist (use write_file to create it)'):format(args.path))
+  end
+  local buf = load_buf(abs)
+  local lines = api.nvim_buf_get_lines(buf, 0, -1, false)
+  local body = table.concat(lines, '\n')
+  -- The buffer's final newline is implicit ('eol'); a model quoting the end
+  -- of the file includes it.
+  local text = body .. (vim.bo[buf].eol and '\n' or '')
+  local first = text:find(old, 1, true)
+  if not first then
+    fail(('old_text was not found in %s'):format(args.path))
+  end
+  local count, at = 0, 1
+  while true do
+    local s = text:find(old, at, true)
+    if not s then
+      break
+    end
+    count = count + 1
+    at = s + 1
+  end
+  if count > 1 then
+    fail(('old_text occurs %d times in %s; include more surrounding text so it matches once'):format(count, args.path))
+  end
+  local s0, e0 = first - 1, first - 1 + #old -- 0-based, end exclusive
+  one_undo_block(buf, function()
+    if e0 <= #body then
+      -- The usual case: replace just that span, so marks, folds and the
+      -- cursor elsewhere in the buffer stay put.
+      local sr, sc = pos_of(body, s0)
+      local er, ec = pos_of(body, e0)
+      api.nvim_buf_set_text(buf, sr, sc, er, ec, vim.split(new, '\n', { plain = true }))
+    else
+      -- The span takes in the implicit final newline: rewrite the lines.
+      local result = text:sub(1, s0) .. new .. text:sub(e0 + 1)
+      local new_lines = vim.split(result, '\n', { plain = true })
+      if new_lines[#new_lines] == '' then
+        table.remove(new_lines)
+      else
+        vim.bo[buf].eol = false
+      end
+      api.nvim_buf_set_lines(buf, 0, -1, false, new_lines)
+    end
+  end)
+  local line = select(1, pos_of(body, math.min(s0, #body))) + 1
+  done(('Applied the edit to %s at line %d%s.'):format(rel(ctx.root, abs), line, maybe_save(ctx, buf, abs)))
+end
+
+function handlers.write_file(ctx, args, done)
+  local abs = M.resolve(ctx.root, args.path)
+  if type(args.content) ~= 'string' then
+    fail('content must be a string')
+  end
+  local stat = uv.fs_stat(abs)
+  if stat and stat.type ~= 'file' then
+    fail(('%s exists and is not a regular file'):format(args.path))
+  end
+  local existed = stat ~= nil or loaded_buf(abs) ~= nil
+  local buf = load_buf(abs)
+  local lines = vim.split(args.content, '\n', { plain = true })
+  local eol = lines[#lines] == ''
+  if eol then
+    table.remove(lines)
+  end
+  one_undo_block(buf, function()
+    api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+    vim.bo[buf].eol = eol or #lines == 0
+  end)
+  done(('%s %s (%d lines)%s.'):format(existed and 'Overwrote' or 'Created', rel(ctx.root, abs), #lines, maybe_save(ctx, buf, abs)))
+end
+
+function handlers.run_command(ctx, args, done)
+  if type(args.command) ~= 'string' or args.command == '' then
+    fail('command is required')
+  end
+  local cwd = ctx.root
+  if args.cwd and args.cwd ~= '' then
+    cwd = M.resolve(ctx.root, args.cwd)
+    local stat = uv.fs_stat(cwd)
+    if not stat or stat.type ~= 'directory' then
+      fail(('cwd %s is not a directory'):format(args.cwd))
+    end
+  end
+  -- A POSIX shell by default, whatever 'shell' is: models write sh syntax.
+  local argv = vim.list_extend(vim.deepcopy(ctx.config.shell or { 'sh', '-c' }), { args.command })
+  local ok, proc = pcall(vim.system, argv, {
+    cwd = cwd,
+    text = true,
+    timeout = ctx.config.command_timeout,
+    stdin = false,
+  }, function(res)
+    vim.schedule(function()
+      local parts = {}
+      if res.stdout and res.stdout ~= '' then
+        parts[#parts + 1] = res.stdout
+      end
+      if res.stderr and res.stderr ~= '' then
+        parts[#parts + 1] = res.stderr
+      end
+      local output = table.concat(parts, parts[1] and not parts[1]:match('\n$') and '\n' or '')
+      local status
+      if res.signal and res.signal ~= 0 then
+        status = ('killed by signal %d'):format(res.signal)
+      else
+        status = ('exit code %d'):format(res.code)
+      end
+      local text = ('$ %s\n%s%s[%s]'):format(args.command, output, output ~= '' and not output:match('\n$') and '\n' or '', status)
+      done(text, res.code ~= 0 or (res.signal or 0) ~= 0)
+    end)
+  end)
+  if not ok then
+    fail('could not start the command: ' .. tostring(proc))
+  end
+  ctx.on_process(proc)
+end
+
+--- Short text for the chat line of a call.
+function M.summary(name, args)
+  args = type(args) == 'table' and args or {}
+  if name == 'run_command' and args.command then
+    return '`' .. args.command:gsub('\n.*', ' …') .. '`'
+  end
+  if args.path then
+    return '`' .. tostring(args.path) .. '`'
+  end
+  if args.query then
+    return '`' .. tostring(args.query) .. '`'
+  end
+  local ok, json = pcall(vim.json.encode, args)
+  json = ok and json or ''
+  return #json > 60 and json:sub(1, 57) .. '...' or json
+end
+
+--- The question asked before a tool that changes something runs.
+local function question(ctx, name, args)
+  if name == 'run_command' then
+    return ('agentd wants to run in %s:\n  %s\nRun it?'):format(args.cwd or ctx.root, args.command)
+  end
+  local function clip(s)
+    s = tostring(s or '')
+    local lines = vim.split(s, '\n', { plain = true })
+    if #lines > 8 then
+      lines = vim.list_slice(lines, 1, 8)
+      lines[#lines + 1] = '…'
+    end
+    return lines
+  end
+  local out = {}
+  if name == 'edit_file' then
+    out[#out + 1] = ('agentd wants to edit %s:'):format(args.path)
+    for _, l in ipairs(clip(args.old_text)) do
+      out[#out + 1] = '- ' .. l
+    end
+    for _, l in ipairs(clip(args.new_text)) do
+      out[#out + 1] = '+ ' .. l
+    end
+  else
+    out[#out + 1] = ('agentd wants to write %s:'):format(args.path)
+    for _, l in ipairs(clip(args.content)) do
+      out[#out + 1] = '  ' .. l
+    end
+  end
+  out[#out + 1] = 'Apply?'
+  return table.concat(out, '\n')
+end
+
+--- Ask whether a call may run. `auto_approve` decides first: true (all), a
+--- table {name = true|false}, or a function(name, args) returning true,
+--- false or nil (nil: ask). Then `confirm(name, args, question, cb)`, else
+--- vim.ui.select.
+local function approve(ctx, name, args, cb)
+  if not M.needs_approval[name] then
+    return cb(true)
+  end
+  local auto = ctx.config.auto_approve
+  local verdict
+  if auto == true then
+    verdict = true
+  elseif type(auto) == 'table' then
+    verdict = auto[name]
+  elseif type(auto) == 'function' then
+    verdict = auto(name, args)
+  end
+  if verdict ~= nil then
+    return cb(verdict and true or false)
+  end
+  local q = question(ctx, name, args)
+  if type(ctx.config.confirm) == 'function' then
+    return ctx.config.confirm(name, args, q, function(yes)
+      cb(yes and true or false)
+    end)
+  end
+  vim.ui.select({ 'Yes', 'No' }, { prompt = q }, function(choice)
+    cb(choice == 'Yes')
+  end)
+end
+
+--- Run one client tool call. `report(status, text, is_error)` is called
+--- once with the chat status, the result text and the error flag; statuses
+--- on the way ('awaiting approval', 'running') go to `progress(status)`.
+---@param ctx agentd.ToolCtx
+function M.run(ctx, name, args, progress, report)
+  if type(args) ~= 'table' then
+    args = {}
+  end
+  local handler = handlers[name]
+  if not handler then
+    return report('failed', ('the editor has no client tool named %q'):format(tostring(name)), true)
+  end
+  local finished = false
+  local function finish(status, text, is_error)
+    if finished then
+      return
+    end
+    finished = true
+    report(status, text, is_error)
+  end
+  local function guarded(fn)
+    local ok, err = pcall(fn)
+    if not ok then
+      local msg = type(err) == 'table' and err.agentd or ('%s failed: %s'):format(name, tostring(err))
+      finish('failed', msg, true)
+    end
+  end
+  if M.needs_approval[name] then
+    progress('awaiting approval')
+  end
+  guarded(function()
+    approve(ctx, name, args, function(yes)
+      if ctx.cancelled() then
+        return finish('cancelled', 'The prompt was cancelled before the tool ran.', true)
+      end
+      if not yes then
+        return finish('declined', ('The user declined the %s call.'):format(name), true)
+      end
+      progress('running')
+      guarded(function()
+        handler(ctx, args, function(text, is_error)
+          if ctx.cancelled() then
+            return finish('cancelled', 'The prompt was cancelled.', true)
+          end
+          finish(is_error and 'failed' or 'completed', text, is_error or false)
+        end)
+      end)
+    end)
+  end)
+end
+
+return M

@@ -1,0 +1,78 @@
+// The minimal connection the protocol layer needs. Both vscode-languageclient's
+// LanguageClient (in the editor) and vscode-jsonrpc's MessageConnection (in the
+// tests, over a real `agentd serve` child process) satisfy it structurally, so
+// the session logic is exercised against the real daemon without VS Code.
+
+export interface Disposable {
+  dispose(): void;
+}
+
+/** Structural subset of vscode.CancellationToken / vscode-jsonrpc's token. */
+export interface CancellationToken {
+  readonly isCancellationRequested: boolean;
+  onCancellationRequested(listener: (e: unknown) => unknown): Disposable;
+}
+
+export interface AgentConnection {
+  /** Cancelling `token` must send `$/cancelRequest` for this request. */
+  sendRequest<R>(method: string, params: unknown, token?: CancellationToken): Promise<R>;
+  sendNotification(method: string, params: unknown): Promise<void> | void;
+  onNotification(method: string, handler: (params: any) => void): Disposable;
+}
+
+/** A JSON-RPC error as both libraries raise it (ResponseError has `code`). */
+export function errorCode(err: unknown): number | undefined {
+  if (err && typeof err === 'object' && typeof (err as { code?: unknown }).code === 'number') {
+    return (err as { code: number }).code;
+  }
+  return undefined;
+}
+
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  if (err && typeof err === 'object' && typeof (err as { message?: unknown }).message === 'string') {
+    return (err as { message: string }).message;
+  }
+  return String(err);
+}
+
+/**
+ * A cancellation source independent of any library: the token it hands out
+ * fits both LanguageClient.sendRequest and MessageConnection.sendRequest,
+ * which only call `isCancellationRequested` and `onCancellationRequested`.
+ */
+export class CancellationSource {
+  private cancelled = false;
+  private listeners = new Set<(e: unknown) => unknown>();
+  readonly token: CancellationToken;
+
+  constructor() {
+    const self = this;
+    this.token = {
+      get isCancellationRequested(): boolean {
+        return self.cancelled;
+      },
+      onCancellationRequested(listener) {
+        if (self.cancelled) {
+          // Same contract as vscode's Event for an already-cancelled token.
+          queueMicrotask(() => listener(undefined));
+          return { dispose() {} };
+        }
+        self.listeners.add(listener);
+        return { dispose: () => self.listeners.delete(listener) };
+      },
+    };
+  }
+
+  get isCancelled(): boolean {
+    return this.cancelled;
+  }
+
+  cancel(): void {
+    if (this.cancelled) return;
+    this.cancelled = true;
+    const listeners = [...this.listeners];
+    this.listeners.clear();
+    for (const l of listeners) l(undefined);
+  }
+}

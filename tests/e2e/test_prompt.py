@@ -1,0 +1,295 @@
+"""Prompts end to end: streaming, tools, cancel, limits, provider faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from agentd.testing.model_server import ModelServer
+from tests.e2e.conftest import AgentdClient, daemon_env, start_client
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_initialize_advertises_agentd(client: AgentdClient) -> None:
+    caps = client.init_result.capabilities.experimental["agentd"]  # type: ignore[attr-defined]
+    assert caps["protocolVersion"] == 1
+    assert caps["clientTools"] == ["edit_file", "run_command"]
+    assert set(caps["daemonTools"]) == {"read_file", "list_dir", "search"}
+
+
+async def test_prompt_streams_chunks_and_result(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue({"chunks": ["Hello", ", ", "world"], "usage": {"input": 11, "output": 3}})
+    sid = await client.new_session(workspace)
+    result = await client.prompt(sid, "say hello")
+    assert result == {"stopReason": "end_turn", "usage": {"inputTokens": 11, "outputTokens": 3}}
+    chunks = [
+        u["update"]["text"] for u in client.updates if u["update"]["kind"] == "message_chunk"
+    ]
+    assert chunks == ["Hello", ", ", "world"]
+    assert client.kinds(sid)[-1] == "usage"
+    (req,) = model_server.requests("main")
+    assert req["headers"]["x-agentd-purpose"] == "main"
+    assert req["headers"]["authorization"] == "<redacted>"
+    body = req["body"]
+    assert body["model"] == "test-model"
+    assert body["stream"] is True
+    assert body["messages"][0]["role"] == "system"
+    assert body["messages"][-1] == {"role": "user", "content": "say hello"}
+    # No client tools beyond those declared; the daemon's own are offered.
+    names = {t["function"]["name"] for t in body["tools"]}
+    assert names == {"read_file", "list_dir", "search", "edit_file", "run_command"}
+
+
+async def test_history_carries_over_between_prompts(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    sid = await client.new_session(workspace)
+    await client.prompt(sid, "first")
+    await client.prompt(sid, "second")
+    second = model_server.requests("main")[1]["body"]["messages"]
+    assert [m["role"] for m in second[1:]] == ["user", "assistant", "user"]
+    assert second[2]["content"] == "Echo: first"
+
+
+async def test_daemon_tool_round_trip(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue({"toolCalls": [{"id": "c1", "name": "read_file", "arguments": {"path": "README.md"}}]})
+    model_server.enqueue({"text": "The README says 42."})
+    sid = await client.new_session(workspace)
+    result = await client.prompt(sid, "what does the readme say?")
+    assert result["stopReason"] == "end_turn"
+    updates = [u["update"] for u in client.updates if u["sessionId"] == sid]
+    call = next(u for u in updates if u["kind"] == "tool_call")
+    assert call == {
+        "kind": "tool_call",
+        "toolCallId": "c1",
+        "name": "read_file",
+        "arguments": {"path": "README.md"},
+        "executor": "daemon",
+    }
+    done = [u for u in updates if u["kind"] == "tool_call_update" and u["status"] == "completed"]
+    assert "The answer is 42." in done[0]["content"]
+    second = model_server.requests("main")[1]["body"]["messages"]
+    assert second[-2]["tool_calls"][0]["id"] == "c1"
+    assert second[-1]["role"] == "tool" and "The answer is 42." in second[-1]["content"]
+
+
+async def test_client_tool_round_trip(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    args = {"path": "src/app.py", "old_text": "42", "new_text": "43"}
+    model_server.enqueue({"toolCalls": [{"id": "e1", "name": "edit_file", "arguments": args}]})
+    seen: list[dict[str, Any]] = []
+
+    def run_tool(update: dict[str, Any]) -> tuple[str, bool]:
+        seen.append(update)
+        return ("applied 1 edit", False)
+
+    client.tool_handler = run_tool
+    sid = await client.new_session(workspace)
+    result = await client.prompt(sid, "bump the answer")
+    assert result["stopReason"] == "end_turn"
+    assert seen[0]["executor"] == "client" and seen[0]["arguments"] == args
+    second = model_server.requests("main")[1]["body"]["messages"]
+    assert second[-1] == {"role": "tool", "tool_call_id": "e1", "content": "applied 1 edit"}
+    assert client.text(sid).endswith("Tool result received: applied 1 edit")
+
+
+async def test_client_tool_error_result_reaches_model(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue({"toolCalls": [{"id": "r1", "name": "run_command", "arguments": {"command": "ls"}}]})
+    client.tool_handler = lambda u: ("The user denied this command.", True)
+    sid = await client.new_session(workspace)
+    await client.prompt(sid, "list files")
+    statuses = [
+        u["update"]["status"] for u in client.updates if u["update"]["kind"] == "tool_call_update"
+    ]
+    assert statuses == ["failed"]
+    assert "denied" in model_server.requests("main")[1]["body"]["messages"][-1]["content"]
+
+
+async def test_cancel_mid_stream(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue({"chunks": [f"w{i} " for i in range(200)], "chunkDelay": 0.05})
+    sid = await client.new_session(workspace)
+    task = asyncio.ensure_future(client.prompt(sid, "long answer", msg_id="p-1"))
+    await client.wait_for_update(lambda u: u["update"]["kind"] == "message_chunk")
+    client.cancel("p-1")
+    with pytest.raises(JsonRpcException) as info:
+        await task
+    assert info.value.code == -32800
+    await model_server.wait_for(lambda e: e["type"] == "disconnect")
+    n = len(client.updates)
+    # The session takes the next prompt, and the interrupted text is in its history.
+    result = await client.prompt(sid, "next")
+    assert result["stopReason"] == "end_turn"
+    late = [u for u in client.updates[n:] if u["update"]["kind"] == "message_chunk"]
+    assert "".join(u["update"]["text"] for u in late) == "Echo: next"
+    history = model_server.requests("main")[-1]["body"]["messages"]
+    assert history[2]["role"] == "assistant" and history[2]["content"].startswith("w0 ")
+
+
+async def test_cancel_while_waiting_for_client_tool(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue({"toolCalls": [{"id": "t1", "name": "run_command", "arguments": {"command": "sleep 100"}}]})
+    sid = await client.new_session(workspace)
+    task = asyncio.ensure_future(client.prompt(sid, "run it", msg_id=77))
+    await client.wait_for_update(lambda u: u["update"]["kind"] == "tool_call")
+    client.notify("agent/cancel", {"sessionId": sid})
+    with pytest.raises(JsonRpcException) as info:
+        await task
+    assert info.value.code == -32800
+    statuses = [u["update"] for u in client.updates if u["update"]["kind"] == "tool_call_update"]
+    assert statuses == [{"kind": "tool_call_update", "toolCallId": "t1", "status": "cancelled"}]
+    # A late result is ignored without an error; the session still works.
+    client.tool_result(sid, "t1", "too late")
+    assert (await client.prompt(sid, "again"))["stopReason"] == "end_turn"
+    history = model_server.requests("main")[-1]["body"]["messages"]
+    tool_msgs = [m for m in history if m["role"] == "tool"]
+    assert tool_msgs == [
+        {
+            "role": "tool",
+            "tool_call_id": "t1",
+            "content": "The user cancelled this tool call before it finished.",
+        }
+    ]
+
+
+async def test_second_prompt_while_running_is_refused(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue({"chunks": ["a"] * 50, "chunkDelay": 0.05})
+    sid = await client.new_session(workspace)
+    first = asyncio.ensure_future(client.prompt(sid, "one", msg_id="one"))
+    await client.wait_for_update(lambda u: u["update"]["kind"] == "message_chunk")
+    with pytest.raises(JsonRpcException) as info:
+        await client.prompt(sid, "two")
+    assert info.value.code == -32003
+    client.cancel("one")
+    with pytest.raises(JsonRpcException):
+        await first
+
+
+async def test_reset_and_close(client: AgentdClient, model_server: ModelServer, workspace: Path) -> None:
+    sid = await client.new_session(workspace)
+    await client.prompt(sid, "remember me")
+    assert await client.request("agent/resetSession", {"sessionId": sid}) == {}
+    await client.prompt(sid, "fresh")
+    messages = model_server.requests("main")[-1]["body"]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert await client.request("agent/closeSession", {"sessionId": sid}) == {}
+    with pytest.raises(JsonRpcException) as info:
+        await client.prompt(sid, "gone")
+    assert info.value.code == -32001
+
+
+@pytest.mark.parametrize(
+    ("limits", "replies", "expected", "requests"),
+    [
+        ({"maxStepsPerPrompt": 0}, [], "max_turns", 0),
+        ({"maxStepsPerPrompt": 1}, [{"toolCalls": [{"name": "list_dir", "arguments": {}}]}], "max_turns", 1),
+        ({"maxSessionTurns": 0}, [], "max_turns", 0),
+        ({"sessionTokenLimit": 1}, [{"text": "x", "usage": {"input": 5, "output": 5}}], "token_limit", 1),
+    ],
+)
+async def test_limits_end_prompt_with_stop_reason(
+    model_server: ModelServer,
+    tmp_path: Path,
+    workspace: Path,
+    limits: dict[str, int],
+    replies: list[dict[str, Any]],
+    expected: str,
+    requests: int,
+) -> None:
+    for reply in replies:
+        model_server.enqueue(reply)
+    c = await start_client(daemon_env(model_server, tmp_path), {"limits": limits})
+    try:
+        sid = await c.new_session(workspace)
+        if expected == "token_limit":
+            assert (await c.prompt(sid, "spend"))["stopReason"] == "end_turn"
+        result = await c.prompt(sid, "go")
+        assert result["stopReason"] == expected
+        assert len(model_server.requests("main")) == requests
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_refusal(client: AgentdClient, model_server: ModelServer, workspace: Path) -> None:
+    model_server.enqueue({"text": "I can't help with that.", "stopReason": "refusal"})
+    sid = await client.new_session(workspace)
+    assert (await client.prompt(sid, "bad"))["stopReason"] == "refusal"
+
+
+@pytest.mark.parametrize(
+    ("faults", "expected"),
+    [
+        ([{"status": 429, "retryAfter": "1"}], "end_turn"),
+        ([{"status": 500}, {"status": 503}], "end_turn"),
+        ([{"status": 401, "errorBody": {"error": {"message": "bad key sk-test-key-123456"}}}], "error"),
+        ([{"status": 429, "retryAfter": "3600"}], "error"),
+    ],
+)
+async def test_provider_faults(
+    client: AgentdClient,
+    model_server: ModelServer,
+    workspace: Path,
+    faults: list[dict[str, Any]],
+    expected: str,
+) -> None:
+    for fault in faults:
+        model_server.enqueue(fault)
+    model_server.enqueue({"text": "recovered"})
+    sid = await client.new_session(workspace)
+    result = await client.prompt(sid, "hello")
+    assert result["stopReason"] == expected
+    if expected == "end_turn":
+        assert client.text(sid) == "recovered"
+        assert len(model_server.requests("main")) == len(faults) + 1
+    else:
+        assert len(model_server.requests("main")) == 1  # no retry
+        assert "sk-test-key-123456" not in json.dumps(result)
+        assert result["error"]["message"]
+
+
+async def test_mid_stream_drop_keeps_partial_text(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
+    model_server.enqueue(
+        {
+            "chunks": ["partial ", "answer "],
+            "toolCalls": [{"id": "x", "name": "read_file", "arguments": {"path": "README.md"}}],
+            "dropAfter": 3,
+        }
+    )
+    sid = await client.new_session(workspace)
+    result = await client.prompt(sid, "go")
+    assert result["stopReason"] == "error"
+    assert result["error"]["kind"] == "stream_interrupted"
+    assert "tool_call" not in client.kinds(sid)  # the cut-off call never ran
+    await client.prompt(sid, "again")
+    history = model_server.requests("main")[-1]["body"]["messages"]
+    assert history[2] == {"role": "assistant", "content": "partial answer "}
+
+
+@pytest.mark.parametrize("kind", ["error_event", "bad_json"])
+async def test_malformed_sse_is_a_clear_error(
+    client: AgentdClient, model_server: ModelServer, workspace: Path, kind: str
+) -> None:
+    model_server.enqueue({"text": "some text here", "malformed": kind})
+    sid = await client.new_session(workspace)
+    result = await client.prompt(sid, "go")
+    assert result["stopReason"] == "error"
+    assert result["error"]["message"]

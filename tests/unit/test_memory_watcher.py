@@ -1,0 +1,257 @@
+"""The watcher end to end on real folders: no sleeps, we await index generations."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentd.memory.watcher as watcher_module
+from agentd.memory import MemoryManager, ProjectMemory
+from agentd.memory.project import THREAD_THRESHOLD
+
+TIMEOUT = 10.0
+
+
+def topic(folder: Path, name: str, title: str, body: str = "") -> Path:
+    path = folder / name
+    path.write_text(f"---\nname: {title}\ndescription: {title}\ntype: project\n---\n{body}\n")
+    return path
+
+
+def found(memory: ProjectMemory, query: str) -> list[str]:
+    return [d.path.name for d in memory.recall(query).docs]
+
+
+async def until(memory: ProjectMemory, predicate: Callable[[], bool]) -> None:
+    """Wait for index changes until ``predicate`` holds (an editor may save in steps)."""
+
+    async def wait() -> None:
+        while not predicate():
+            await memory.wait_indexed_generation(memory.generation + 1)
+
+    await asyncio.wait_for(wait(), TIMEOUT)
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[ProjectMemory]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mem = ProjectMemory(ws, home=tmp_path / "home")
+    await mem.start()
+    assert mem.status()["watcher"] == "running"
+    try:
+        yield mem
+    finally:
+        await mem.aclose()
+    assert mem.status()["watcher"] == "stopped"
+
+
+@pytest.mark.asyncio
+async def test_write_edit_rename_delete(memory: ProjectMemory, tmp_path: Path) -> None:
+    heard: list[list[Path]] = []
+    memory.add_listener(heard.append)
+    folder = memory.directory
+    assert folder.is_dir()  # created so that it can be watched
+
+    path = topic(folder, "redis.md", "Redis cache", "Eviction is allkeys-lru.")
+    await until(memory, lambda: found(memory, "eviction") == ["redis.md"])
+    assert heard and heard[-1] == [path]
+
+    path.write_text(path.read_text().replace("allkeys-lru", "volatile-ttl"))
+    await until(memory, lambda: found(memory, "volatile") == ["redis.md"])
+    assert found(memory, "allkeys") == []
+
+    renamed = folder / "cache.md"
+    os.rename(path, renamed)
+    await until(memory, lambda: found(memory, "volatile") == ["cache.md"])
+    assert [d.path.name for d in memory.list_docs()] == ["cache.md"]
+
+    # A file moved in from elsewhere (as `git checkout` or `mv` would).
+    outside = topic(tmp_path, "kafka.md", "Kafka consumers", "Cooperative rebalancing.")
+    shutil.move(outside, folder / "kafka.md")
+    await until(memory, lambda: found(memory, "rebalancing") == ["kafka.md"])
+
+    renamed.unlink()
+    await until(memory, lambda: found(memory, "volatile") == [])
+    assert {p.name for batch in heard for p in batch} >= {"redis.md", "cache.md", "kafka.md"}
+
+
+@pytest.mark.asyncio
+async def test_write_right_after_start_is_seen(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mem = ProjectMemory(ws, home=tmp_path / "home")
+    await mem.start()
+    try:
+        topic(mem.directory, "early.md", "Early bird", "written at once")
+        await until(mem, lambda: found(mem, "early") == ["early.md"])
+    finally:
+        await mem.aclose()
+
+
+@pytest.mark.asyncio
+async def test_own_writes_cause_no_extra_work(memory: ProjectMemory) -> None:
+    heard: list[list[Path]] = []
+    memory.add_listener(heard.append)
+    start = memory.generation
+    own = memory.directory / "own.md"
+    content = "---\nname: Extracted fact\ndescription: from a turn\ntype: project\n---\nGRPC deadline\n"
+    own.write_text(content)
+    memory.note_own_write(own, content)
+    # Indexed at once, without waiting for the watcher.
+    assert found(memory, "grpc deadline") == ["own.md"]
+    assert memory.generation == start + 1
+    # A later sentinel write: once it is indexed, the own write's event has been handled too.
+    sentinel = topic(memory.directory, "sentinel.md", "Sentinel")
+    await until(memory, lambda: found(memory, "sentinel") == ["sentinel.md"])
+    assert memory.generation == start + 2  # the own write's watcher event changed nothing
+    assert heard == [[own], [sentinel]]
+    # Noting the same content again is a no-op.
+    memory.note_own_write(own, content)
+    assert memory.generation == start + 2
+    # Files outside the memory folders are ignored.
+    memory.note_own_write(memory.directory.parent / "elsewhere.md", content)
+    assert memory.generation == start + 2
+
+
+@pytest.mark.asyncio
+async def test_team_folder_appearing_later(memory: ProjectMemory) -> None:
+    team = memory.team_directory
+    assert not team.exists()
+    team.mkdir(parents=True)
+    topic(team, "style.md", "House style", "Tabs never spaces.")
+    await until(memory, lambda: found(memory, "tabs spaces") == ["style.md"])
+    assert memory.recall("tabs").docs[0].team
+    topic(team, "review.md", "Review rules", "Two approvals.")
+    await until(memory, lambda: found(memory, "approvals") == ["review.md"])
+    shutil.rmtree(team)
+    await until(memory, lambda: found(memory, "approvals") == [])
+
+
+@pytest.mark.asyncio
+async def test_memory_folder_deleted_and_recreated(memory: ProjectMemory) -> None:
+    topic(memory.directory, "a.md", "Alpha", "first")
+    await until(memory, lambda: found(memory, "alpha") == ["a.md"])
+    shutil.rmtree(memory.directory)
+    await until(memory, lambda: found(memory, "alpha") == [])
+    await until(memory, lambda: memory.directory.is_dir())  # re-created by the re-registration
+    topic(memory.directory, "b.md", "Beta", "second")
+    await until(memory, lambda: found(memory, "beta") == ["b.md"])
+    assert memory.status()["watcher"] == "running"
+
+
+@pytest.mark.asyncio
+async def test_broken_and_binary_edits_show_in_status(memory: ProjectMemory) -> None:
+    path = topic(memory.directory, "x.md", "Xylophone", "music")
+    await until(memory, lambda: found(memory, "xylophone") == ["x.md"])
+    path.write_bytes(b"\x00\x01binary now")
+    await until(memory, lambda: found(memory, "xylophone") == [])
+    assert "binary" in memory.status()["problems"][0]["problem"]
+    path.write_text("no header any more, mentions xylophone\n")
+    await until(memory, lambda: found(memory, "xylophone") == ["x.md"])
+    assert memory.status()["problems"] == [{"path": str(path), "problem": "no front matter"}]
+
+
+@pytest.mark.asyncio
+async def test_progress_for_a_large_folder(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    total = THREAD_THRESHOLD * 3
+    for i in range(total):
+        topic(folder, f"t{i:04d}.md", f"Topic {i}", f"body{i}")
+    calls: list[tuple[int, int]] = []
+    threads: set[int] = set()
+
+    def progress(done: int, all_: int) -> None:
+        calls.append((done, all_))
+        threads.add(threading.get_ident())
+
+    mem = ProjectMemory(ws, directory=folder)
+    await mem.start(progress)
+    try:
+        assert calls[0] == (0, total) and calls[-1] == (total, total)
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+        assert threads == {threading.get_ident()}  # delivered on the loop, not the worker
+        assert mem.status()["docCount"] == total
+        assert found(mem, f"body{total - 1}") == [f"t{total - 1:04d}.md"]
+    finally:
+        await mem.aclose()
+
+
+@pytest.mark.asyncio
+async def test_watcher_failure_is_reported_and_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_awatch = watcher_module.awatch
+    attempts = 0
+
+    def flaky_awatch(*paths: Any, **kwargs: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise OSError("inotify watch limit reached")
+        return real_awatch(*paths, **kwargs)
+
+    monkeypatch.setattr(watcher_module, "awatch", flaky_awatch)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mem = ProjectMemory(ws, home=tmp_path / "home")
+    await mem.start()
+    try:
+        status = mem.status()
+        assert status["watcher"] == "failed"
+        assert "inotify watch limit" in status["problems"][0]["problem"]
+        # Written while the watcher is down: the rescan after recovery finds it.
+        topic(mem.directory, "late.md", "Late note", "written during the outage")
+        await until(mem, lambda: found(mem, "outage") == ["late.md"])
+        assert mem.status()["watcher"] == "running"
+        topic(mem.directory, "next.md", "Next note", "after recovery")
+        await until(mem, lambda: found(mem, "recovery") == ["next.md"])
+    finally:
+        await mem.aclose()
+
+
+@pytest.mark.asyncio
+async def test_manager_shares_one_start(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    manager = MemoryManager(home=tmp_path / "home")
+    assert manager.get_nowait(ws) is None
+    calls: list[tuple[int, int]] = []
+    first, second = await asyncio.gather(
+        manager.get(ws, lambda done, total: calls.append((done, total))),
+        manager.get(ws / "."),
+    )
+    assert first is second
+    assert manager.get_nowait(ws) is first
+    assert calls[-1] == (0, 0)  # an empty folder still reports its (empty) progress
+    other = await manager.get(tmp_path)
+    assert other is not first and other.directory != first.directory
+    await manager.aclose()
+    assert first.status()["watcher"] == "stopped" and other.status()["watcher"] == "stopped"
+    with pytest.raises(RuntimeError):
+        await manager.get(ws)
+
+
+@pytest.mark.asyncio
+async def test_cancelled_caller_does_not_cancel_the_shared_start(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    manager = MemoryManager(home=tmp_path / "home", watch=False)
+    waiter = asyncio.ensure_future(manager.get(ws))
+    await asyncio.sleep(0)  # let it begin the start
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    memory = await manager.get(ws)
+    assert memory.status()["watcher"] == "stopped"  # watch=False
+    await manager.aclose()
