@@ -10,17 +10,24 @@ pydantic and the turn engine, which is why front ends import it lazily
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentd.agent.core import AgentCore
+from agentd.agent.prefetch import MemoryRecall
 from agentd.agent.tools import client_tool_specs
 from agentd.config import Settings, load_settings
+from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.providers import make_provider
 from agentd.providers.base import ModelProvider, ToolSpec
 from agentd.tasks import Supervisor
 
 log = logging.getLogger(__name__)
+
+
+MemoryListener = Callable[[Path, list[Path]], None]
 
 
 @dataclass
@@ -29,7 +36,12 @@ class App:
     supervisor: Supervisor
     provider: ModelProvider
     core: AgentCore
+    memory: MemoryManager
+    recall: MemoryRecall | None
     client_specs: list[ToolSpec] = field(default_factory=list)
+    # Front ends subscribe here to forward `memory/changed` to the editor.
+    memory_listeners: list[MemoryListener] = field(default_factory=list)
+    _watched: set[Path] = field(default_factory=set)
 
     @classmethod
     def create(cls, init_options: dict[str, Any] | None = None) -> App:
@@ -40,12 +52,49 @@ class App:
             log.warning("configuration: %s", problem)
         supervisor = Supervisor()
         provider = make_provider(settings.provider_config())
+        memory = MemoryManager(agentd_home())
         core = AgentCore(settings, provider, supervisor)
         specs = client_tool_specs(declared if isinstance(declared, list) else [])
-        return cls(settings, supervisor, provider, core, specs)
+        app = cls(settings, supervisor, provider, core, memory, None, specs)
+        if settings.memory.enabled:
+            app.recall = MemoryRecall(
+                memory,
+                provider,
+                supervisor,
+                fast_model=settings.provider_config().fast_model,
+                model_tier=settings.memory.model_tier,
+                recall_timeout=settings.memory.recall_timeout,
+                on_project=app._watch_project,
+            )
+            core.memory = app.recall
+        return app
+
+    async def project_memory(
+        self, root: Path, progress: Callable[[int, int], None] | None = None
+    ) -> ProjectMemory:
+        """The project's memory, started on first use, its changes forwarded."""
+        pm = await self.memory.get(root, progress)
+        self._watch_project(pm)
+        return pm
+
+    def extraction_status(self, root: Path) -> dict[str, Any]:
+        return {"state": "idle", "trailingPending": False, "cursors": []}
+
+    def _watch_project(self, pm: ProjectMemory) -> None:
+        if pm.workspace_root in self._watched:
+            return
+        self._watched.add(pm.workspace_root)
+        root = pm.workspace_root
+
+        def changed(paths: list[Path]) -> None:
+            for listener in self.memory_listeners:
+                listener(root, paths)
+
+        pm.add_listener(changed)
 
     async def aclose(self) -> None:
         for session in list(self.core.sessions.values()):
             session.cancel_running()
         await self.supervisor.aclose()
+        await self.memory.aclose()
         await self.provider.aclose()

@@ -5,8 +5,8 @@ The turn engine calls these at fixed points and never waits on them:
 - `prompt_started`: the prompt arrived; fire the recall prefetch.
 - `take_nowait(point)`: just before a model request (`user_query` before the
   first one, `tool_result` before each ToolResult step); returns a reminder
-  and a delivery report if a prefetch has settled and is unconsumed, else
-  None at once.
+  and a delivery report per settled, unconsumed prefetch (one per tier),
+  else an empty list at once.
 - `prompt_ended`: every exit of a prompt (normal end, each early return,
   error, cancel); abort what is unsettled or unconsumed.
 - `session_reset` / `session_closed`: the same abort, plus per-session state.
@@ -30,7 +30,7 @@ class MemoryHooks(Protocol):
 
     def take_nowait(
         self, session: Session, point: MemoryPoint
-    ) -> tuple[ReminderPart, MemoryDelivered] | None: ...
+    ) -> list[tuple[ReminderPart, MemoryDelivered]]: ...
 
     def prompt_ended(self, session: Session, *, cancelled: bool) -> None: ...
 
@@ -53,8 +53,8 @@ class NoMemory:
 
     def take_nowait(
         self, session: Session, point: MemoryPoint
-    ) -> tuple[ReminderPart, MemoryDelivered] | None:
-        return None
+    ) -> list[tuple[ReminderPart, MemoryDelivered]]:
+        return []
 
     def prompt_ended(self, session: Session, *, cancelled: bool) -> None:
         return None

@@ -149,10 +149,8 @@ async def run_prompt(
                 return PromptOutcome("max_turns", usage)
             if _over_token_limit(session, limits):
                 return PromptOutcome("token_limit", usage)
-            taken = ctx.memory.take_nowait(session, point)
-            if taken is not None:
-                reminder, delivery = taken
-                _attach_reminder(session.history[-1], reminder, point)
+            for position, (reminder, delivery) in enumerate(ctx.memory.take_nowait(session, point)):
+                _attach_reminder(session.history[-1], reminder, point, position)
                 emit(delivery)
             step += 1
             request = ModelRequest(
@@ -203,11 +201,11 @@ def _system_prompt(ctx: TurnContext, session: Session) -> str:
     return f"{text}\n\n{extra}" if extra else text
 
 
-def _attach_reminder(message: Message, reminder: ReminderPart, point: str) -> None:
+def _attach_reminder(message: Message, reminder: ReminderPart, point: str, position: int) -> None:
     """Memory goes first among the reminders at the user query, and after the
     tool results at a tool-result point (providers keep results first)."""
     if point == "user_query":
-        message.parts.insert(0, reminder)
+        message.parts.insert(position, reminder)
     else:
         message.parts.append(reminder)
 

@@ -169,7 +169,7 @@ class MemoryListResult(WireModel):
 class RecallParams(WireModel):
     workspace_root: str = Field(min_length=1)
     query: str
-    limit: int = Field(default=5, ge=1, le=50)
+    limit: int = Field(default=5, ge=1, le=5)
 
 
 class RecalledDocOut(WireModel):
@@ -191,6 +191,13 @@ class ExtractionStatus(WireModel):
     last_run_at: str | None = None
 
 
+class PrefetchOut(WireModel):
+    session_id: str
+    tier: Literal["local", "model"]
+    settled: bool
+    consumed: bool
+
+
 class MemoryStatusResult(WireModel):
     directory: str
     doc_count: int
@@ -198,6 +205,7 @@ class MemoryStatusResult(WireModel):
     problems: list[dict[str, str]]
     extraction: ExtractionStatus
     deliveries: dict[str, int]
+    prefetch: list[PrefetchOut]
 
 
 # --- notifications from the daemon ------------------------------------------------

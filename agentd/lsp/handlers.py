@@ -112,7 +112,16 @@ async def new_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
 
     root = workspace_path(p.workspace_root)
     session = app.core.new_session(root, AwaitClientResult(app.client_specs))
+    if app.recall is not None:
+        # Index the project's memory now, so that it is ready by the first prompt.
+        app.supervisor.spawn(_start_memory(ls, app, root), name=f"memory-start:{root.name}")
     return {"sessionId": session.id}
+
+
+async def _start_memory(ls: AgentdServer, app: App, root: Path) -> None:
+    from agentd.lsp.progress import WorkDone
+
+    await app.project_memory(root, WorkDone(ls, "agentd: indexing memory"))
 
 
 async def prompt(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
@@ -163,6 +172,53 @@ async def tool_result(ls: AgentdServer, app: App, p: Any) -> None:
         log.info("late or unknown tool result %s ignored", p.tool_call_id)
 
 
+# --- memory/* ---------------------------------------------------------------------------
+
+
+async def memory_list(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+    pm = await app.project_memory(workspace_path(p.workspace_root))
+    docs = [
+        {
+            "path": str(d.path),
+            "name": d.name,
+            "description": d.description,
+            "type": d.type,
+            "mtime": d.mtime,
+            "team": d.team,
+        }
+        for d in pm.list_docs()
+    ]
+    return {"directory": str(pm.directory), "docs": docs}
+
+
+async def memory_recall(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+    pm = await app.project_memory(workspace_path(p.workspace_root))
+    result = pm.recall(p.query, limit=p.limit)
+    return {
+        "docs": [{"path": str(d.path), "name": d.name, "score": round(d.score, 4)} for d in result.docs],
+        "tier": "local",
+    }
+
+
+async def memory_status(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+    pm = await app.project_memory(workspace_path(p.workspace_root))
+    status = pm.status()
+    return {
+        "directory": status["directory"],
+        "docCount": status["docCount"],
+        "watcher": status["watcher"],
+        "problems": status["problems"],
+        "extraction": app.extraction_status(pm.workspace_root),
+        "deliveries": app.recall.stats.to_json() if app.recall is not None else {},
+        "prefetch": [
+            {"sessionId": s.id, "tier": h.tier, "settled": h.settled, "consumed": h.consumed}
+            for s in app.core.sessions.values()
+            if s.workspace_root == pm.workspace_root
+            for h in s.prefetch
+        ],
+    }
+
+
 async def _test_fail(ls: AgentdServer, app: App, p: Any) -> None:
     raise RuntimeError("injected handler failure")
 
@@ -177,5 +233,8 @@ def register(server: AgentdServer) -> None:
     _request(server, "agent/prompt", prompt, "PromptParams")
     _request(server, "agent/resetSession", reset_session, "SessionParams")
     _request(server, "agent/closeSession", close_session, "SessionParams")
+    _request(server, "memory/list", memory_list, "WorkspaceParams")
+    _request(server, "memory/recall", memory_recall, "RecallParams")
+    _request(server, "memory/status", memory_status, "WorkspaceParams")
     _notification(server, "agent/cancel", cancel, "SessionParams")
     _notification(server, "agent/toolResult", tool_result, "ToolResultParams")

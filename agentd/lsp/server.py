@@ -113,11 +113,22 @@ class AgentdServer(LanguageServer):
             from agentd.app import App
 
             app = App.create(self.init_options)
+            app.memory_listeners.append(self._memory_changed)
             self._app = app
             self._app_future.set_result(app)
         except Exception as exc:  # pragma: no cover - reported to every request
             log.exception("start-up failed")
             self._app_future.set_exception(exc)
+
+    def _memory_changed(self, root: Any, paths: list[Any]) -> None:
+        self.agentd_protocol.notify(
+            "memory/changed", {"workspaceRoot": str(root), "paths": [str(p) for p in paths]}
+        )
+
+    def client_supports_progress(self) -> bool:
+        caps = getattr(self.agentd_protocol, "client_capabilities", None)
+        window = getattr(caps, "window", None)
+        return bool(getattr(window, "work_done_progress", False))
 
     async def app(self) -> App:
         if self._app is not None:

@@ -19,8 +19,9 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from agentd.memory.store import HEAD_CHARS, DocInfo, TopicDoc
 from agentd.memory.tokenize import is_weak, is_word_term, terms
@@ -39,6 +40,8 @@ MAX_PREFIX_EXPANSIONS = 16
 # 5 docs can still be exactly what the user asks about).
 GENERIC_DF_RATIO = 0.5
 GENERIC_MIN_DOCS = 20
+# A long pasted prompt keeps this many of its rarest terms.
+MAX_QUERY_TERMS = 32
 
 
 def _prefixable(term: str) -> bool:
@@ -64,7 +67,18 @@ class IndexedDoc:
 class Hit:
     doc: IndexedDoc
     score: float
-    evidence: int
+
+
+_Scaled = tuple[dict[int, float], float]  # postings, idf x variant factor
+
+
+@dataclass(slots=True)
+class _TermPlan:
+    """One query term: its matching index terms and the most it can add to a score."""
+
+    bound: float
+    strong: list[_Scaled]  # may create candidates (evidence)
+    other: list[_Scaled]  # weak or generic: only add to candidates
 
 
 def field_terms(doc: TopicDoc) -> Fields:
@@ -224,45 +238,135 @@ class InvertedIndex:
                 out.append((prefix, PREFIX_FACTOR))
         return out
 
+    def _plan(self, query_terms: Iterable[str]) -> list[_TermPlan]:
+        n_docs = len(self._docs)
+        generic_df = n_docs * GENERIC_DF_RATIO if n_docs >= GENERIC_MIN_DOCS else math.inf
+        plans: list[_TermPlan] = []
+        for qterm in dict.fromkeys(query_terms):
+            weak_term = is_weak(qterm)
+            strong: list[_Scaled] = []
+            other: list[_Scaled] = []
+            for term, factor in self._variants(qterm):
+                postings = self._postings[term]
+                scaled = (postings, self._idf(len(postings)) * factor)
+                (other if weak_term or len(postings) > generic_df else strong).append(scaled)
+            if strong or other:
+                bound = max(scale for _, scale in (*strong, *other))
+                plans.append(_TermPlan(bound, strong, other))
+        # Terms that can create candidates first, rarest first; a very long
+        # query keeps its most telling terms.
+        plans.sort(key=lambda p: (not p.strong, -p.bound))
+        return plans[:MAX_QUERY_TERMS]
+
     def search(
         self, query_terms: Iterable[str], *, exclude: Iterable[str] = (), limit: int = 5
     ) -> list[Hit]:
-        """The ``limit`` best docs matching at least one evidence term, best first.
+        """The ``limit`` best docs with evidence, best first (same answer as
+        ``search_exhaustive``, found with less work).
 
         Evidence: a matched query term that is not weak (a lone CJK character)
-        and not generic (in more than half of a folder's docs).
+        and not generic (in more than half of a large folder's docs). Only
+        such terms create candidates; the others add to existing ones.
+
+        MaxScore pruning: every posting weight is below 1, so a term adds at
+        most its scaled idf (``bound``) to a doc. Once the best ``limit``
+        scores so far beat what a new doc could still collect from the terms
+        left, those terms only update known candidates, and candidates that
+        can no longer reach the top are dropped.
         """
-        n_docs = len(self._docs)
-        if n_docs == 0:
+        if not self._docs or limit <= 0:
             return []
+        plans = self._plan(query_terms)
+        excluded = {d.id for p in exclude if (d := self._by_path.get(p)) is not None}
         scores: dict[int, float] = {}
-        evidence: dict[int, int] = {}
-        generic_df = n_docs * GENERIC_DF_RATIO if n_docs >= GENERIC_MIN_DOCS else math.inf
-        for qterm in dict.fromkeys(query_terms):
-            weak = is_weak(qterm)
+        rest = sum(p.bound for p in plans)
+        threshold = 0.0  # the limit-th best score so far; final scores only grow
+        for plan in plans:
+            rest -= plan.bound
+            reachable = plan.bound + rest  # the most a doc can still gain
+            if plan.strong and (len(scores) < limit or reachable > threshold):
+                _add_term(plan, scores, create=True)
+                for doc_id in excluded:
+                    scores.pop(doc_id, None)
+            else:
+                if threshold > 0.0 and len(scores) > 4 * limit:
+                    scores = {d: v for d, v in scores.items() if v + reachable >= threshold}
+                _add_term(plan, scores, create=False)
+            if len(scores) >= limit:
+                threshold = heapq.nlargest(limit, scores.values())[-1]
+        return self._top(scores, limit)
+
+    def search_exhaustive(
+        self, query_terms: Iterable[str], *, exclude: Iterable[str] = (), limit: int = 5
+    ) -> list[Hit]:
+        """The same ranking without pruning: the reference ``search`` is tested against."""
+        if not self._docs or limit <= 0:
+            return []
+        excluded = {d.id for p in exclude if (d := self._by_path.get(p)) is not None}
+        scores: dict[int, float] = {}
+        evidence: set[int] = set()
+        for plan in self._plan(query_terms):
             best: dict[int, float] = {}
-            strong_docs: set[int] = set()
-            for term, factor in self._variants(qterm):
-                postings = self._postings[term]
-                scale = self._idf(len(postings)) * factor
+            for postings, scale in (*plan.strong, *plan.other):
                 for doc_id, weight in postings.items():
-                    value = scale * weight
-                    if value > best.get(doc_id, 0.0):
-                        best[doc_id] = value
-                if not weak and len(postings) <= generic_df:
-                    strong_docs.update(postings)
-            # One query term counts once per doc, whichever variant matched best.
+                    best[doc_id] = max(best.get(doc_id, 0.0), weight * scale)
+            for postings, _ in plan.strong:
+                evidence.update(postings)
             for doc_id, value in best.items():
                 scores[doc_id] = scores.get(doc_id, 0.0) + value
-            for doc_id in strong_docs:
-                evidence[doc_id] = evidence.get(doc_id, 0) + 1
-        excluded = set(exclude)
+        kept = {d: v for d, v in scores.items() if d in evidence and d not in excluded}
+        return self._top(kept, limit)
+
+    def _top(self, scores: dict[int, float], limit: int) -> list[Hit]:
+        # A few extra so that ties at the edge are broken by recency, not by chance.
+        top = heapq.nlargest(limit + 8, scores.items(), key=itemgetter(1))
         docs = self._docs
-        candidates = [
-            (score, docs[doc_id].info.mtime, doc_id)
-            for doc_id, score in scores.items()
-            if doc_id in evidence and (not excluded or str(docs[doc_id].info.path) not in excluded)
-        ]
-        # Highest score first; among equals, the most recently saved.
-        top = heapq.nlargest(limit, candidates)
-        return [Hit(docs[doc_id], score, evidence[doc_id]) for score, _, doc_id in top]
+        top.sort(key=lambda kv: (-kv[1], -docs[kv[0]].info.mtime, str(docs[kv[0]].info.path)))
+        return [Hit(docs[doc_id], score) for doc_id, score in top[:limit]]
+
+
+def _max_into(
+    best: dict[int, float], postings: dict[int, float], scale: float, members: Collection[int]
+) -> None:
+    """best[d] = max(best[d], weight * scale) for the docs in ``members`` only."""
+    if len(postings) <= len(members):
+        for doc_id, weight in postings.items():
+            if doc_id in members:
+                value = weight * scale
+                if value > best.get(doc_id, 0.0):
+                    best[doc_id] = value
+    else:
+        get = postings.get
+        for doc_id in members:
+            weight = get(doc_id)
+            if weight is not None:
+                value = weight * scale
+                if value > best.get(doc_id, 0.0):
+                    best[doc_id] = value
+
+
+def _add_term(plan: _TermPlan, scores: dict[int, float], *, create: bool) -> None:
+    """Add one query term's contribution (its best variant per doc) to ``scores``."""
+    if create and len(plan.strong) == 1 and not plan.other:
+        # The common case, kept tight: one index term, straight into the scores.
+        postings, scale = plan.strong[0]
+        get = scores.get
+        for doc_id, weight in postings.items():
+            scores[doc_id] = get(doc_id, 0.0) + weight * scale
+        return
+    best: dict[int, float] = {}
+    if create:
+        for postings, scale in plan.strong:
+            for doc_id, weight in postings.items():
+                value = weight * scale
+                if value > best.get(doc_id, 0.0):
+                    best[doc_id] = value
+        members: Collection[int] = scores.keys() | best.keys()
+        updates = plan.other
+    else:
+        members = scores.keys()
+        updates = [*plan.strong, *plan.other]
+    for postings, scale in updates:
+        _max_into(best, postings, scale, members)
+    for doc_id, value in best.items():
+        scores[doc_id] = scores.get(doc_id, 0.0) + value

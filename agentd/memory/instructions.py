@@ -167,11 +167,8 @@ class InstructionFiles:
         group: _Group,
         watched: list[Path],
     ) -> None:
+        """Add ``path`` and, depth first, what it imports; ``stack`` holds its importers."""
         real = Path(os.path.realpath(path))
-        if real in stack:
-            chain = " -> ".join(str(p) for p in [*stack, real])
-            self.problems.append(f"import loop refused: {chain}")
-            return
         if real in seen:
             return  # already included once; one copy is enough
         text = self._read(path)
@@ -179,21 +176,24 @@ class InstructionFiles:
             return
         seen.add(real)
         group.sections.append(_Section(path, label, text))
+        chain = [*stack, real]
         for target in _imports(text):
             resolved = Path(os.path.expanduser(target))
             if not resolved.is_absolute():
                 resolved = path.parent / resolved
             resolved = Path(os.path.abspath(resolved))
-            if len(stack) + 1 > MAX_IMPORT_DEPTH:
+            watched.append(resolved)
+            if Path(os.path.realpath(resolved)) in chain:
+                shown = " -> ".join(str(p) for p in [*chain, resolved])
+                self.problems.append(f"import loop refused: {shown}")
+            elif len(chain) > MAX_IMPORT_DEPTH:
                 self.problems.append(
                     f"{path}: import of {target} refused (more than {MAX_IMPORT_DEPTH} levels)"
                 )
-                continue
-            watched.append(resolved)
-            if not resolved.exists():
+            elif not resolved.exists():
                 self.problems.append(f"{path}: imported file {target} not found")
-                continue
-            self._expand(resolved, f"imported by {path.name}", [*stack, real], seen, group, watched)
+            else:
+                self._expand(resolved, f"imported by {path.name}", chain, seen, group, watched)
 
     def _load(self) -> tuple[str, list[Path]]:
         self.problems = []

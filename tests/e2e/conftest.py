@@ -67,6 +67,16 @@ class AgentdClient:
 
         return await asyncio.wait_for(wait(), timeout)
 
+    async def wait_for_memory_changed(
+        self, path: str, count: int = 1, timeout: float = 20.0
+    ) -> None:
+        async def wait() -> None:
+            async with self._changed:
+                while sum(path in n["paths"] for n in self.memory_changed) < count:
+                    await self._changed.wait()
+
+        await asyncio.wait_for(wait(), timeout)
+
     async def request(self, method: str, params: Any, msg_id: Any = None) -> Any:
         return await self.lsp.protocol.send_request_async(method, params, msg_id=msg_id)
 

@@ -1,0 +1,102 @@
+"""Pydantic models of the ACP params agentd accepts, validated at the boundary.
+
+Field names are the wire's (camelCase); a `ValidationError` becomes `-32602`
+naming each bad field (`handlers.validate`). Unknown fields, `_meta` among
+them, are ignored. Imported after `initialize` has been answered.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class AcpModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class AuthenticateParams(AcpModel):
+    method_id: str
+
+
+class NewSessionParams(AcpModel):
+    cwd: str
+    # Accepted and ignored: agentd does not connect to MCP servers (yet).
+    mcp_servers: list[Any] = []
+
+
+class LoadSessionParams(AcpModel):
+    session_id: str
+    cwd: str
+    mcp_servers: list[Any] = []
+
+
+class SessionParams(AcpModel):
+    session_id: str
+
+
+# --- content blocks (ACP `ContentBlock`) --------------------------------------------
+
+
+class TextBlock(AcpModel):
+    type: Literal["text"]
+    text: str
+
+
+class ResourceLinkBlock(AcpModel):
+    type: Literal["resource_link"]
+    uri: str
+    name: str | None = None
+
+
+class TextResource(AcpModel):
+    uri: str
+    text: str
+    mime_type: str | None = None
+
+
+class BlobResource(AcpModel):
+    uri: str
+    blob: str
+    mime_type: str | None = None
+
+
+class ResourceBlock(AcpModel):
+    type: Literal["resource"]
+    resource: TextResource | BlobResource
+
+
+class ImageBlock(AcpModel):
+    type: Literal["image"]
+
+
+class AudioBlock(AcpModel):
+    type: Literal["audio"]
+
+
+ContentBlock = Annotated[
+    TextBlock | ResourceLinkBlock | ResourceBlock | ImageBlock | AudioBlock,
+    Field(discriminator="type"),
+]
+
+
+class PromptParams(AcpModel):
+    session_id: str
+    prompt: list[ContentBlock]
+
+
+# --- extension methods (`_agentd/...`) --------------------------------------------------
+
+
+class WorkspaceParams(AcpModel):
+    """`workspaceRoot` as in the LSP protocol; `cwd` accepted as ACP's name for it."""
+
+    workspace_root: str | None = None
+    cwd: str | None = None
+
+
+class RecallParams(WorkspaceParams):
+    query: str
+    limit: int = Field(default=5, ge=1, le=50)

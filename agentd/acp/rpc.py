@@ -1,0 +1,208 @@
+"""Newline-delimited JSON-RPC 2.0, the wire of the Agent Client Protocol.
+
+Stdlib only: this module is imported before `initialize` is answered, and
+start-up must stay cheap. It knows nothing of ACP's methods.
+
+- `read_lines` splits a byte stream into messages (one JSON value a line),
+  caps a line at `MAX_LINE` and skips the rest of an oversized one, so a bad
+  line never desynchronises the stream.
+- `Connection` writes replies and notifications, and sends the daemon's own
+  requests to the client, matching their responses by id.
+
+Errors, one class with the code it maps to:
+
+    RpcError                 a JSON-RPC error object (code, message, data)
+    ConnectionClosed         the client went away before answering a request
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger("agentd.acp")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# ACP's own codes (schema `ErrorCode`).
+AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
+REQUEST_CANCELLED = -32800
+# agentd's, shared with the LSP front end.
+SESSION_BUSY = -32003
+
+MAX_LINE = 256 * 1024 * 1024
+READ_SIZE = 64 * 1024
+
+ReadFn = Callable[[int], Awaitable[bytes]]
+
+
+class RpcError(Exception):
+    """An error reply, sent to the client or received from it."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+class ConnectionClosed(RpcError):
+    def __init__(self) -> None:
+        super().__init__(INTERNAL_ERROR, "the client closed the connection")
+
+
+async def read_lines(read: ReadFn) -> AsyncIterator[bytes | None]:
+    """Yield each non-blank line; `None` for a line that was over `MAX_LINE`."""
+    buf = bytearray()
+    scanned = 0
+    skipping = False
+    while True:
+        chunk = await read(READ_SIZE)
+        if not chunk:
+            if buf.strip() and not skipping:
+                yield bytes(buf)
+            return
+        buf += chunk
+        while True:
+            nl = buf.find(b"\n", scanned)
+            if nl < 0:
+                scanned = len(buf)
+                break
+            line = bytes(buf[:nl])
+            del buf[: nl + 1]
+            scanned = 0
+            if skipping:
+                skipping = False
+                continue
+            if line.strip():
+                yield line
+        if len(buf) > MAX_LINE:
+            # Refuse before the buffer grows further; the line's rest is dropped.
+            log.error("a message longer than %d bytes was dropped", MAX_LINE)
+            buf.clear()
+            scanned = 0
+            if not skipping:
+                skipping = True
+                yield None
+
+
+class Connection:
+    """One JSON-RPC peer over a byte writer (the daemon's stdout)."""
+
+    def __init__(self, write: Callable[[bytes], None]) -> None:
+        self._write = write
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self.closed = False
+
+    # --- sending -------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        self._write(data.encode("utf-8") + b"\n")
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def respond(self, msg_id: Any, result: Any) -> None:
+        self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    def respond_error(self, msg_id: Any, error: RpcError) -> None:
+        self.send({"jsonrpc": "2.0", "id": msg_id, "error": error.to_json()})
+
+    def start_request(self, method: str, params: Any) -> asyncio.Future[Any]:
+        """Send a request to the client; the future gets its result or an `RpcError`.
+
+        The future stays registered until the client answers (or the
+        connection closes), even if the caller stops waiting for it: a late
+        answer then finds its future instead of an unknown id.
+        """
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            fut.set_exception(ConnectionClosed())
+        else:
+            msg_id = self._next_id
+            self._next_id += 1
+            self._pending[msg_id] = fut
+            self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        # Nobody may be left awaiting it (abandoned on cancel): mark errors retrieved.
+        fut.add_done_callback(_retrieve)
+        return fut
+
+    # --- receiving -----------------------------------------------------------------
+
+    def on_response(self, message: dict[str, Any]) -> None:
+        msg_id = message.get("id")
+        fut = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if fut is None:
+            log.info("response for unknown request id %r ignored", msg_id)
+            return
+        if fut.done():
+            return
+        error = message.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            fut.set_exception(
+                RpcError(
+                    code if isinstance(code, int) else INTERNAL_ERROR,
+                    str(error.get("message", "error")),
+                    error.get("data"),
+                )
+            )
+        else:
+            fut.set_result(message.get("result"))
+
+    def close(self) -> None:
+        self.closed = True
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosed())
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def parse_message(line: bytes) -> tuple[dict[str, Any] | None, RpcError | None, Any]:
+    """A line -> (message, None, None), or (None, the error to answer, the id to answer it with).
+
+    The id of an invalid message is echoed when it is itself valid, else `null`.
+    """
+    try:
+        data = json.loads(line)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, RpcError(PARSE_ERROR, f"Parse error: {exc}"), None
+    if not isinstance(data, dict):
+        return None, _invalid("a message must be a JSON object"), None
+    msg_id = data.get("id")
+    if isinstance(msg_id, bool) or not (msg_id is None or isinstance(msg_id, str | int)):
+        return None, _invalid('"id" must be a string or an integer'), None
+    if data.get("jsonrpc") != "2.0":
+        return None, _invalid('"jsonrpc" must be "2.0"'), msg_id
+    method = data.get("method")
+    if method is not None and not isinstance(method, str):
+        return None, _invalid('"method" must be a string'), msg_id
+    if method is None and "id" not in data:
+        return None, _invalid("neither a request, a notification nor a response"), None
+    return data, None, None
+
+
+def _invalid(why: str) -> RpcError:
+    return RpcError(INVALID_REQUEST, f"Invalid request: {why}")

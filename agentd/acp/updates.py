@@ -1,0 +1,197 @@
+"""Core `Update`s -> ACP messages, built as plain dicts (the streaming hot path).
+
+One function, `to_acp`, decides what a core event looks like on the ACP
+wire; a prompt's live updates and `session/load`'s replay both go through it.
+Golden files in `tests/acp/golden/` pin the shapes, and a test validates them
+against the published ACP JSON Schema.
+
+| core event                  | ACP                                                            |
+| --------------------------- | -------------------------------------------------------------- |
+| MessageChunk                | `session/update` `agent_message_chunk`                         |
+| ThoughtChunk                | `session/update` `agent_thought_chunk`                         |
+| UserMessage (replay)        | `session/update` `user_message_chunk`                          |
+| ToolCallStarted             | `session/update` `tool_call`, status `pending`                 |
+| ToolCallUpdate running      | `tool_call_update` `in_progress`                               |
+| ToolCallUpdate completed    | `tool_call_update` `completed` + content                       |
+| ToolCallUpdate failed       | `tool_call_update` `failed` + content                          |
+| ToolCallUpdate cancelled    | `tool_call_update` `failed` (ACP v1 has no cancelled status)   |
+| MemoryDelivered             | `_agentd/memory` notification (extension)                      |
+| UsageReport                 | nothing (summed into the prompt result's `_meta.agentd.usage`) |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from agentd.agent.events import (
+    MemoryDelivered,
+    MessageChunk,
+    ThoughtChunk,
+    ToolCallStarted,
+    ToolCallUpdate,
+    Update,
+    UsageReport,
+    UserMessage,
+)
+from agentd.agent.messages import (
+    Message,
+    ReminderPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+SESSION_UPDATE = "session/update"
+MEMORY_NOTIFICATION = "_agentd/memory"
+
+TOOL_KINDS = {
+    "read_file": "read",
+    "list_dir": "read",
+    "search": "search",
+    "edit_file": "edit",
+    "write_file": "edit",
+    "run_command": "execute",
+}
+CANCELLED_TEXT = "Cancelled."
+_STATUS = {"running": "in_progress", "completed": "completed", "failed": "failed"}
+
+Message_ = tuple[str, dict[str, Any]]
+
+
+def tool_kind(name: str) -> str:
+    return TOOL_KINDS.get(name, "other")
+
+
+def tool_title(name: str, args: Mapping[str, Any]) -> str:
+    """A short human title for a tool call (the chat panel's row)."""
+    path = args.get("path")
+    where = path if isinstance(path, str) and path else "."
+    if name == "read_file":
+        return f"Read {where}"
+    if name == "list_dir":
+        return f"List {where}"
+    if name == "search":
+        return f"Search for {str(args.get('query', ''))[:80]!r} in {where}"
+    if name == "edit_file":
+        return f"Edit {where}"
+    if name == "write_file":
+        return f"Write {where}"
+    if name == "run_command":
+        return f"Run `{str(args.get('command', ''))[:200]}`"
+    return name
+
+
+def tool_locations(name: str, args: Mapping[str, Any], root: Path) -> list[dict[str, Any]]:
+    """The files a call touches, as absolute paths (for the editor's follow-along)."""
+    path = args.get("path")
+    if name == "run_command" or not isinstance(path, str) or not path or "\x00" in path:
+        return []
+    full = os.path.normpath(os.path.join(root, path))
+    out: dict[str, Any] = {"path": full}
+    offset = args.get("offset")
+    if name == "read_file" and isinstance(offset, int) and not isinstance(offset, bool):
+        out["line"] = max(1, offset)
+    return [out]
+
+
+def text_content(text: str) -> list[dict[str, Any]]:
+    return [{"type": "content", "content": {"type": "text", "text": text}}]
+
+
+def to_acp(
+    session_id: str,
+    update: Update,
+    root: Path,
+    display: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> Message_ | None:
+    """One core event -> (method, params), or None when ACP has nothing for it.
+
+    `display` holds richer content a client tool already showed for a call
+    (a diff, an embedded terminal); the final update keeps it instead of
+    replacing it with the text the model sees.
+    """
+    if isinstance(update, MessageChunk):
+        return _chunk(session_id, "agent_message_chunk", update.text)
+    if isinstance(update, ThoughtChunk):
+        return _chunk(session_id, "agent_thought_chunk", update.text)
+    if isinstance(update, UserMessage):
+        return _chunk(session_id, "user_message_chunk", update.text)
+    if isinstance(update, ToolCallStarted):
+        body: dict[str, Any] = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": update.tool_call_id,
+            "title": tool_title(update.name, update.arguments),
+            "kind": tool_kind(update.name),
+            "status": "pending",
+            "rawInput": update.arguments,
+        }
+        locations = tool_locations(update.name, update.arguments, root)
+        if locations:
+            body["locations"] = locations
+        body["_meta"] = {"agentd": {"tool": update.name, "executor": update.executor}}
+        return SESSION_UPDATE, {"sessionId": session_id, "update": body}
+    if isinstance(update, ToolCallUpdate):
+        return SESSION_UPDATE, {"sessionId": session_id, "update": _tool_update(update, display)}
+    if isinstance(update, MemoryDelivered):
+        return MEMORY_NOTIFICATION, {
+            "sessionId": session_id,
+            "point": update.point,
+            "tier": update.tier,
+            "docs": list(update.docs),
+        }
+    if isinstance(update, UsageReport):
+        return None
+    raise TypeError(f"unknown update {update!r}")
+
+
+def _chunk(session_id: str, kind: str, text: str) -> Message_:
+    return SESSION_UPDATE, {
+        "sessionId": session_id,
+        "update": {"sessionUpdate": kind, "content": {"type": "text", "text": text}},
+    }
+
+
+def _tool_update(
+    update: ToolCallUpdate, display: Mapping[str, list[dict[str, Any]]] | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": update.tool_call_id}
+    if update.status == "cancelled":
+        body["status"] = "failed"
+        body["content"] = text_content(CANCELLED_TEXT)
+        body["_meta"] = {"agentd": {"cancelled": True}}
+        return body
+    body["status"] = _STATUS[update.status]
+    shown = display.get(update.tool_call_id) if display is not None else None
+    if update.status == "completed" and shown:
+        body["content"] = shown
+        body["rawOutput"] = update.content
+    elif update.content is not None:
+        body["content"] = text_content(update.content)
+    return body
+
+
+def replay(history: list[Message], client_tools: set[str]) -> Iterator[Update]:
+    """A stored history as the core events a live prompt would have sent.
+
+    Reminders (memory, instructions) are the harness's, not the user's words,
+    and are not replayed.
+    """
+    for message in history:
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                yield UserMessage(part.text) if message.role == "user" else MessageChunk(part.text)
+            elif isinstance(part, ThinkingPart):
+                yield ThoughtChunk(part.text)
+            elif isinstance(part, ToolCallPart):
+                call = part.call
+                executor = "client" if call.name in client_tools else "daemon"
+                yield ToolCallStarted(call.id, call.name, call.arguments, executor)
+            elif isinstance(part, ToolResultPart):
+                status = "failed" if part.is_error else "completed"
+                yield ToolCallUpdate(part.tool_call_id, status, part.content)
+            else:
+                assert isinstance(part, ReminderPart)

@@ -1,0 +1,216 @@
+"""Memory store benchmark: index build, recall latency, edit-to-recall latency, RSS.
+
+    python bench/memory_bench.py [--sizes 100,1000,10000] [--queries 300] [--edits 50]
+
+Each size runs in its own process (so RSS is that size's alone) on generated
+topic files in a temp folder: English technical notes with identifiers and
+numbers, about a tenth in Chinese, Japanese or Korean. Recall goes through
+``ProjectMemory.recall`` (the path a prompt uses); edits go through the real
+watcher (watchfiles, debounce 50 ms) and are timed from the write until a
+recall returns the edited doc. Prints JSON, then a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentd.memory import ProjectMemory  # noqa: E402
+
+WORDS = """
+deploy rollout canary rollback release pipeline build cache redis postgres schema migration index
+query latency throughput timeout retry backoff circuit breaker queue kafka consumer producer offset
+partition replica leader election lock mutex thread async await cancel scope task supervisor
+logging metrics tracing span grafana dashboard alert oncall pager incident postmortem runbook
+config secret vault token credential auth login session cookie oauth scope permission role policy
+test fixture mock fake pytest vitest coverage flaky snapshot golden benchmark profile memory leak
+heap stack garbage collector allocation buffer stream socket http grpc websocket header payload
+json yaml toml parser lexer token grammar compiler linker module package dependency version pin
+docker image container kubernetes pod node cluster ingress service mesh proxy gateway loadbalancer
+frontend backend api endpoint route handler middleware request response status error exception
+review commit branch merge rebase conflict hook lint format style naming convention refactor
+editor buffer cursor selection diagnostic completion hover rename workspace folder watcher debounce
+user preference concise answer verbose summary explanation feedback reference project team owner
+""".split()
+CJK_DOCS = [
+    ("部署流程", "发布检查清单", "上线前确认监控和回滚开关。灰度发布后观察错误率。"),
+    ("接口延迟排查", "API 性能看板", "记录服务响应时间和告警入口。"),
+    ("認証設定ガイド", "ユーザーログイン構成", "セッション設定の確認手順。トークンの有効期限。"),
+    ("レビュー方針", "コードレビューの基準", "小さな変更に分割する。テストを必ず追加する。"),
+    ("배포 절차", "릴리스 체크리스트", "운영 반영 전에 모니터링을 확인한다."),
+    ("성능 목표", "분기 성능 지표", "콜드 스타트 시간을 줄인다."),
+]
+TYPES = ("user", "feedback", "project", "reference")
+
+
+def zipf_words(rng: random.Random, n: int) -> list[str]:
+    # Rank-weighted choice approximates the skew of real prose.
+    weights = [1.0 / (i + 1) ** 0.8 for i in range(len(WORDS))]
+    return rng.choices(WORDS, weights=weights, k=n)
+
+
+def make_doc(rng: random.Random, i: int) -> tuple[str, str, str, str]:
+    if i % 10 == 9:
+        title, desc, body = CJK_DOCS[i % len(CJK_DOCS)]
+        return f"{title} {i}", desc, body * rng.randint(1, 6), rng.choice(TYPES)
+    title = " ".join(w.capitalize() for w in zipf_words(rng, rng.randint(2, 4)))
+    desc = " ".join(zipf_words(rng, rng.randint(4, 9)))
+    lines = []
+    for _ in range(rng.randint(2, 12)):
+        words = zipf_words(rng, rng.randint(6, 18))
+        if rng.random() < 0.4:
+            words.append(f"`{rng.choice(WORDS)}_{rng.choice(WORDS)}()`")
+        if rng.random() < 0.3:
+            words.append(f"svc{rng.randint(1, 400)}")
+        if rng.random() < 0.2:
+            words.append(f"{rng.randint(1, 999)}ms")
+        lines.append("- " + " ".join(words) + ".")
+    return title, desc, "\n".join(lines), rng.choice(TYPES)
+
+
+def write_doc(folder: Path, i: int, doc: tuple[str, str, str, str]) -> None:
+    title, desc, body, kind = doc
+    text = f"---\nname: {title}\ndescription: {desc}\ntype: {kind}\n---\n{body}\n"
+    (folder / f"topic-{i:05d}.md").write_text(text, encoding="utf-8")
+
+
+def make_queries(rng: random.Random, n: int, size: int) -> list[str]:
+    queries = []
+    for k in range(n):
+        roll = k % 10
+        if roll < 6:
+            queries.append(" ".join(zipf_words(rng, rng.randint(2, 5))))
+        elif roll < 7:
+            queries.append(f"why does svc{rng.randint(1, 400)} time out")
+        elif roll < 8:
+            queries.append(rng.choice(["部署 回滚", "ログイン 設定", "배포 절차", "接口延迟", "レビュー"]))
+        elif roll < 9:
+            queries.append("how do I " + " ".join(zipf_words(rng, 8)) + " in the new module?")
+        else:
+            queries.append(rng.choice(["quantum entanglement", "weather tomorrow", "部", "zebra"]))
+    return queries
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
+    rng = random.Random(size)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ws = root / "ws"
+        ws.mkdir()
+        folder = root / "memory"
+        folder.mkdir()
+        for i in range(size):
+            write_doc(folder, i, make_doc(rng, i))
+        rss_before = rss_kib()
+        memory = ProjectMemory(ws, directory=folder, watch=True)
+        t0 = time.perf_counter()
+        await memory.start()
+        build_s = time.perf_counter() - t0
+        rss_after = rss_kib()
+        try:
+            queries = make_queries(rng, n_queries, size)
+            for q in queries[:20]:  # warm caches (stemmer, allocator)
+                memory.recall(q)
+            latencies = []
+            hits = 0
+            for q in queries:
+                t = time.perf_counter()
+                result = memory.recall(q)
+                latencies.append((time.perf_counter() - t) * 1000)
+                hits += bool(result.docs)
+            edit_ms = []
+            for e in range(n_edits):
+                i = rng.randrange(size)
+                token = f"editmarker{e}x{rng.randrange(10**6)}"
+                title, desc, body, kind = make_doc(rng, i)
+                target = f"topic-{i:05d}.md"
+                t = time.perf_counter()
+                write_doc(folder, i, (title, desc, body + f"\n{token}", kind))
+                while [d.path.name for d in memory.recall(token).docs] != [target]:
+                    await asyncio.wait_for(
+                        memory.wait_indexed_generation(memory.generation + 1), 10
+                    )
+                edit_ms.append((time.perf_counter() - t) * 1000)
+        finally:
+            await memory.aclose()
+    return {
+        "docs": size,
+        "index_build_s": round(build_s, 3),
+        "recall_p50_ms": round(pct(latencies, 0.5), 3),
+        "recall_p99_ms": round(pct(latencies, 0.99), 3),
+        "recall_max_ms": round(max(latencies), 3),
+        "queries": len(latencies),
+        "queries_with_results": hits,
+        "edit_visible_p50_ms": round(pct(edit_ms, 0.5), 1),
+        "edit_visible_p99_ms": round(pct(edit_ms, 0.99), 1),
+        "edits": len(edit_ms),
+        "rss_mib": round(rss_after / 1024, 1),
+        "rss_index_delta_mib": round((rss_after - rss_before) / 1024, 1),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| docs | index build | recall p50 | recall p99 | edit->recall p50 | edit->recall p99 "
+        "| RSS (index delta) |\n| --- | --- | --- | --- | --- | --- | --- |"
+    )
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['docs']:,} | {r['index_build_s']:.2f} s | {r['recall_p50_ms']:.3f} ms | "
+            f"{r['recall_p99_ms']:.3f} ms | {r['edit_visible_p50_ms']:.1f} ms | "
+            f"{r['edit_visible_p99_ms']:.1f} ms | {r['rss_mib']} MiB "
+            f"(+{r['rss_index_delta_mib']} MiB) |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--edits", type=int, default=50)
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one is not None:
+        print(json.dumps(asyncio.run(run_size(args.one, args.queries, args.edits))))
+        return 0
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", str(size), "--queries", str(args.queries),
+             "--edits", str(args.edits)],
+            check=True, capture_output=True, text=True,
+        )
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(json.dumps(rows, indent=2))
+    print()
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

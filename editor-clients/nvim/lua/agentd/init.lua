@@ -1,0 +1,768 @@
+-- agentd for Neovim: one daemon per project root, spoken to through the
+-- built-in LSP client (docs/protocol.md in the agentd repository is the wire
+-- contract). The daemon is started with attach = false: it serves no buffer,
+-- it runs agent turns whose progress this module renders in `agentd://chat`.
+local api = vim.api
+local chat = require('agentd.chat')
+local tools = require('agentd.tools')
+
+local M = {}
+
+--- The protocol version this plugin speaks (initialize result:
+--- capabilities.experimental.agentd.protocolVersion).
+M.PROTOCOL_VERSION = 1
+
+local ERR = {
+  unknown_session = -32001,
+  busy = -32003,
+  cancelled = -32800,
+}
+
+local defaults = {
+  -- Client tools run without asking when listed here: true (all), a table
+  -- {edit_file = true, run_command = false} (false refuses without asking),
+  -- or a function(name, args) returning true, false or nil (nil: ask).
+  auto_approve = {},
+  -- function(name, args, question, callback(yes)) replacing the default
+  -- vim.ui.select Yes/No question.
+  confirm = nil,
+  -- Write a buffer to disk after edit_file/write_file changed it. Off by
+  -- default: the change stays in the buffer, to review and undo, until :w.
+  save_after_edit = false,
+  -- Show the chat buffer when a prompt is asked, with this Ex command.
+  open_chat = true,
+  chat_position = 'botright vsplit',
+  -- run_command: argv prefix the command is appended to, and time limit (ms).
+  shell = { 'sh', '-c' },
+  command_timeout = 120000,
+  -- After :AgentdCancel the next prompt waits for the daemon's cancel
+  -- acknowledgement; past this (ms) it is sent anyway (a busy answer is retried).
+  cancel_ack_timeout = 5000,
+}
+
+M.config = vim.deepcopy(defaults)
+
+---@param opts table|nil see `defaults` above and :h agentd-config
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
+  -- tbl_deep_extend merges tables; a user's auto_approve replaces ours whole.
+  if opts and opts.auto_approve ~= nil then
+    M.config.auto_approve = opts.auto_approve
+  end
+end
+
+---@class agentd.Turn
+---@field prompt string|table
+---@field r table chat render state
+---@field calls table<string, table> tool calls by id
+---@field procs vim.SystemObj[] commands to kill on cancel
+---@field request_id integer?
+---@field client_id integer?
+---@field cancelled boolean?
+
+---@class agentd.Project
+---@field root string
+---@field client_id integer?
+---@field session_id string?
+---@field turn agentd.Turn?
+---@field ready function[] waiting for the client's initialize
+---@field session_waiters function[]?
+---@field blockers table<string, boolean> a cancel or reset the daemon has not finished yet
+---@field after function[] prompts waiting for the blockers
+---@field last_stop string?
+
+---@type table<string, agentd.Project>
+local projects = {}
+---@type table<string, agentd.Project>
+local by_session = {}
+local last_root ---@type string?
+
+local function notify(msg, level)
+  vim.notify('agentd: ' .. msg, level or vim.log.levels.INFO)
+end
+
+local function errmsg(err)
+  if type(err) == 'table' then
+    return ('%s (%s)'):format(err.message or vim.inspect(err), tostring(err.code))
+  end
+  return tostring(err)
+end
+
+local function resolved_config()
+  local cfg = vim.lsp.config.agentd
+  if not cfg or not cfg.cmd then
+    error('no agentd LSP config: is the plugin on runtimepath (lsp/agentd.lua)?', 0)
+  end
+  return cfg
+end
+
+--- The project root for the current buffer: the nearest directory with a
+--- root marker, else the current directory. From a non-file buffer (the
+--- chat itself, a terminal) the last project used is kept.
+function M.root()
+  local name = api.nvim_buf_get_name(0)
+  local source
+  if vim.bo.buftype == '' and name ~= '' then
+    source = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ':p')))
+  elseif last_root then
+    return last_root
+  else
+    source = vim.fn.getcwd()
+  end
+  local ok, cfg = pcall(resolved_config)
+  local markers = ok and cfg.root_markers or { '.git' }
+  local root = vim.fs.root(source, markers) or vim.fn.getcwd()
+  return vim.uv.fs_realpath(root) or root
+end
+
+---@return agentd.Project
+local function project(root)
+  root = vim.uv.fs_realpath(root) or root
+  local p = projects[root]
+  if not p then
+    p = { root = root, ready = {}, blockers = {}, after = {} }
+    projects[root] = p
+  end
+  return p
+end
+
+local function header(p)
+  return '# agentd · ' .. p.root
+end
+
+local function client_of(p)
+  local c = p.client_id and vim.lsp.get_client_by_id(p.client_id)
+  if c and not c:is_stopped() then
+    return c
+  end
+end
+
+--- Run the prompts that waited for a cancel or reset to finish.
+local function unblock(p, key)
+  p.blockers[key] = nil
+  if next(p.blockers) then
+    return
+  end
+  local after = p.after
+  p.after = {}
+  for _, fn in ipairs(after) do
+    fn()
+  end
+end
+
+local function forget_session(p)
+  if p.session_id then
+    by_session[p.session_id] = nil
+  end
+  p.session_id = nil
+end
+
+local function end_turn(p, turn, label)
+  if p.turn == turn then
+    p.turn = nil
+  end
+  p.last_stop = label
+  chat.finish(turn.r, label)
+  api.nvim_exec_autocmds('User', {
+    pattern = 'AgentdTurnDone',
+    modeline = false,
+    data = { root = p.root, stop = label },
+  })
+end
+
+-- --- the client ------------------------------------------------------------------
+
+local function on_exit(p, client_id, code, signal)
+  if p.client_id ~= client_id then
+    return
+  end
+  p.client_id = nil
+  forget_session(p) -- sessions live in the daemon's memory
+  p.blockers = {}
+  p.cancel_wait = nil
+  local reason = ('agentd exited (code %d%s)'):format(code, signal ~= 0 and (', signal ' .. signal) or '')
+  local ready = p.ready
+  p.ready = {}
+  for _, fn in ipairs(ready) do
+    fn(nil, reason .. ' before it was ready; see :LspLog')
+  end
+  if p.turn then
+    end_turn(p, p.turn, reason)
+  end
+  unblock(p, '-')
+end
+
+local function start(p)
+  local config = vim.deepcopy(resolved_config())
+  config.name = 'agentd'
+  config.root_dir = p.root
+  -- Our handlers win for our methods; a user's handlers for others stay.
+  config.handlers = vim.tbl_extend('force', config.handlers or {}, M.handlers)
+  local user_init = vim._ensure_list(config.on_init)
+  config.on_init = function(client, result)
+    for _, fn in ipairs(user_init) do
+      fn(client, result)
+    end
+    local ready = p.ready
+    p.ready = {}
+    for _, fn in ipairs(ready) do
+      fn(client)
+    end
+  end
+  local user_exit = vim._ensure_list(config.on_exit)
+  config.on_exit = function(code, signal, client_id)
+    for _, fn in ipairs(user_exit) do
+      fn(code, signal, client_id)
+    end
+    -- Process exit is reported from a libuv callback: API calls must wait.
+    vim.schedule(function()
+      on_exit(p, client_id, code, signal)
+    end)
+  end
+  return vim.lsp.start(config, {
+    attach = false,
+    reuse_client = function(client, cfg)
+      return client.name == cfg.name and client.root_dir == cfg.root_dir and not client:is_stopped()
+    end,
+  })
+end
+
+--- Call fn(client) once the project's daemon is initialized (started if
+--- needed), or fn(nil, reason).
+local function with_client(p, fn)
+  local c = client_of(p)
+  if not c then
+    local ok, id = pcall(start, p)
+    if not ok or not id then
+      local cmd = (select(2, pcall(resolved_config)) or {}).cmd
+      return fn(nil, ('could not start %s: %s'):format(
+        type(cmd) == 'table' and table.concat(cmd, ' ') or 'agentd',
+        ok and 'see :checkhealth agentd' or tostring(id)
+      ))
+    end
+    p.client_id = id
+    c = vim.lsp.get_client_by_id(id)
+    if not c then
+      return fn(nil, 'the agentd client vanished at start')
+    end
+  end
+  if c.initialized then
+    return fn(c)
+  end
+  table.insert(p.ready, fn)
+end
+
+--- Call fn(client, sessionId) with the project's session (made on first use).
+local function with_session(p, fn)
+  with_client(p, function(c, err)
+    if not c then
+      return fn(nil, nil, err)
+    end
+    if p.session_id then
+      return fn(c, p.session_id)
+    end
+    if p.session_waiters then
+      table.insert(p.session_waiters, fn)
+      return
+    end
+    p.session_waiters = { fn }
+    c:request('agent/newSession', { workspaceRoot = p.root }, function(e, res)
+      local waiters = p.session_waiters or {}
+      p.session_waiters = nil
+      if e or type(res) ~= 'table' or not res.sessionId then
+        for _, w in ipairs(waiters) do
+          w(nil, nil, 'agent/newSession failed: ' .. errmsg(e or 'no sessionId'))
+        end
+        return
+      end
+      p.session_id = res.sessionId
+      by_session[res.sessionId] = p
+      for _, w in ipairs(waiters) do
+        w(c, res.sessionId)
+      end
+    end, chat.buf())
+  end)
+end
+
+-- --- rendering updates ---------------------------------------------------------
+
+local function tool_line(call)
+  local where = call.executor == 'client' and ' · editor' or ''
+  return ('- tool **%s** %s%s — %s'):format(call.name, call.summary, where, call.status)
+end
+
+local function set_call_status(call, status)
+  call.status = status
+  chat.set_line(call.key, tool_line(call))
+end
+
+local function first_line(text)
+  text = tostring(text or ''):gsub('^%s+', '')
+  local line = text:match('^[^\n]*') or ''
+  return #line > 100 and line:sub(1, 97) .. '...' or line
+end
+
+local function run_client_tool(p, turn, c, sid, call, args)
+  local ctx = {
+    root = p.root,
+    config = M.config,
+    cancelled = function()
+      return turn.cancelled == true or p.turn ~= turn
+    end,
+    on_process = function(proc)
+      table.insert(turn.procs, proc)
+    end,
+  }
+  tools.run(ctx, call.name, args, function(status)
+    if not call.final then
+      set_call_status(call, status)
+    end
+  end, function(status, text, is_error)
+    call.final = true
+    local shown = status
+    if is_error and status ~= 'cancelled' then
+      shown = status .. ': ' .. first_line(text)
+    end
+    set_call_status(call, shown)
+    if ctx.cancelled() then
+      return -- the daemon withdrew the call; a result would be ignored
+    end
+    c:notify('agent/toolResult', {
+      sessionId = sid,
+      toolCallId = call.id,
+      content = text,
+      isError = is_error and true or false,
+    })
+  end)
+end
+
+local function on_update(p, turn, u)
+  local kind = u.kind
+  if kind == 'message_chunk' then
+    chat.text(turn.r, u.text or '')
+  elseif kind == 'thought_chunk' then
+    chat.thought(turn.r, u.text or '')
+  elseif kind == 'tool_call' then
+    local call = {
+      id = u.toolCallId,
+      name = u.name or '?',
+      executor = u.executor,
+      summary = tools.summary(u.name, u.arguments),
+      status = u.executor == 'client' and 'pending' or 'running',
+    }
+    call.key = chat.line(turn.r, tool_line(call))
+    turn.calls[call.id] = call
+    if u.executor == 'client' then
+      local c = client_of(p)
+      if c then
+        run_client_tool(p, turn, c, p.session_id, call, u.arguments)
+      end
+    end
+  elseif kind == 'tool_call_update' then
+    local call = turn.calls[u.toolCallId]
+    -- For the editor's own tools the status it shows is the better one
+    -- ("declined", "failed: ..."); only a cancel from the daemon overrides it.
+    if call and (call.executor ~= 'client' or u.status == 'cancelled') then
+      local status = u.status or '?'
+      if status == 'failed' and u.content then
+        status = status .. ': ' .. first_line(u.content)
+      end
+      call.final = u.status ~= 'running'
+      set_call_status(call, status)
+    end
+  elseif kind == 'memory' then
+    local names = {}
+    for _, path in ipairs(u.docs or {}) do
+      names[#names + 1] = vim.fs.basename(path)
+    end
+    chat.line(turn.r, ('- memory (%s, %s): %s'):format(u.point or '?', u.tier or '?', table.concat(names, ', ')))
+  elseif kind == 'usage' then
+    turn.usage = u
+  end
+end
+
+M.handlers = {
+  ['agent/update'] = function(_, params)
+    if type(params) ~= 'table' or type(params.update) ~= 'table' then
+      return
+    end
+    local p = by_session[params.sessionId]
+    local turn = p and p.turn
+    -- No live turn (or one not sent yet): the update belongs to a prompt
+    -- this editor already cancelled, which the daemon is still winding down.
+    if not turn or turn.cancelled or not turn.request_id then
+      return
+    end
+    on_update(p, turn, params.update)
+  end,
+  -- The memory index changed (an edit, an extraction): refresh the listing
+  -- if it is shown, so it never goes stale.
+  ['memory/changed'] = function(_, params)
+    local buf = vim.fn.bufnr('^agentd://memory$')
+    if buf > 0 and type(params) == 'table' and vim.b[buf].agentd_root == params.workspaceRoot then
+      M.memory({ root = params.workspaceRoot, refresh = true })
+    end
+  end,
+}
+
+-- A cancelled request's -32800 reply never reaches a handler (Neovim's RPC
+-- layer drops it) but it does end the request, which LspRequest reports:
+-- that is when the daemon has finished the cancelled prompt.
+api.nvim_create_autocmd('LspRequest', {
+  group = api.nvim_create_augroup('agentd.requests', { clear = true }),
+  callback = function(ev)
+    local d = ev.data or {}
+    if not d.request or d.request.type ~= 'complete' then
+      return
+    end
+    for _, p in pairs(projects) do
+      local b = p.cancel_wait
+      if b and b.request_id == d.request_id and b.client_id == d.client_id then
+        p.cancel_wait = nil
+        unblock(p, 'cancel')
+      end
+    end
+  end,
+})
+
+-- --- turns -------------------------------------------------------------------------
+
+local function send_prompt(p, turn, c, sid)
+  local ok, id = c:request('agent/prompt', { sessionId = sid, prompt = turn.prompt }, function(err, result)
+    if p.turn ~= turn then
+      return -- a cancelled turn whose answer raced the cancel
+    end
+    if err then
+      if err.code == ERR.busy and vim.uv.now() - turn.started < M.config.cancel_ack_timeout * 2 then
+        -- The daemon is still finishing a prompt we cancelled (its
+        -- acknowledgement did not come in time): try again shortly.
+        turn.request_id = nil
+        return vim.defer_fn(function()
+          if p.turn == turn and not turn.cancelled then
+            send_prompt(p, turn, c, sid)
+          end
+        end, 100)
+      end
+      if err.code == ERR.unknown_session then
+        forget_session(p) -- the next prompt makes a new one
+      end
+      return end_turn(p, turn, 'error: ' .. errmsg(err))
+    end
+    result = type(result) == 'table' and result or {}
+    local label = tostring(result.stopReason or '?')
+    if type(result.error) == 'table' then
+      label = label .. ': ' .. tostring(result.error.message or result.error.kind)
+    end
+    local usage = result.usage
+    if type(usage) == 'table' and usage.inputTokens then
+      label = ('%s · %d in / %d out tokens'):format(label, usage.inputTokens, usage.outputTokens or 0)
+    end
+    end_turn(p, turn, label)
+  end, chat.buf())
+  if not ok or not id then
+    return end_turn(p, turn, 'error: the agentd client has stopped')
+  end
+  turn.request_id = id
+  turn.client_id = c.id
+end
+
+--- Ask a prompt in the project of the current buffer (or opts.root).
+---@param prompt string|table text, or protocol content blocks
+---@param opts {root?: string}|nil
+---@return agentd.Turn|nil
+function M.ask(prompt, opts)
+  opts = opts or {}
+  if prompt == nil or (type(prompt) == 'string' and vim.trim(prompt) == '') then
+    notify('empty prompt', vim.log.levels.WARN)
+    return
+  end
+  local p = project(opts.root or M.root())
+  last_root = p.root
+  if M.config.open_chat then
+    chat.open(M.config.chat_position)
+  end
+  if p.turn then
+    notify('a prompt is still running (:AgentdCancel stops it)', vim.log.levels.WARN)
+    return
+  end
+  if vim.trim(chat.content()) == '' then
+    chat.clear(header(p))
+  end
+  local shown = type(prompt) == 'string' and prompt or vim.json.encode(prompt)
+  ---@type agentd.Turn
+  local turn = { prompt = prompt, r = chat.begin_turn(shown), calls = {}, procs = {}, started = vim.uv.now() }
+  p.turn = turn
+  local function go()
+    if p.turn ~= turn or turn.cancelled then
+      return
+    end
+    with_session(p, function(c, sid, err)
+      if p.turn ~= turn or turn.cancelled then
+        return
+      end
+      if not c then
+        return end_turn(p, turn, 'error: ' .. tostring(err))
+      end
+      send_prompt(p, turn, c, sid)
+    end)
+  end
+  if next(p.blockers) then
+    table.insert(p.after, go)
+  else
+    go()
+  end
+  return turn
+end
+
+--- Find the project a command is about: opts.root, else the current one,
+--- else (the chat is shared) any project with a running prompt.
+local function target(opts, want_turn)
+  if opts and opts.root then
+    return project(opts.root)
+  end
+  local p = project(M.root())
+  if want_turn and not p.turn then
+    for _, q in pairs(projects) do
+      if q.turn then
+        return q
+      end
+    end
+  end
+  return p
+end
+
+--- Cancel the running prompt. The chat shows it at once; the daemon is told
+--- with $/cancelRequest, and the next prompt waits for its acknowledgement.
+---@return boolean cancelled whether a prompt was running
+function M.cancel(opts)
+  local p = target(opts, true)
+  local turn = p.turn
+  if not turn then
+    notify('no prompt is running')
+    return false
+  end
+  turn.cancelled = true
+  p.turn = nil
+  for _, proc in ipairs(turn.procs) do
+    pcall(proc.kill, proc, 15)
+  end
+  for _, call in pairs(turn.calls) do
+    if not call.final then
+      call.final = true
+      set_call_status(call, 'cancelled')
+    end
+  end
+  local c = turn.client_id and vim.lsp.get_client_by_id(turn.client_id)
+  if c and turn.request_id and not c:is_stopped() then
+    c:cancel_request(turn.request_id)
+    local wait = { request_id = turn.request_id, client_id = c.id }
+    p.cancel_wait = wait
+    p.blockers.cancel = true
+    -- Never wait forever for the acknowledgement (a busy reply is retried).
+    vim.defer_fn(function()
+      if p.cancel_wait == wait then
+        p.cancel_wait = nil
+        unblock(p, 'cancel')
+      end
+    end, M.config.cancel_ack_timeout)
+  end
+  end_turn(p, turn, 'cancelled')
+  return true
+end
+
+--- Start a new session: the next prompt starts without history. The old
+--- session stays in the daemon (persisted, as agent/listSessions shows).
+function M.new_session(opts)
+  local p = target(opts)
+  last_root = p.root
+  if p.turn then
+    M.cancel({ root = p.root })
+  end
+  forget_session(p)
+  chat.clear(header(p) .. ' · new session')
+end
+
+--- Reset the session: the daemon clears its history and counters.
+function M.reset(opts, cb)
+  local p = target(opts)
+  last_root = p.root
+  if p.turn then
+    M.cancel({ root = p.root })
+  end
+  chat.clear(header(p) .. ' · session reset')
+  local c = client_of(p)
+  if not c or not p.session_id then
+    if cb then
+      cb(true)
+    end
+    return
+  end
+  p.blockers.reset = true
+  c:request('agent/resetSession', { sessionId = p.session_id }, function(err)
+    if err then
+      if err.code == ERR.unknown_session then
+        forget_session(p)
+      else
+        notify('reset failed: ' .. errmsg(err), vim.log.levels.ERROR)
+      end
+    end
+    unblock(p, 'reset')
+    if cb then
+      cb(err == nil)
+    end
+  end, chat.buf())
+end
+
+-- --- memory --------------------------------------------------------------------------
+
+local function show_memory(p, res)
+  local buf = vim.fn.bufnr('^agentd://memory$')
+  if buf <= 0 then
+    buf = api.nvim_create_buf(true, true)
+    api.nvim_buf_set_name(buf, 'agentd://memory')
+    vim.bo[buf].buftype = 'nofile'
+    vim.bo[buf].bufhidden = 'hide'
+    vim.bo[buf].swapfile = false
+    vim.bo[buf].filetype = 'markdown'
+    vim.keymap.set('n', '<CR>', function()
+      local path = (vim.b[buf].agentd_paths or {})[tostring(api.nvim_win_get_cursor(0)[1])]
+      if path then
+        vim.cmd.edit(vim.fn.fnameescape(path))
+      end
+    end, { buffer = buf, desc = 'agentd: open the memory file (or folder) under the cursor' })
+  end
+  local lines = {
+    '# agentd memory · ' .. p.root,
+    '',
+    res.directory or '?',
+    '',
+  }
+  -- Keys are strings: a b: variable holding a Lua list with holes would be
+  -- converted to a Vim list and lose rows.
+  local paths = { [tostring(3)] = res.directory }
+  local docs = res.docs or {}
+  if #docs == 0 then
+    lines[#lines + 1] = '(no memories yet)'
+  end
+  for _, d in ipairs(docs) do
+    lines[#lines + 1] = ('- **%s** [%s]%s — %s'):format(
+      d.name or vim.fs.basename(d.path or '?'),
+      d.type or '?',
+      d.team and ' (team)' or '',
+      d.description or ''
+    )
+    paths[tostring(#lines)] = d.path
+  end
+  lines[#lines + 1] = ''
+  lines[#lines + 1] = '<CR> opens the file or the folder under the cursor.'
+  vim.bo[buf].modifiable = true
+  api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  vim.b[buf].agentd_paths = paths
+  vim.b[buf].agentd_root = p.root
+  return buf
+end
+
+--- List the project's memories (memory/list) in `agentd://memory`; with
+--- opts.folder, open the memory folder itself. cb(result|nil, err).
+function M.memory(opts, cb)
+  opts = opts or {}
+  local p = target(opts)
+  with_client(p, function(c, err)
+    if not c then
+      notify(err, vim.log.levels.ERROR)
+      return cb and cb(nil, err)
+    end
+    c:request('memory/list', { workspaceRoot = p.root }, function(e, res)
+      if e or type(res) ~= 'table' then
+        notify('memory/list failed: ' .. errmsg(e), vim.log.levels.ERROR)
+        return cb and cb(nil, e)
+      end
+      local buf = show_memory(p, res)
+      if opts.folder and res.directory then
+        vim.fn.mkdir(res.directory, 'p')
+        vim.cmd.edit(vim.fn.fnameescape(res.directory))
+      elseif not opts.refresh and #vim.fn.win_findbuf(buf) == 0 then
+        vim.cmd('botright split')
+        api.nvim_win_set_buf(0, buf)
+      end
+      if cb then
+        cb(res)
+      end
+    end, chat.buf())
+  end)
+end
+
+local function format_status(p, res, c)
+  local lines = { 'agentd · ' .. p.root }
+  local caps = c and vim.tbl_get(c.server_capabilities or {}, 'experimental', 'agentd') or {}
+  lines[#lines + 1] = ('daemon %s, protocol %s, session %s'):format(
+    tostring(caps.version or '?'),
+    tostring(caps.protocolVersion or '?'),
+    p.session_id or 'none yet'
+  )
+  lines[#lines + 1] = ('memory: %s (%s docs, watcher %s)'):format(
+    tostring(res.directory),
+    tostring(res.docCount),
+    type(res.watcher) == 'table' and vim.json.encode(res.watcher) or tostring(res.watcher)
+  )
+  local ex = type(res.extraction) == 'table' and res.extraction or {}
+  lines[#lines + 1] = ('extraction: %s%s, last run %s%s'):format(
+    tostring(ex.state or '?'),
+    ex.trailingPending and ' (a run is pending)' or '',
+    ex.lastRunAt ~= nil and ex.lastRunAt ~= vim.NIL and tostring(ex.lastRunAt) or 'never',
+    ex.lastError ~= nil and ex.lastError ~= vim.NIL and (', last error: ' .. tostring(ex.lastError)) or ''
+  )
+  if res.deliveries ~= nil then
+    lines[#lines + 1] = 'deliveries: ' .. vim.json.encode(res.deliveries)
+  end
+  for _, pr in ipairs(res.problems or {}) do
+    lines[#lines + 1] = ('problem: %s: %s'):format(tostring(pr.path), tostring(pr.problem))
+  end
+  return lines
+end
+
+--- Show memory/status for the project. cb(result|nil, err, lines).
+function M.status(opts, cb)
+  local p = target(opts)
+  with_client(p, function(c, err)
+    if not c then
+      notify(err, vim.log.levels.ERROR)
+      return cb and cb(nil, err)
+    end
+    c:request('memory/status', { workspaceRoot = p.root }, function(e, res)
+      if e or type(res) ~= 'table' then
+        notify('memory/status failed: ' .. errmsg(e), vim.log.levels.ERROR)
+        return cb and cb(nil, e)
+      end
+      local lines = format_status(p, res, c)
+      notify(table.concat(lines, '\n'))
+      if cb then
+        cb(res, nil, lines)
+      end
+    end, chat.buf())
+  end)
+end
+
+--- What the plugin knows, for tests and :checkhealth.
+function M.info(root)
+  local p = root and projects[vim.uv.fs_realpath(root) or root]
+  if not p then
+    return nil
+  end
+  return {
+    root = p.root,
+    client_id = p.client_id,
+    session_id = p.session_id,
+    running = p.turn ~= nil,
+    request_id = p.turn and p.turn.request_id,
+    waiting = next(p.blockers) ~= nil,
+    last_stop = p.last_stop,
+  }
+end
+
+function M.open_chat()
+  chat.open(M.config.chat_position)
+end
+
+return M

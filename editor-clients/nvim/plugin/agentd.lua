@@ -1,0 +1,53 @@
+-- User commands of agentd. The work is in lua/agentd, loaded on first use so
+-- that startup costs nothing.
+if vim.g.loaded_agentd then
+  return
+end
+vim.g.loaded_agentd = true
+
+if vim.fn.has('nvim-0.11') == 0 then
+  -- vim.lsp.config, client:request returning the id, and start(..., {attach=false}) are 0.11.
+  vim.notify_once('agentd: Neovim 0.11 or newer is needed', vim.log.levels.WARN)
+  return
+end
+
+local function agentd()
+  return require('agentd')
+end
+
+local cmd = vim.api.nvim_create_user_command
+
+cmd('AgentdAsk', function(o)
+  if o.args ~= '' then
+    return agentd().ask(o.args)
+  end
+  vim.ui.input({ prompt = 'agentd> ' }, function(text)
+    if text and vim.trim(text) ~= '' then
+      agentd().ask(text)
+    end
+  end)
+end, { nargs = '*', desc = 'agentd: ask a prompt (no argument: type it)' })
+
+cmd('AgentdCancel', function()
+  agentd().cancel()
+end, { desc = 'agentd: cancel the running prompt' })
+
+cmd('AgentdNew', function()
+  agentd().new_session()
+end, { desc = 'agentd: start a new session' })
+
+cmd('AgentdReset', function()
+  agentd().reset()
+end, { desc = "agentd: clear the session's history" })
+
+cmd('AgentdMemory', function(o)
+  agentd().memory({ folder = o.bang })
+end, { bang = true, desc = 'agentd: list the memories (!: open the memory folder)' })
+
+cmd('AgentdStatus', function()
+  agentd().status()
+end, { desc = 'agentd: memory and extraction status' })
+
+cmd('AgentdChat', function()
+  agentd().open_chat()
+end, { desc = 'agentd: show the chat buffer' })

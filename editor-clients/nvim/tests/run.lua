@@ -1,0 +1,479 @@
+-- End-to-end tests of the Neovim client against the real `agentd serve` and
+-- the bundled local model server (`agentd model-server`).
+--
+--   nvim --headless -u NONE -l tests/run.lua     (from editor-clients/nvim, or anywhere)
+--
+-- Env: AGENTD_BIN (default `agentd`). Prints `N passed, N failed, N skipped`
+-- last and exits non-zero when a test failed. Every wait is vim.wait() on a
+-- condition, with a generous limit; none is a fixed sleep.
+
+local api = vim.api
+local uv = vim.uv
+
+local here = vim.fs.dirname(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p'))
+local plugin_root = vim.fs.dirname(here)
+vim.opt.rtp:prepend(plugin_root)
+vim.cmd('runtime plugin/agentd.lua') -- -u NONE loads no plugins by itself
+
+local AGENTD = os.getenv('AGENTD_BIN') or 'agentd'
+local TIMEOUT = 20000
+
+local agentd = require('agentd')
+local chat = require('agentd.chat')
+
+-- --- a tiny test harness ----------------------------------------------------------
+
+local counts = { passed = 0, failed = 0, skipped = 0 }
+local SKIP = {}
+
+local function skip(reason)
+  error(setmetatable({ reason = reason }, SKIP), 0)
+end
+
+local function test(name, fn)
+  local ok, err = xpcall(fn, function(e)
+    if getmetatable(e) == SKIP then
+      return e
+    end
+    return debug.traceback(tostring(e), 2)
+  end)
+  if ok then
+    counts.passed = counts.passed + 1
+    print('ok      ' .. name)
+  elseif getmetatable(err) == SKIP then
+    counts.skipped = counts.skipped + 1
+    print('skipped ' .. name .. ': ' .. err.reason)
+  else
+    counts.failed = counts.failed + 1
+    print('FAILED  ' .. name .. '\n' .. err)
+    print('--- chat buffer ---\n' .. chat.content() .. '\n-------------------')
+  end
+end
+
+local function check(cond, msg, ...)
+  if not cond then
+    error(string.format(msg or 'check failed', ...), 2)
+  end
+end
+
+--- vim.wait that fails the test (with `what`) when the condition never holds.
+local function wait_for(what, pred, timeout)
+  local ok = vim.wait(timeout or TIMEOUT, pred, 20)
+  if not ok then
+    error('timed out waiting for ' .. what, 2)
+  end
+end
+
+local function contains(hay, needle)
+  return hay:find(needle, 1, true) ~= nil
+end
+
+-- --- fixtures ------------------------------------------------------------------------
+
+local tmp = vim.fn.tempname()
+local root = tmp .. '/proj'
+local home = tmp .. '/home'
+vim.fn.mkdir(root .. '/.git', 'p') -- a root marker
+vim.fn.mkdir(home, 'p')
+root = uv.fs_realpath(root)
+vim.fn.writefile({ 'hello x' }, root .. '/a.txt')
+vim.fn.writefile({ 'secret' }, tmp .. '/outside.txt')
+vim.cmd.cd(vim.fn.fnameescape(root))
+
+-- The model server prints one JSON line with its URL, then serves.
+local server_out = ''
+local server = vim.system({ AGENTD, 'model-server', '--port', '0' }, {
+  stdout = function(_, data)
+    if data then
+      server_out = server_out .. data
+    end
+  end,
+  stderr = function() end,
+})
+
+local ok_server = vim.wait(TIMEOUT, function()
+  return server_out:find('\n') ~= nil
+end, 20)
+local info = ok_server and vim.json.decode(server_out:match('^[^\n]+')) or nil
+if not info or not info.url then
+  print('could not start `' .. AGENTD .. ' model-server --port 0`: ' .. server_out)
+  print('0 passed, 1 failed')
+  pcall(server.kill, server, 15)
+  os.exit(1)
+end
+local port = info.port
+
+--- GET a path of the model server; cb(body|nil, err) from a libuv callback.
+local function http_get(path, cb)
+  local tcp = uv.new_tcp()
+  local parts = {}
+  tcp:connect('127.0.0.1', port, function(err)
+    if err then
+      tcp:close()
+      return cb(nil, err)
+    end
+    tcp:read_start(function(rerr, data)
+      if rerr then
+        tcp:close()
+        return cb(nil, rerr)
+      end
+      if data then
+        parts[#parts + 1] = data
+      else
+        tcp:close()
+        local raw = table.concat(parts)
+        cb(raw:match('\r\n\r\n(.*)$'))
+      end
+    end)
+    -- HTTP/1.0 without keep-alive: the server closes after the body.
+    tcp:write(('GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n'):format(path))
+  end)
+end
+
+--- Wait until the model server's log holds an entry for which pred(entry) is true.
+local function wait_log(what, pred, timeout)
+  local found, pending = false, false
+  wait_for(what, function()
+    if not pending and not found then
+      pending = true
+      http_get('/_agentd/log', function(body)
+        vim.schedule(function()
+          pending = false
+          local ok, entries = pcall(vim.json.decode, body or '')
+          if ok and type(entries) == 'table' then
+            for _, e in ipairs(entries) do
+              if pred(e) then
+                found = true
+              end
+            end
+          end
+        end)
+      end)
+    end
+    return found
+  end, timeout)
+end
+
+-- Record raw agent/update kinds as the LSP layer delivers them, to tell a
+-- daemon that sends nothing from a plugin that renders nothing.
+local seen_kinds = {}
+local real_update = agentd.handlers['agent/update']
+agentd.handlers['agent/update'] = function(err, params, ctx)
+  if type(params) == 'table' and type(params.update) == 'table' then
+    seen_kinds[params.update.kind] = (seen_kinds[params.update.kind] or 0) + 1
+  end
+  return real_update(err, params, ctx)
+end
+
+vim.lsp.config('agentd', {
+  cmd = { AGENTD, 'serve' },
+  cmd_env = {
+    AGENTD_BASE_URL = info.url .. '/v1',
+    AGENTD_API_KEY = 'test',
+    AGENTD_MODEL = 'test',
+    AGENTD_HOME = home,
+  },
+})
+local approvals = { edit_file = true, write_file = true, run_command = true }
+agentd.setup({ auto_approve = approvals })
+
+local function state()
+  return agentd.info(root) or {}
+end
+
+--- Wait for the running turn to end; returns its footer label.
+local function wait_turn(timeout)
+  wait_for('the turn to end', function()
+    local s = state()
+    return s.client_id ~= nil and not s.running
+  end, timeout)
+  return state().last_stop or ''
+end
+
+local function ask_and_wait(prompt)
+  check(agentd.ask(prompt) ~= nil, 'ask refused')
+  return wait_turn()
+end
+
+local function client()
+  return vim.lsp.get_client_by_id(state().client_id)
+end
+
+--- A request straight to the daemon, waited for: err, result.
+local function request(method, params)
+  local done, err, res = false, nil, nil
+  client():request(method, params, function(e, r)
+    done, err, res = true, e, r
+  end)
+  wait_for(method .. ' reply', function()
+    return done
+  end)
+  return err, res
+end
+
+-- --- tests -----------------------------------------------------------------------
+
+test(':AgentdAsk streams the answer into agentd://chat', function()
+  vim.cmd('AgentdAsk hello from neovim')
+  local stop = wait_turn()
+  check(stop:match('^end_turn'), 'stop reason: %s', stop)
+  local text = chat.content()
+  check(contains(text, '## You\n\nhello from neovim'), 'prompt not shown')
+  check(contains(text, 'Echo: hello from neovim'), 'answer not shown')
+  check((seen_kinds.message_chunk or 0) >= 2, 'expected several message_chunk updates, got %s', tostring(seen_kinds.message_chunk))
+  check(#vim.fn.win_findbuf(chat.buf()) > 0, 'chat window not opened')
+  check(api.nvim_buf_get_name(chat.buf()) == 'agentd://chat', 'chat buffer name')
+  check(vim.bo[chat.buf()].filetype == 'markdown', 'chat filetype')
+end)
+
+test('the daemon runs per root and attaches to no buffer', function()
+  local c = client()
+  check(c and c.name == 'agentd', 'no agentd client')
+  check(c.root_dir == root, 'root_dir %s ~= %s', tostring(c.root_dir), root)
+  check(vim.tbl_count(c.attached_buffers) == 0, 'client attached to buffers')
+  local caps = vim.tbl_get(c.server_capabilities, 'experimental', 'agentd')
+  check(caps and caps.protocolVersion == 1, 'protocolVersion')
+  check(vim.tbl_contains(caps.clientTools or {}, 'edit_file'), 'edit_file not accepted as client tool: %s', vim.inspect(caps.clientTools))
+end)
+
+test('chunks appear while the answer is still streaming', function()
+  check(agentd.ask('!delay 0.1\nalpha beta gamma delta epsilon zeta') ~= nil, 'ask refused')
+  local partial = false
+  wait_for('partial text', function()
+    local t = chat.content()
+    if contains(t, 'Echo: alpha') and not contains(t, 'zeta') and state().running then
+      partial = true
+    end
+    return partial or not state().running
+  end)
+  check(partial, 'never saw a partial answer')
+  local stop = wait_turn()
+  check(stop:match('^end_turn'), 'stop reason: %s', stop)
+  check(contains(chat.content(), 'Echo: alpha beta gamma delta epsilon zeta'), 'full answer')
+end)
+
+test(':AgentdCancel stops the stream, shows it at once, and the next ask works', function()
+  check(agentd.ask('!delay 0.2\n!chunks 50') ~= nil, 'ask refused')
+  wait_for('the stream to start', function()
+    return contains(chat.content(), 'w2')
+  end)
+  vim.cmd('AgentdCancel')
+  -- At once: no wait for the daemon.
+  check(not state().running, 'turn still running after cancel')
+  local after_cancel = chat.content()
+  check(after_cancel:match('_cancelled_%s*$'), 'chat does not end with the cancelled mark')
+  -- The next prompt at once: it waits for the cancel's acknowledgement itself.
+  check(agentd.ask('after cancel') ~= nil, 'ask after cancel refused')
+  local stop = wait_turn()
+  check(stop:match('^end_turn'), 'stop reason after cancel: %s', stop)
+  local text = chat.content()
+  check(contains(text, 'Echo: after cancel'), 'answer after cancel')
+  local cancelled_part = text:sub(1, #after_cancel)
+  check(cancelled_part == after_cancel, 'cancelled turn changed after the cancel')
+  check(not contains(text, 'w50'), 'the cancelled stream went on')
+  -- $/cancelRequest reached the daemon: it closed the model stream.
+  wait_log('a disconnect in the model server log', function(e)
+    return e.type == 'disconnect'
+  end)
+end)
+
+test('edit_file: the buffer is changed, one undo restores it, disk untouched', function()
+  local stop = ask_and_wait('!tool edit_file {"path": "a.txt", "old_text": "x", "new_text": "y"}')
+  check(stop:match('^end_turn'), 'stop reason: %s', stop)
+  local buf = vim.fn.bufnr(root .. '/a.txt')
+  check(buf > 0 and api.nvim_buf_is_loaded(buf), 'a.txt not loaded')
+  check(vim.deep_equal(api.nvim_buf_get_lines(buf, 0, -1, false), { 'hello y' }), 'buffer: %s', vim.inspect(api.nvim_buf_get_lines(buf, 0, -1, false)))
+  check(vim.bo[buf].modified, 'buffer not marked modified')
+  check(vim.deep_equal(vim.fn.readfile(root .. '/a.txt'), { 'hello x' }), 'disk changed')
+  local text = chat.content()
+  check(contains(text, '- tool **edit_file** `a.txt` · editor — completed'), 'tool line')
+  check(contains(text, 'Tool result received: Applied the edit to a.txt'), 'tool result not fed back')
+  check(vim.tbl_count(client().attached_buffers) == 0, 'client attached to a.txt')
+  api.nvim_buf_call(buf, function()
+    vim.cmd('silent undo')
+  end)
+  check(vim.deep_equal(api.nvim_buf_get_lines(buf, 0, -1, false), { 'hello x' }), 'undo: %s', vim.inspect(api.nvim_buf_get_lines(buf, 0, -1, false)))
+end)
+
+test('two edits are two undo steps', function()
+  vim.fn.writefile({ 'one', 'two' }, root .. '/u.txt')
+  ask_and_wait('!tool edit_file {"path": "u.txt", "old_text": "one", "new_text": "ONE"}')
+  ask_and_wait('!tool edit_file {"path": "u.txt", "old_text": "two", "new_text": "TWO"}')
+  local buf = vim.fn.bufnr(root .. '/u.txt')
+  check(vim.deep_equal(api.nvim_buf_get_lines(buf, 0, -1, false), { 'ONE', 'TWO' }), 'edits')
+  api.nvim_buf_call(buf, function()
+    vim.cmd('silent undo')
+  end)
+  check(vim.deep_equal(api.nvim_buf_get_lines(buf, 0, -1, false), { 'ONE', 'two' }), 'one undo: %s', vim.inspect(api.nvim_buf_get_lines(buf, 0, -1, false)))
+end)
+
+test('a declined edit is reported to the model as an error', function()
+  approvals.edit_file = false
+  local ok, err = pcall(ask_and_wait, '!tool edit_file {"path": "a.txt", "old_text": "x", "new_text": "z"}')
+  approvals.edit_file = true
+  check(ok, tostring(err))
+  local buf = vim.fn.bufnr(root .. '/a.txt')
+  check(vim.deep_equal(api.nvim_buf_get_lines(buf, 0, -1, false), { 'hello x' }), 'declined edit applied')
+  local text = chat.content()
+  check(contains(text, '— declined: The user declined the edit_file call.'), 'declined line')
+  check(contains(text, 'Tool result received: The user declined'), 'refusal not fed back')
+end)
+
+test('read_file answers from the unsaved buffer', function()
+  local buf = vim.fn.bufnr(root .. '/a.txt')
+  api.nvim_buf_set_lines(buf, 0, -1, false, { 'unsaved text' })
+  ask_and_wait('!tool read_file {"path": "a.txt"}')
+  check(contains(chat.content(), 'Tool result received: 1  unsaved text'), 'read_file result')
+end)
+
+test('paths outside the root are refused', function()
+  ask_and_wait('!tool read_file {"path": "../outside.txt"}')
+  local text = chat.content()
+  check(contains(text, '— failed: ../outside.txt is outside the workspace'), 'refusal line')
+  check(not contains(text, 'secret'), 'outside file was read')
+  ask_and_wait('!tool write_file {"path": "/tmp/agentd-nvim-escape.txt", "content": "no"}')
+  check(vim.fn.filereadable('/tmp/agentd-nvim-escape.txt') == 0, 'wrote outside the root')
+  check(contains(chat.content(), 'is outside the workspace'), 'write refusal')
+end)
+
+test('write_file creates a buffer; run_command reports output and exit code', function()
+  ask_and_wait('!tool write_file {"path": "sub/new.txt", "content": "line 1\\nline 2\\n"}')
+  local buf = vim.fn.bufnr(root .. '/sub/new.txt')
+  check(buf > 0, 'no buffer for the new file')
+  check(vim.deep_equal(api.nvim_buf_get_lines(buf, 0, -1, false), { 'line 1', 'line 2' }), 'content')
+  ask_and_wait('!tool run_command {"command": "echo hi-from-sh; exit 3"}')
+  local text = chat.content()
+  check(contains(text, 'Tool result received: $ echo hi-from-sh; exit 3\nhi-from-sh\n[exit code 3]'), 'run_command result')
+end)
+
+test('cancel kills a running command and the session goes on', function()
+  check(agentd.ask('!tool run_command {"command": "sleep 30"}') ~= nil, 'ask refused')
+  wait_for('the command to run', function()
+    return contains(chat.content(), '`sleep 30` · editor — running')
+  end)
+  agentd.cancel()
+  check(contains(chat.content(), '`sleep 30` · editor — cancelled'), 'tool line not cancelled')
+  local stop = ask_and_wait('still here')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+  check(contains(chat.content(), 'Echo: still here'), 'answer')
+end)
+
+test('memory delivery is shown in the chat', function()
+  -- The folder the daemon reads: `agentd memory dir ROOT`, else memory/list.
+  local dir
+  local res = vim.system({ AGENTD, 'memory', 'dir', root }, { text = true, env = { AGENTD_HOME = home } }):wait(20000)
+  if res.code == 0 and vim.trim(res.stdout or '') ~= '' then
+    dir = vim.trim(res.stdout)
+  end
+  local lerr, list = request('memory/list', { workspaceRoot = root })
+  if not dir and not lerr and type(list) == 'table' then
+    dir = list.directory
+  end
+  if not dir then
+    skip(('no memory folder: `agentd memory dir` exited %d (%s); memory/list: %s'):format(
+      res.code,
+      vim.trim(res.stderr or ''):match('[^\n]*$'),
+      lerr and lerr.message or 'no directory'
+    ))
+  end
+  vim.fn.mkdir(dir, 'p')
+  vim.fn.writefile({
+    '---',
+    'name: zebra naming',
+    'description: how the project names its zebra modules',
+    'type: project',
+    '---',
+    'Every zebra module is named after a stripe colour.',
+  }, dir .. '/zebra.md')
+  if not lerr then
+    -- The watcher indexes the file; wait until memory/list shows it.
+    local listed, pending = false, false
+    wait_for('memory/list to show zebra.md', function()
+      if not pending and not listed then
+        pending = true
+        client():request('memory/list', { workspaceRoot = root }, function(_, l)
+          pending = false
+          for _, d in ipairs((l or {}).docs or {}) do
+            if vim.fs.basename(d.path or '') == 'zebra.md' then
+              listed = true
+            end
+          end
+        end)
+      end
+      return listed
+    end)
+  end
+  seen_kinds.memory = nil
+  ask_and_wait('how should I name the zebra module?')
+  if not seen_kinds.memory then
+    skip('the daemon sent no agent/update of kind memory (memory delivery not in the daemon yet?)')
+  end
+  check(contains(chat.content(), '- memory (user_query, local): zebra.md'), 'memory line not shown')
+end)
+
+test(':AgentdStatus and :AgentdMemory', function()
+  local done, got, err
+  agentd.status(nil, function(res, e)
+    done, got, err = true, res, e
+  end)
+  wait_for('memory/status', function()
+    return done
+  end)
+  if err and err.code == -32601 then
+    skip('the daemon has no memory/status yet')
+  end
+  check(got and got.docCount ~= nil, 'memory/status result: %s', vim.inspect(got or err))
+  done = false
+  agentd.memory(nil, function(res, e)
+    done, got, err = true, res, e
+  end)
+  wait_for('memory/list', function()
+    return done
+  end)
+  check(got and got.directory, 'memory/list result: %s', vim.inspect(got or err))
+  local buf = vim.fn.bufnr('^agentd://memory$')
+  check(buf > 0, 'no memory buffer')
+  local lines = table.concat(api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  check(contains(lines, got.directory), 'directory not listed')
+end)
+
+test(':AgentdReset clears the chat; :AgentdNew starts another session', function()
+  local done, ok
+  agentd.reset(nil, function(r)
+    done, ok = true, r
+  end)
+  wait_for('agent/resetSession', function()
+    return done
+  end)
+  check(ok, 'reset failed')
+  check(not contains(chat.content(), 'Echo:'), 'chat not cleared')
+  local before = state().session_id
+  vim.cmd('AgentdNew')
+  check(state().session_id == nil, 'session kept')
+  ask_and_wait('fresh start')
+  check(state().session_id and state().session_id ~= before, 'no new session')
+  check(contains(chat.content(), 'Echo: fresh start'), 'answer after new')
+end)
+
+test(':checkhealth agentd reports the daemon and the protocol version', function()
+  vim.cmd('checkhealth agentd')
+  local text = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  vim.cmd('tabclose')
+  check(contains(text, 'daemon found'), 'daemon not found:\n%s', text)
+  check(contains(text, 'protocol version 1'), 'no protocol version:\n%s', text)
+end)
+
+-- --- teardown --------------------------------------------------------------------
+
+for _, c in ipairs(vim.lsp.get_clients({ name = 'agentd' })) do
+  c:stop()
+end
+vim.wait(5000, function()
+  return #vim.lsp.get_clients({ name = 'agentd' }) == 0
+end, 20)
+pcall(server.kill, server, 15)
+server:wait(5000)
+vim.fn.delete(tmp, 'rf')
+
+print(('%d passed, %d failed, %d skipped'):format(counts.passed, counts.failed, counts.skipped))
+os.exit(counts.failed == 0 and 0 or 1)

@@ -1,0 +1,486 @@
+// The session and turn logic of the chat, independent of VS Code: one
+// AgentController per chat surface (the panel, the @agentd participant),
+// bound to one workspace root and one AgentConnection at a time.
+//
+// It turns the daemon's notifications into ChatEvents for a view, runs the
+// editor's tools when asked (and always answers with agent/toolResult), and
+// implements Stop: the view learns of the cancel at once, the daemon through
+// `$/cancelRequest`, and the late -32800 reply is absorbed.
+
+import type { ChatEvent } from '../common/messages';
+import type { ClientToolRunner, ToolCall } from '../tools/clientTools';
+import { CancellationSource, errorCode, errorMessage, type AgentConnection, type Disposable } from './connection';
+import {
+  ErrorCodes,
+  type AgentUpdate,
+  type AgentUpdateParams,
+  type MemoryChangedParams,
+  type MemoryListResult,
+  type MemoryStatusResult,
+  type PromptResult,
+  type SessionInfo,
+  type ToolResultParams,
+} from './types';
+
+export class NotSupportedError extends Error {
+  constructor(readonly method: string) {
+    super(`This version of agentd does not support ${method}.`);
+  }
+}
+
+export class NoWorkspaceError extends Error {
+  constructor() {
+    super('Open a folder first: agentd works on a workspace folder.');
+  }
+}
+
+interface Turn {
+  id: string;
+  sessionId: string;
+  source: CancellationSource;
+  tools: AbortController;
+  toolAborts: Map<string, AbortController>;
+  /** True once the view was told the turn ended (it may end before the reply, on Stop). */
+  ended: boolean;
+  /** Settles when the daemon has answered the prompt request (whatever the answer). */
+  settled: Promise<void>;
+}
+
+export interface TurnSummary {
+  outcome: 'completed' | 'cancelled' | 'error';
+  result?: PromptResult;
+  message?: string;
+}
+
+export type ChatListener = (e: ChatEvent) => void;
+
+export class AgentController {
+  private conn: AgentConnection | undefined;
+  private subscriptions: Disposable[] = [];
+  private listeners = new Set<ChatListener>();
+  private sessionId: string | undefined;
+  /** A session of a previous daemon process, to restore with agent/loadSession. */
+  private staleSessionId: string | undefined;
+  private turn: Turn | undefined;
+  private lastSettled: Promise<void> = Promise.resolve();
+  private replay: { turnId: string | undefined; quiet: boolean; count: number } | undefined;
+  private turnCounter = 0;
+  /** Between prompt() being called and its turn existing (awaits in between). */
+  private starting = false;
+  private readonly toolRuns = new Set<Promise<void>>();
+
+  constructor(
+    private readonly workspaceRoot: () => string | undefined,
+    private readonly tools: ClientToolRunner,
+  ) {}
+
+  // --- wiring ------------------------------------------------------------------
+
+  onEvent(listener: ChatListener): Disposable {
+    this.listeners.add(listener);
+    return { dispose: () => this.listeners.delete(listener) };
+  }
+
+  private emit(e: ChatEvent): void {
+    for (const l of [...this.listeners]) {
+      try {
+        l(e);
+      } catch {
+        // A broken view must not break the protocol handling.
+      }
+    }
+  }
+
+  /** Bind to a (new) daemon connection; a running turn of the old one ends as an error. */
+  attach(conn: AgentConnection): void {
+    this.detach('agentd restarted while the prompt was running.');
+    this.conn = conn;
+    this.subscriptions = [
+      conn.onNotification('agent/update', (p: AgentUpdateParams) => this.onUpdate(p)),
+      conn.onNotification('memory/changed', (p: MemoryChangedParams) => this.onMemoryChanged(p)),
+    ];
+  }
+
+  /** The daemon went away: end the running turn with `reason`. */
+  detach(reason = 'agentd stopped while the prompt was running.'): void {
+    for (const s of this.subscriptions) s.dispose();
+    this.subscriptions = [];
+    if (this.turn && !this.turn.ended) this.finishTurn(this.turn, { type: 'turnEnd', turnId: this.turn.id, outcome: 'error', message: reason });
+    this.turn?.tools.abort();
+    this.turn = undefined;
+    this.lastSettled = Promise.resolve();
+    if (this.sessionId) this.staleSessionId = this.sessionId;
+    this.sessionId = undefined;
+    this.conn = undefined;
+  }
+
+  get connected(): boolean {
+    return this.conn !== undefined;
+  }
+
+  get currentSessionId(): string | undefined {
+    return this.sessionId ?? this.staleSessionId;
+  }
+
+  get running(): boolean {
+    return this.turn !== undefined && !this.turn.ended;
+  }
+
+  private connection(): AgentConnection {
+    if (!this.conn) throw new Error('agentd is not running. Run "agentd: Restart agentd" to start it.');
+    return this.conn;
+  }
+
+  private root(): string {
+    const root = this.workspaceRoot();
+    if (!root) throw new NoWorkspaceError();
+    return root;
+  }
+
+  // --- sessions ----------------------------------------------------------------
+
+  async ensureSession(): Promise<string> {
+    if (this.sessionId) return this.sessionId;
+    const stale = this.staleSessionId;
+    this.staleSessionId = undefined;
+    if (stale) {
+      // After a daemon restart, continue the same conversation when the daemon
+      // can restore it; its replay is not shown again (the view still has it).
+      try {
+        await this.load(stale, true);
+        return stale;
+      } catch {
+        this.emit({ type: 'notice', level: 'info', text: 'agentd restarted: this is a new session.' });
+      }
+    }
+    return this.newSession();
+  }
+
+  async newSession(): Promise<string> {
+    await this.stopAndWait();
+    const { sessionId } = await this.connection().sendRequest<{ sessionId: string }>('agent/newSession', {
+      workspaceRoot: this.root(),
+    });
+    this.sessionId = sessionId;
+    this.staleSessionId = undefined;
+    this.emit({ type: 'cleared' });
+    this.emit({ type: 'session', sessionId });
+    return sessionId;
+  }
+
+  async reset(): Promise<void> {
+    const id = this.sessionId;
+    await this.stopAndWait();
+    if (id) {
+      await this.connection().sendRequest('agent/resetSession', { sessionId: id });
+      this.tools.forgetSession(id);
+    }
+    this.emit({ type: 'cleared' });
+    this.emit({ type: 'session', sessionId: id });
+  }
+
+  /** Persisted sessions of the workspace, newest first. Throws NotSupportedError on -32601. */
+  async listSessions(): Promise<SessionInfo[]> {
+    try {
+      const res = await this.connection().sendRequest<{ sessions: SessionInfo[] }>('agent/listSessions', {
+        workspaceRoot: this.root(),
+      });
+      return res.sessions ?? [];
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/listSessions');
+      throw err;
+    }
+  }
+
+  /** Switch to a persisted session; its history is replayed into the view. */
+  async loadSession(sessionId: string): Promise<void> {
+    await this.stopAndWait();
+    this.emit({ type: 'cleared' });
+    await this.load(sessionId, false);
+    this.emit({ type: 'session', sessionId });
+  }
+
+  private async load(sessionId: string, quiet: boolean): Promise<void> {
+    this.replay = { turnId: undefined, quiet, count: 0 };
+    this.pendingReplaySession = sessionId;
+    try {
+      await this.connection().sendRequest('agent/loadSession', { sessionId, workspaceRoot: this.root() });
+      this.sessionId = sessionId;
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/loadSession');
+      throw err;
+    } finally {
+      const r = this.replay;
+      this.replay = undefined;
+      this.pendingReplaySession = undefined;
+      if (r?.turnId && !r.quiet) this.emit({ type: 'turnEnd', turnId: r.turnId, outcome: 'replayed' });
+    }
+  }
+  private pendingReplaySession: string | undefined;
+
+  // --- prompts -----------------------------------------------------------------
+
+  /**
+   * Run one prompt to its end. Resolves with how it ended; cancellation and
+   * errors are outcomes, not rejections (they are also emitted as events).
+   */
+  async prompt(text: string): Promise<TurnSummary> {
+    if (this.running || this.starting) {
+      const message = 'A prompt is still running: press Stop first.';
+      this.emit({ type: 'notice', level: 'warning', text: message });
+      return { outcome: 'error', message };
+    }
+    this.starting = true;
+    let sessionId: string;
+    try {
+      // A cancelled prompt's reply may still be on its way; the daemon would
+      // refuse a new prompt (-32003) until it is sent.
+      await this.lastSettled;
+      sessionId = await this.ensureSession();
+    } catch (err) {
+      const message = explain(err);
+      this.emit({ type: 'notice', level: 'error', text: message });
+      return { outcome: 'error', message };
+    } finally {
+      this.starting = false;
+    }
+    const conn = this.connection();
+    let settle!: () => void;
+    const turn: Turn = {
+      id: `t${++this.turnCounter}`,
+      sessionId,
+      source: new CancellationSource(),
+      tools: new AbortController(),
+      toolAborts: new Map(),
+      ended: false,
+      settled: new Promise<void>((r) => (settle = r)),
+    };
+    this.turn = turn;
+    this.lastSettled = turn.settled;
+    this.emit({ type: 'turnStart', turnId: turn.id, sessionId, prompt: text });
+    try {
+      const result = await conn.sendRequest<PromptResult>('agent/prompt', { sessionId, prompt: text }, turn.source.token);
+      if (!turn.ended) {
+        const failed = result.stopReason === 'error';
+        this.finishTurn(turn, {
+          type: 'turnEnd',
+          turnId: turn.id,
+          outcome: failed ? 'error' : 'completed',
+          stopReason: result.stopReason,
+          usage: result.usage,
+          message: failed ? result.error?.message ?? 'The model request failed.' : stopReasonText(result.stopReason),
+        });
+      }
+      return { outcome: result.stopReason === 'error' ? 'error' : turn.source.isCancelled ? 'cancelled' : 'completed', result };
+    } catch (err) {
+      const code = errorCode(err);
+      if (code === ErrorCodes.RequestCancelled || turn.source.isCancelled) {
+        if (!turn.ended) this.finishTurn(turn, { type: 'turnEnd', turnId: turn.id, outcome: 'cancelled' });
+        return { outcome: 'cancelled' };
+      }
+      if (code === ErrorCodes.UnknownSession) {
+        // The daemon forgot the session (e.g. it was closed elsewhere): start
+        // afresh on the next prompt.
+        if (this.sessionId === sessionId) this.sessionId = undefined;
+      }
+      const message = explain(err);
+      if (!turn.ended) this.finishTurn(turn, { type: 'turnEnd', turnId: turn.id, outcome: 'error', message });
+      return { outcome: 'error', message };
+    } finally {
+      turn.tools.abort(); // nothing the editor runs outlives its prompt
+      if (this.turn === turn) this.turn = undefined;
+      settle();
+    }
+  }
+
+  /**
+   * Stop the running prompt. The view is told at once; `$/cancelRequest` goes
+   * to the daemon through the request's cancellation token; running tools are
+   * aborted (their results are no longer wanted).
+   */
+  cancel(): boolean {
+    const turn = this.turn;
+    if (!turn || turn.ended) return false;
+    this.finishTurn(turn, { type: 'turnEnd', turnId: turn.id, outcome: 'cancelled' });
+    turn.source.cancel();
+    turn.tools.abort();
+    return true;
+  }
+
+  /** Cancel and wait for the daemon's reply, so the session is free again. */
+  private async stopAndWait(): Promise<void> {
+    this.cancel();
+    await this.lastSettled;
+  }
+
+  private finishTurn(turn: Turn, e: Extract<ChatEvent, { type: 'turnEnd' }>): void {
+    turn.ended = true;
+    this.emit(e);
+  }
+
+  /** Resolves when every client tool started so far has answered (for tests and shutdown). */
+  async toolsIdle(): Promise<void> {
+    while (this.toolRuns.size) await Promise.allSettled([...this.toolRuns]);
+  }
+
+  // --- notifications -------------------------------------------------------------
+
+  private onUpdate(p: AgentUpdateParams): void {
+    if (!p || typeof p !== 'object' || !p.update) return;
+    const replay = this.replay;
+    if (replay && p.sessionId === this.pendingReplaySession) {
+      this.onReplayUpdate(p.sessionId, p.update, replay);
+      return;
+    }
+    const turn = this.turn;
+    // Updates of other sessions (another chat surface on the same daemon) and
+    // stragglers of a turn already shown as ended are not ours to show.
+    if (!turn || turn.ended || p.sessionId !== turn.sessionId) return;
+    const u = p.update;
+    this.emit({ type: 'update', turnId: turn.id, update: u });
+    if (u.kind === 'tool_call' && u.executor === 'client') this.startTool(turn, u);
+    if (u.kind === 'tool_call_update' && u.status === 'cancelled') turn.toolAborts.get(u.toolCallId)?.abort();
+  }
+
+  private onReplayUpdate(sessionId: string, u: AgentUpdate, replay: NonNullable<typeof this.replay>): void {
+    if (replay.quiet) return;
+    if (u.kind === 'user_message') {
+      if (replay.turnId) this.emit({ type: 'turnEnd', turnId: replay.turnId, outcome: 'replayed' });
+      replay.turnId = `r${++this.turnCounter}`;
+      this.emit({ type: 'turnStart', turnId: replay.turnId, sessionId, prompt: u.text, replay: true });
+      return;
+    }
+    if (!replay.turnId) {
+      replay.turnId = `r${++this.turnCounter}`;
+      this.emit({ type: 'turnStart', turnId: replay.turnId, sessionId, prompt: '', replay: true });
+    }
+    this.emit({ type: 'update', turnId: replay.turnId, update: u });
+  }
+
+  private startTool(turn: Turn, u: Extract<AgentUpdate, { kind: 'tool_call' }>): void {
+    const abort = new AbortController();
+    turn.toolAborts.set(u.toolCallId, abort);
+    const onTurnAbort = (): void => abort.abort();
+    turn.tools.signal.addEventListener('abort', onTurnAbort, { once: true });
+    const call: ToolCall = { sessionId: turn.sessionId, toolCallId: u.toolCallId, name: u.name, arguments: u.arguments ?? {} };
+    const conn = this.conn;
+    const run = (async () => {
+      const outcome = await this.tools.run(call, abort.signal, (state, detail) => {
+        if (!turn.ended) this.emit({ type: 'toolState', turnId: turn.id, toolCallId: u.toolCallId, state, detail });
+      });
+      turn.tools.signal.removeEventListener('abort', onTurnAbort);
+      turn.toolAborts.delete(u.toolCallId);
+      if (!turn.ended) {
+        this.emit({
+          type: 'toolState',
+          turnId: turn.id,
+          toolCallId: u.toolCallId,
+          state: outcome.isError ? 'failed' : 'done',
+          detail: outcome.content,
+        });
+      }
+      // After a cancel the daemon has withdrawn the call and ignores results;
+      // sending one anyway would be harmless, but there is no one to read it.
+      if (abort.signal.aborted || !conn || conn !== this.conn) return;
+      const params: ToolResultParams = {
+        sessionId: turn.sessionId,
+        toolCallId: u.toolCallId,
+        content: outcome.content,
+        isError: outcome.isError,
+      };
+      await conn.sendNotification('agent/toolResult', params);
+    })().catch(() => {
+      // sendNotification fails only when the connection is gone; detach() reports that.
+    });
+    this.toolRuns.add(run);
+    void run.finally(() => this.toolRuns.delete(run));
+  }
+
+  // --- memory --------------------------------------------------------------------
+
+  private onMemoryChanged(p: MemoryChangedParams): void {
+    const root = this.workspaceRoot();
+    if (!root || !p || !sameRoot(p.workspaceRoot, root)) return;
+    void this.refreshMemory();
+  }
+
+  async memoryList(): Promise<MemoryListResult> {
+    try {
+      return await this.connection().sendRequest<MemoryListResult>('memory/list', { workspaceRoot: this.root() });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('memory/list');
+      throw err;
+    }
+  }
+
+  async memoryStatus(): Promise<MemoryStatusResult> {
+    try {
+      return await this.connection().sendRequest<MemoryStatusResult>('memory/status', { workspaceRoot: this.root() });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('memory/status');
+      throw err;
+    }
+  }
+
+  /** Fetch memory/list and emit it for the view; never throws. */
+  async refreshMemory(): Promise<void> {
+    try {
+      const res = await this.memoryList();
+      this.emit({ type: 'memory', available: true, directory: res.directory, docs: res.docs ?? [] });
+    } catch (err) {
+      this.emit({ type: 'memory', available: false, docs: [], message: explain(err) });
+    }
+  }
+}
+
+function sameRoot(a: string, b: string): boolean {
+  const norm = (s: string): string => {
+    let p = s;
+    if (p.startsWith('file://')) {
+      try {
+        p = decodeURIComponent(new URL(p).pathname);
+      } catch {
+        /* keep as is */
+      }
+    }
+    return p.replace(/[\\/]+$/, '');
+  };
+  return norm(a) === norm(b);
+}
+
+/** A sentence for the chat panel, for any failure of a request. */
+export function explain(err: unknown): string {
+  if (err instanceof NotSupportedError || err instanceof NoWorkspaceError) return err.message;
+  switch (errorCode(err)) {
+    case ErrorCodes.SessionBusy:
+      return 'This session is still running a prompt. Press Stop, or wait for it to finish.';
+    case ErrorCodes.UnknownSession:
+      return 'agentd no longer knows this session. Send the prompt again to start a new one.';
+    case ErrorCodes.ServerNotInitialized:
+      return 'agentd is still starting. Try again in a moment.';
+    case ErrorCodes.InvalidParams:
+      return `agentd rejected the request: ${errorMessage(err)}`;
+    case ErrorCodes.MethodNotFound:
+      return `This version of agentd does not support that: ${errorMessage(err)}`;
+  }
+  const msg = errorMessage(err);
+  if (/connection (got )?disposed|connection is closed|pending response rejected/i.test(msg)) {
+    return 'agentd stopped while the request was running. See the agentd output for details, then restart it.';
+  }
+  return msg;
+}
+
+function stopReasonText(reason: PromptResult['stopReason']): string | undefined {
+  switch (reason) {
+    case 'max_turns':
+      return 'Stopped: the step limit for one prompt (or the session turn limit) was reached.';
+    case 'token_limit':
+      return 'Stopped: this session used its token budget. Reset it or start a new session.';
+    case 'refusal':
+      return 'The model refused to answer.';
+    case 'max_tokens':
+      return 'The answer was cut: the model hit its output token limit.';
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,268 @@
+"""Recall prefetch over the real daemon: never waited on, delivered at the user
+query or at the next tool result, aborted with its prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from agentd.testing.model_server import ModelServer
+from tests.e2e.conftest import AgentdClient, daemon_env, start_client
+
+pytestmark = pytest.mark.e2e
+
+
+def memory_folder(tmp_path: Path, workspace: Path) -> Path:
+    out = subprocess.run(
+        [sys.executable, "-m", "agentd", "memory", "dir", str(workspace)],
+        env=daemon_env_for_cli(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    folder = Path(out.stdout.strip())
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def daemon_env_for_cli(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
+    env["AGENTD_HOME"] = str(tmp_path / "agentd-home")
+    return env
+
+
+def write_topic(folder: Path, name: str, description: str, body: str, kind: str = "project") -> Path:
+    path = folder / f"{name.lower().replace(' ', '-')}.md"
+    path.write_text(
+        f"---\nname: {name}\ndescription: {description}\ntype: {kind}\n---\n\n{body}\n"
+    )
+    return path
+
+
+def memory_updates(client: AgentdClient, sid: str) -> list[dict[str, Any]]:
+    return [
+        u["update"]
+        for u in client.updates
+        if u["sessionId"] == sid and u["update"]["kind"] == "memory"
+    ]
+
+
+def user_contents(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["body"]["messages"] if m["role"] == "user"]
+
+
+@pytest.fixture
+def topics(tmp_path: Path, workspace: Path) -> dict[str, Path]:
+    folder = memory_folder(tmp_path, workspace)
+    return {
+        "deploy": write_topic(
+            folder,
+            "Deploy checklist",
+            "How we ship releases to production",
+            "Run the smoke tests, then tag the release and deploy with make ship.",
+        ),
+        "style": write_topic(
+            folder,
+            "Answer style",
+            "The user likes terse answers",
+            "Keep replies short; no summaries at the end.",
+            kind="user",
+        ),
+        "db": write_topic(
+            folder,
+            "Database notes",
+            "Postgres connection pooling",
+            "Pool size is 20 per service; pgbouncer runs in transaction mode.",
+        ),
+    }
+
+
+async def new_memory_client(
+    model_server: ModelServer, tmp_path: Path, **memory: Any
+) -> AgentdClient:
+    return await start_client(
+        daemon_env(model_server, tmp_path),
+        {"clientTools": ["run_command"], "memory": memory} if memory else {"clientTools": ["run_command"]},
+    )
+
+
+async def test_local_tier_delivers_at_the_user_query(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    model_server.set_latency("recall", 5.0)  # the model tier is slow; nothing waits for it
+    c = await new_memory_client(model_server, tmp_path)
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})  # index ready
+        result = await c.prompt(sid, "how do we deploy a release to production?")
+        assert result["stopReason"] == "end_turn"
+        (delivery,) = memory_updates(c, sid)
+        assert delivery == {
+            "kind": "memory",
+            "point": "user_query",
+            "tier": "local",
+            "docs": [str(topics["deploy"])],
+        }
+        first = model_server.requests("main")[0]
+        content = user_contents(first)[-1]
+        # Memory goes first in the user message, as a reminder presenting it as data.
+        assert content.startswith("<system-reminder>")
+        assert "make ship" in content
+        assert content.rstrip().endswith("how do we deploy a release to production?")
+        # No tool calls: the slow side query was aborted at the prompt's end.
+        recall = await model_server.wait_for(lambda e: e["type"] == "request" and e["purpose"] == "recall")
+        await model_server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == recall["id"])
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_model_tier_arrives_after_tool_results(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    # The model tier picks a doc that shares no word with the prompt.
+    model_server.enqueue(
+        {"toolCalls": [{"name": "select_memories", "arguments": {"paths": [str(topics["style"])]}}], "ttft": 0.3},
+        purpose="recall",
+    )
+    model_server.enqueue({"toolCalls": [{"id": "r1", "name": "run_command", "arguments": {"command": "make"}}]})
+    c = await new_memory_client(model_server, tmp_path)
+
+    async def run_after_recall(update: dict[str, Any]) -> tuple[str, bool]:
+        # The editor answers only once the daemon reports the model tier settled,
+        # so the delivery point is deterministic: the first tool result after it.
+        while True:
+            status = await c.request("memory/status", {"workspaceRoot": str(workspace)})
+            if any(h["tier"] == "model" and h["settled"] for h in status["prefetch"]):
+                return ("build ok", False)
+            await model_server.wait_for(lambda e: e["type"] == "complete")
+
+    c.tool_handler = run_after_recall
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        await c.prompt(sid, "please build it")
+        deliveries = memory_updates(c, sid)
+        assert deliveries == [
+            {"kind": "memory", "point": "tool_result", "tier": "model", "docs": [str(topics["style"])]}
+        ]
+        second = model_server.requests("main")[1]["body"]["messages"]
+        # OpenAI order: the tool message right after the assistant's calls, then the reminder.
+        assert second[-3]["role"] == "assistant" and second[-3]["tool_calls"]
+        assert second[-2] == {"role": "tool", "tool_call_id": "r1", "content": "build ok"}
+        assert second[-1]["role"] == "user" and "terse answers" in second[-1]["content"]
+        recall = model_server.requests("recall")[0]
+        assert recall["headers"]["x-agentd-purpose"] == "recall"
+        assert recall["body"]["tool_choice"]["function"]["name"] == "select_memories"
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_surfaced_doc_is_not_delivered_again(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    c = await new_memory_client(model_server, tmp_path, modelTier=False)
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        await c.prompt(sid, "deploy the release")
+        await c.prompt(sid, "deploy the release again")
+        assert [d["docs"] for d in memory_updates(c, sid)] == [[str(topics["deploy"])]]
+        # A new session starts with nothing surfaced.
+        sid2 = await c.new_session(workspace)
+        await c.prompt(sid2, "deploy the release")
+        assert len(memory_updates(c, sid2)) == 1
+        assert model_server.requests("recall") == []  # model tier off: no side query at all
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_memory_disabled_means_no_side_query(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    c = await new_memory_client(model_server, tmp_path, enabled=False)
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "deploy the release")
+        assert memory_updates(c, sid) == []
+        assert model_server.requests("recall") == []
+        assert "<system-reminder>" not in user_contents(model_server.requests("main")[0])[-1]
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_cancel_closes_the_side_query(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    model_server.set_latency("recall", 30.0)
+    model_server.enqueue({"chunks": ["x "] * 100, "chunkDelay": 0.05})
+    c = await new_memory_client(model_server, tmp_path)
+    try:
+        sid = await c.new_session(workspace)
+        task = asyncio.ensure_future(c.prompt(sid, "deploy now", msg_id="c1"))
+        recall = await model_server.wait_for(lambda e: e["type"] == "request" and e["purpose"] == "recall")
+        await c.wait_for_update(lambda u: u["update"]["kind"] == "message_chunk")
+        c.cancel("c1")
+        with pytest.raises(JsonRpcException):
+            await task
+        await model_server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == recall["id"])
+        status = await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        assert status["deliveries"].get("aborted.cancelled.model") == 1
+        assert not any(k.endswith(".failed") for k in status["deliveries"])
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_second_prompt_and_reset_abort_unsettled_side_queries(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    model_server.set_latency("recall", 30.0)
+    c = await new_memory_client(model_server, tmp_path)
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "first deploy")
+        await c.prompt(sid, "second deploy")
+        await c.request("agent/resetSession", {"sessionId": sid})
+        recalls = model_server.requests("recall")
+        assert len(recalls) == 2
+        for r in recalls:
+            await model_server.wait_for(lambda e, rid=r["id"]: e["type"] == "disconnect" and e["id"] == rid)
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_memory_requests_and_watcher(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    c = await new_memory_client(model_server, tmp_path)
+    try:
+        root = str(workspace)
+        listed = await c.request("memory/list", {"workspaceRoot": root})
+        assert {d["name"] for d in listed["docs"]} == {"Deploy checklist", "Answer style", "Database notes"}
+        found = await c.request("memory/recall", {"workspaceRoot": root, "query": "pgbouncer pool"})
+        assert [d["path"] for d in found["docs"]] == [str(topics["db"])]
+        assert found["tier"] == "local"
+        nothing = await c.request("memory/recall", {"workspaceRoot": root, "query": "quantum banana"})
+        assert nothing["docs"] == []
+        # An edit on disk shows in the next recall, with a memory/changed notification.
+        topics["db"].write_text(
+            "---\nname: Database notes\ndescription: Postgres\ntype: project\n---\nUse quantum bananas.\n"
+        )
+        await c.wait_for_memory_changed(str(topics["db"]))
+        found = await c.request("memory/recall", {"workspaceRoot": root, "query": "quantum banana"})
+        assert [d["path"] for d in found["docs"]] == [str(topics["db"])]
+        topics["db"].unlink()
+        await c.wait_for_memory_changed(str(topics["db"]), count=2)
+        found = await c.request("memory/recall", {"workspaceRoot": root, "query": "quantum banana"})
+        assert found["docs"] == []
+        status = await c.request("memory/status", {"workspaceRoot": root})
+        assert status["docCount"] == 2 and status["watcher"] == "running"
+    finally:
+        await c.lsp.shutdown_session()
