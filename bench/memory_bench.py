@@ -7,7 +7,9 @@ topic files in a temp folder: English technical notes with identifiers and
 numbers, about a tenth in Chinese, Japanese or Korean. Recall goes through
 ``ProjectMemory.recall`` (the path a prompt uses); edits go through the real
 watcher (watchfiles, debounce 50 ms) and are timed from the write until a
-recall returns the edited doc. Prints JSON, then a markdown table.
+recall returns the edited doc. Prints JSON, then a markdown table. ``--dense``
+draws every word from 300 common ones, so most words sit in half the docs: a
+worst case for posting lengths.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.memory import ProjectMemory  # noqa: E402
+from agentd.memory import ProjectMemory
 
-WORDS = """
+_COMMON = """
 deploy rollout canary rollback release pipeline build cache redis postgres schema migration index
 query latency throughput timeout retry backoff circuit breaker queue kafka consumer producer offset
 partition replica leader election lock mutex thread async await cancel scope task supervisor
@@ -42,7 +43,8 @@ frontend backend api endpoint route handler middleware request response status e
 review commit branch merge rebase conflict hook lint format style naming convention refactor
 editor buffer cursor selection diagnostic completion hover rename workspace folder watcher debounce
 user preference concise answer verbose summary explanation feedback reference project team owner
-""".split()
+"""
+WORDS = _COMMON.split()
 CJK_DOCS = [
     ("部署流程", "发布检查清单", "上线前确认监控和回滚开关。灰度发布后观察错误率。"),
     ("接口延迟排查", "API 性能看板", "记录服务响应时间和告警入口。"),
@@ -52,12 +54,33 @@ CJK_DOCS = [
     ("성능 목표", "분기 성능 지표", "콜드 스타트 시간을 줄인다."),
 ]
 TYPES = ("user", "feedback", "project", "reference")
+_SYLLABLES = "ka lo mi ren tas vor quel dun pix bra nor sel tum gri fal zen cor hup"
+SYLLABLES = _SYLLABLES.split()
+CJK_QUERIES = ["部署 回滚", "ログイン 設定", "배포 절차", "接口延迟", "レビュー"]
+
+
+def long_tail(n: int) -> list[str]:
+    """Project-specific words (names, identifiers): most of a real vocabulary."""
+    rng = random.Random(7)
+    seen: dict[str, None] = {}
+    while len(seen) < n:
+        seen["".join(rng.choices(SYLLABLES, k=rng.randint(2, 4)))] = None
+    return list(seen)
+
+
+VOCABULARY = WORDS + long_tail(6000)
+WEIGHTS = [1.0 / (i + 1) ** 0.9 for i in range(len(VOCABULARY))]
+DENSE_WEIGHTS = [1.0 / (i + 1) ** 0.8 for i in range(len(WORDS))]
+
+
+DENSE = False  # --dense: only the 300 common words, a worst case for posting lengths
 
 
 def zipf_words(rng: random.Random, n: int) -> list[str]:
     # Rank-weighted choice approximates the skew of real prose.
-    weights = [1.0 / (i + 1) ** 0.8 for i in range(len(WORDS))]
-    return rng.choices(WORDS, weights=weights, k=n)
+    if DENSE:
+        return rng.choices(WORDS, weights=DENSE_WEIGHTS, k=n)
+    return rng.choices(VOCABULARY, weights=WEIGHTS, k=n)
 
 
 def make_doc(rng: random.Random, i: int) -> tuple[str, str, str, str]:
@@ -94,7 +117,7 @@ def make_queries(rng: random.Random, n: int, size: int) -> list[str]:
         elif roll < 7:
             queries.append(f"why does svc{rng.randint(1, 400)} time out")
         elif roll < 8:
-            queries.append(rng.choice(["部署 回滚", "ログイン 設定", "배포 절차", "接口延迟", "レビュー"]))
+            queries.append(rng.choice(CJK_QUERIES))
         elif roll < 9:
             queries.append("how do I " + " ".join(zipf_words(rng, 8)) + " in the new module?")
         else:
@@ -111,7 +134,7 @@ def rss_kib() -> int:
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
@@ -193,17 +216,31 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--edits", type=int, default=50)
+    parser.add_argument("--dense", action="store_true", help="300-word vocabulary (worst case)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global DENSE
+    DENSE = args.dense
     if args.one is not None:
         print(json.dumps(asyncio.run(run_size(args.one, args.queries, args.edits))))
         return 0
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         out = subprocess.run(
-            [sys.executable, __file__, "--one", str(size), "--queries", str(args.queries),
-             "--edits", str(args.edits)],
-            check=True, capture_output=True, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                str(size),
+                "--queries",
+                str(args.queries),
+                "--edits",
+                str(args.edits),
+                *(["--dense"] if args.dense else []),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(json.dumps(rows, indent=2))

@@ -3,9 +3,10 @@
 `initialize` is answered before pydantic, httpx and the turn engine are
 imported (cold start), yet its result must say whether `session/load` and
 the memory extension methods exist. `core_methods` answers that by reading
-the names of the methods defined in `agentd/agent/core.py` without
-importing it; after the warm-up, handlers check the real object with
-`hasattr`, so a method advertised by mistake is still answered `-32601`.
+the names of the methods defined in `agentd/agent/core.py` and
+`agentd/app.py` without importing them; after the warm-up, handlers check
+the real objects with `hasattr`, so a method advertised by mistake is still
+answered `-32601`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ _METHOD = re.compile(r"^    (?:async )?def ([A-Za-z]\w*)\(", re.MULTILINE)
 
 @cache
 def core_methods() -> frozenset[str]:
-    """Public method names defined in the core's module (empty if unreadable)."""
-    source = Path(__file__).resolve().parent.parent / "agent" / "core.py"
-    try:
-        return frozenset(_METHOD.findall(source.read_text(encoding="utf-8")))
-    except OSError:
-        return frozenset()
+    """Method names defined in the core's and the App's modules (without importing them)."""
+    package = Path(__file__).resolve().parent.parent
+    names: set[str] = set()
+    for source in (package / "agent" / "core.py", package / "app.py"):
+        try:
+            names.update(_METHOD.findall(source.read_text(encoding="utf-8")))
+        except OSError:
+            continue
+    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,8 @@ class Connection:
     def send(self, message: dict[str, Any]) -> None:
         if self.closed:
             return
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        # `default=str`: a stray Path (or other non-JSON value) must not lose a reply.
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
         self._write(data.encode("utf-8") + b"\n")
 
     def notify(self, method: str, params: Any) -> None:

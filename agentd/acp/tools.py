@@ -3,12 +3,15 @@
 `AcpToolRunner` is the core's `ClientToolRunner` for an ACP connection. It
 offers the model only what the client advertised in `initialize`:
 
-| tool          | needs                                   | ACP calls                                                   |
-| ------------- | --------------------------------------- | ----------------------------------------------------------- |
-| `read_file`   | `fs.readTextFile`                       | `fs/read_text_file` (sees unsaved buffers)                  |
-| `edit_file`   | `fs.readTextFile` and `fs.writeTextFile` | read, permission (with the diff), re-read, write            |
-| `write_file`  | `fs.writeTextFile`                      | permission (with the diff), `fs/write_text_file`            |
-| `run_command` | `terminal`                              | permission, `terminal/create`, `wait_for_exit`, `output`, `release` |
+- `read_file` (needs `fs.readTextFile`): `fs/read_text_file`, which sees
+  unsaved buffers.
+- `edit_file` (needs `fs.readTextFile` and `fs.writeTextFile`): read,
+  permission (showing the diff), re-read, replace exactly one occurrence,
+  `fs/write_text_file`.
+- `write_file` (needs `fs.writeTextFile`): permission (with the diff), write.
+- `run_command` (needs `terminal`): permission, `terminal/create` (`/bin/sh
+  -c COMMAND`), embedded in the tool call, `terminal/wait_for_exit`,
+  `terminal/output`, `terminal/release`.
 
 Edits and commands ask `session/request_permission` first (allow once,
 allow always, reject). "Always" is remembered per session and tool kind
@@ -347,4 +350,3 @@ def command_result(output: Any, status: Any) -> str:
     else:
         parts.append(f"[exit code {code if isinstance(code, int) else 'unknown'}]")
     return "\n".join(parts)
-

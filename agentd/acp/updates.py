@@ -32,6 +32,7 @@ from agentd.agent.events import (
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
+    ToolStatus,
     Update,
     UsageReport,
     UserMessage,
@@ -59,7 +60,7 @@ TOOL_KINDS = {
 CANCELLED_TEXT = "Cancelled."
 _STATUS = {"running": "in_progress", "completed": "completed", "failed": "failed"}
 
-Message_ = tuple[str, dict[str, Any]]
+Outgoing = tuple[str, dict[str, Any]]
 
 
 def tool_kind(name: str) -> str:
@@ -107,7 +108,7 @@ def to_acp(
     update: Update,
     root: Path,
     display: Mapping[str, list[dict[str, Any]]] | None = None,
-) -> Message_ | None:
+) -> Outgoing | None:
     """One core event -> (method, params), or None when ACP has nothing for it.
 
     `display` holds richer content a client tool already showed for a call
@@ -148,7 +149,7 @@ def to_acp(
     raise TypeError(f"unknown update {update!r}")
 
 
-def _chunk(session_id: str, kind: str, text: str) -> Message_:
+def _chunk(session_id: str, kind: str, text: str) -> Outgoing:
     return SESSION_UPDATE, {
         "sessionId": session_id,
         "update": {"sessionUpdate": kind, "content": {"type": "text", "text": text}},
@@ -188,10 +189,12 @@ def replay(history: list[Message], client_tools: set[str]) -> Iterator[Update]:
                 yield ThoughtChunk(part.text)
             elif isinstance(part, ToolCallPart):
                 call = part.call
-                executor = "client" if call.name in client_tools else "daemon"
-                yield ToolCallStarted(call.id, call.name, call.arguments, executor)
+                if call.name in client_tools:
+                    yield ToolCallStarted(call.id, call.name, call.arguments, "client")
+                else:
+                    yield ToolCallStarted(call.id, call.name, call.arguments, "daemon")
             elif isinstance(part, ToolResultPart):
-                status = "failed" if part.is_error else "completed"
+                status: ToolStatus = "failed" if part.is_error else "completed"
                 yield ToolCallUpdate(part.tool_call_id, status, part.content)
             else:
                 assert isinstance(part, ReminderPart)

@@ -74,7 +74,7 @@ RECALL_SYSTEM = (
 @dataclass(eq=False)
 class PrefetchHandle:
     tier: str
-    task: asyncio.Task[RecallResult]
+    task: asyncio.Task[RecallResult] = field(init=False)
     started_at: float = field(default_factory=time.monotonic)
     settled_at: float | None = None
     consumed: bool = False
@@ -269,23 +269,24 @@ class MemoryRecall:
     # --- plumbing ---------------------------------------------------------------------
 
     def _spawn(self, session: Session, tier: str, coro: Any) -> PrefetchHandle:
-        task: asyncio.Task[RecallResult] = self.supervisor.spawn(
-            self._guard(tier, coro), name=f"recall-{tier}-{session.id[:8]}"
+        handle = PrefetchHandle(tier)
+        handle.task = self.supervisor.spawn(
+            self._guard(handle, coro), name=f"recall-{tier}-{session.id[:8]}"
         )
-        handle = PrefetchHandle(tier, task)
 
         def settled(t: asyncio.Task[RecallResult]) -> None:
-            # Set whatever the outcome: settled means "will not change any more".
-            handle.settled_at = time.monotonic()
-            handle.result = RecallResult((), tier) if t.cancelled() else t.result()
+            # Cancelled before it ran, or cancelled mid-way: settled with nothing.
+            if handle.settled_at is None:
+                handle.settled_at = time.monotonic()
+                handle.result = RecallResult((), tier)
 
-        task.add_done_callback(settled)
+        handle.task.add_done_callback(settled)
         return handle
 
-    async def _guard(self, tier: str, coro: Any) -> RecallResult:
+    async def _guard(self, handle: PrefetchHandle, coro: Any) -> RecallResult:
+        tier = handle.tier
         try:
             result: RecallResult = await coro
-            return result
         except asyncio.CancelledError:
             raise  # an abort, not a failure: never logged as one
         except Exception as exc:
@@ -295,7 +296,13 @@ class MemoryRecall:
                 detail = f"no answer within the {self.recall_timeout:g} s safety limit"
             log.warning("%s recall failed: %s", tier, detail)
             self.stats.bump(f"{tier}.failed")
-            return RecallResult((), tier)
+            result = RecallResult((), tier)
+        # Settled here, inside the task, rather than in a done callback: a
+        # callback runs one loop iteration later, which would make a local
+        # recall that finished at once look unsettled at the user-query point.
+        handle.result = result
+        handle.settled_at = time.monotonic()
+        return result
 
     def _abort_all(self, session: Session, why: str) -> None:
         for handle in session.prefetch:

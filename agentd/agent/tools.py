@@ -144,10 +144,11 @@ class DaemonTools:
         raise ToolError(f"unknown daemon tool {name!r}")
 
     def read_file(self, path: str, offset: int | None = None, limit: int | None = None) -> str:
-        fd, resolved = open_inside(self.root, path)
+        fd, _ = open_inside(self.root, path)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ToolError(f"{path} is not a regular file")
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise ToolError(f"{path} is not a regular file")
             data = f.read(READ_LIMIT_BYTES + 1)
         if b"\x00" in data[:8192]:
             raise ToolError(f"{path} looks like a binary file")

@@ -135,8 +135,10 @@ def _resync(buf: bytearray, skip_from: int) -> None:
     """Drop bytes up to the next `Content-Length:` at or after `skip_from`."""
     m = _HEADER_START.search(buf, skip_from)
     if m is None:
-        # Keep a tail in case a header is split across reads.
-        del buf[: max(0, len(buf) - 32)]
+        # Keep a short tail in case a header is split across reads, but always
+        # drop at least `skip_from` bytes: every resync must make progress.
+        tail = len(b"Content-Length:") - 1
+        del buf[: max(skip_from, len(buf) - tail)]
     else:
         del buf[: m.start()]
 

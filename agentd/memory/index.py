@@ -168,9 +168,10 @@ class InvertedIndex:
         self._by_path[str(doc.info.path)] = indexed
         return indexed
 
-    def upsert(self, doc: TopicDoc) -> None:
+    def upsert(self, doc: TopicDoc, fields: Fields | None = None) -> None:
+        """Add or replace ``doc`` (``fields``: its terms, if already tokenised)."""
         self.remove(str(doc.info.path))
-        self._add(doc, field_terms(doc), keep_vocab_sorted=True)
+        self._add(doc, fields if fields is not None else field_terms(doc), keep_vocab_sorted=True)
 
     def remove(self, path: str) -> bool:
         indexed = self._by_path.pop(path, None)
@@ -338,9 +339,9 @@ def _max_into(
     else:
         get = postings.get
         for doc_id in members:
-            weight = get(doc_id)
-            if weight is not None:
-                value = weight * scale
+            found = get(doc_id)
+            if found is not None:
+                value = found * scale
                 if value > best.get(doc_id, 0.0):
                     best[doc_id] = value
 

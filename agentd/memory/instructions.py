@@ -112,12 +112,8 @@ class InstructionFiles:
     def candidates(self) -> list[tuple[Path, str]]:
         """Top-level files that may exist, most general first, with their label."""
         out = [(self.config_dir / USER_FILE, "user instructions, for all projects")]
-        chain = [self.workspace_root]
-        if self.repo_root != self.workspace_root:
-            chain = [
-                p for p in self.workspace_root.parents if p.is_relative_to(self.repo_root)
-            ][::-1] + chain
-        for directory in chain:
+        between = [p for p in self.workspace_root.parents if p.is_relative_to(self.repo_root)]
+        for directory in [*reversed(between), self.workspace_root]:
             out.extend((directory / name, "project instructions") for name in INSTRUCTION_NAMES)
         return out
 

@@ -23,14 +23,14 @@ from typing import Any
 
 from watchfiles import Change
 
-from agentd.memory.index import InvertedIndex, field_terms
+from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
 from agentd.memory.layout import (
     INDEX_FILE,
     canonical_root,
     memory_dir,
     team_memory_dir,
 )
-from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, recall_index
+from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, budgeted, rank, recall_index
 from agentd.memory.store import (
     MAX_TOPIC_BYTES,
     DocInfo,
@@ -51,10 +51,10 @@ log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
 Listener = Callable[[list[Path]], None]
 
+# The most docs ``candidates`` returns.
+MAX_CANDIDATES = 200
 # Folders with more topic files than this are indexed in a worker thread.
 THREAD_THRESHOLD = 64
-# Watcher batches touching more files than this are read in a worker thread.
-THREAD_READ_THRESHOLD = 16
 
 
 @dataclass
@@ -82,9 +82,7 @@ class ProjectMemory:
         watch: bool = True,
     ) -> None:
         self.workspace_root = canonical_root(workspace_root)
-        self.directory = Path(
-            os.path.abspath(directory or memory_dir(self.workspace_root, home))
-        )
+        self.directory = Path(os.path.abspath(directory or memory_dir(self.workspace_root, home)))
         self.team_directory = Path(
             os.path.abspath(team_directory or team_memory_dir(self.workspace_root))
         )
@@ -121,7 +119,12 @@ class ProjectMemory:
                 name=f"memory-watcher:{self.directory.parent.name}",
             )
             await self._watcher.start()
-        snapshot = await self._build_snapshot(progress)
+        try:
+            snapshot = await self._build_snapshot(progress)
+        except BaseException:
+            # The watcher's batches wait for the first index: stop it, do not strand it.
+            await self.aclose()
+            raise
         self._install(snapshot, notify=False)
         self._ready.set()
 
@@ -143,6 +146,26 @@ class ProjectMemory:
         if not self._ready.is_set():
             return EMPTY
         return recall_index(self._index, query, exclude=exclude, limit=limit)
+
+    def candidates(
+        self, query: str, *, exclude: Collection[str] = (), limit: int = 60
+    ) -> list[DocInfo]:
+        """Docs with lexical evidence for ``query``, best first, without the 5-doc
+        cap or the relative floor: the shortlist a model tier chooses from."""
+        if not self._ready.is_set():
+            return []
+        hits = rank(self._index, query, exclude=exclude, limit=min(limit, MAX_CANDIDATES))
+        return [h.doc.info for h in hits]
+
+    def recalled(self, paths: Sequence[str], *, tier: str = "model") -> RecallResult:
+        """The docs at ``paths`` (in that order; unknown paths skipped), with the
+        same caps and budgets as ``recall``: how another tier delivers its picks."""
+        picked: list[tuple[IndexedDoc, float]] = []
+        for path in dict.fromkeys(paths):
+            indexed = self._index.get(path)
+            if indexed is not None:
+                picked.append((indexed, 0.0))
+        return budgeted(picked, tier=tier)
 
     def list_docs(self) -> list[DocInfo]:
         return sorted((d.info for d in self._index.docs()), key=lambda i: (i.team, str(i.path)))
@@ -298,18 +321,18 @@ class ProjectMemory:
         return snapshot
 
     async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
+        report = _safe(progress)
         count = sum(len(list_topics(folder).paths) for folder, _ in self._folders())
         if count <= THREAD_THRESHOLD:
-            return self._scan(_safe(progress))
-        loop = asyncio.get_running_loop()
-        safe = _safe(progress)
-        if safe is None:
-            return await asyncio.to_thread(self._scan, None)
-        report = safe
+            return self._scan(report)
+        from_thread: Progress | None = None
+        if report is not None:
+            loop = asyncio.get_running_loop()
+            on_loop = report
 
-        def from_thread(done: int, total: int) -> None:
-            # Progress goes to the wire layer, which lives on the loop.
-            loop.call_soon_threadsafe(report, done, total)
+            def from_thread(done: int, total: int) -> None:
+                # Progress goes to the wire layer, which lives on the loop.
+                loop.call_soon_threadsafe(on_loop, done, total)
 
         return await asyncio.to_thread(self._scan, from_thread)
 
@@ -379,35 +402,50 @@ class ProjectMemory:
         return False
 
     def _read_many(
-        self, items: list[tuple[Path, bool]]
-    ) -> list[tuple[Path, TopicDoc | Skipped | None]]:
+        self, items: list[tuple[Path, bool]], known: dict[str, str]
+    ) -> list[tuple[Path, TopicDoc | Skipped | None, Fields | None]]:
+        """Read changed files and tokenise those whose content hash is new.
+
+        Blocking; runs in a worker thread. ``known`` maps paths to the hashes
+        indexed when the batch began.
+        """
         reals = {False: _realpath(self.directory), True: _realpath(self.team_directory)}
-        return [(path, read_topic(path, reals[team], team=team)) for path, team in items]
+        out: list[tuple[Path, TopicDoc | Skipped | None, Fields | None]] = []
+        for path, team in items:
+            outcome = read_topic(path, reals[team], team=team)
+            fields = None
+            if isinstance(outcome, TopicDoc) and known.get(str(path)) != outcome.content_hash:
+                fields = field_terms(outcome)
+            out.append((path, outcome, fields))
+        return out
 
     async def _apply_topic_changes(self, items: list[tuple[Path, bool]]) -> None:
-        if len(items) > THREAD_READ_THRESHOLD:
-            outcomes = await asyncio.to_thread(self._read_many, items)
-        else:
-            outcomes = self._read_many(items)
+        # Reading and tokenising happen off the loop (a checkout may touch
+        # thousands of files, a topic file may be 256 KiB); the index is then
+        # updated on the loop, where recall reads it.
+        known = {
+            str(p): d.content_hash for p, _ in items if (d := self._index.get(str(p))) is not None
+        }
+        results = await asyncio.to_thread(self._read_many, items, known)
         changed: list[Path] = []
-        for path, outcome in outcomes:
+        for path, outcome, fields in results:
             key = str(path)
             if isinstance(outcome, TopicDoc):
                 current = self._index.get(key)
                 if current is not None and current.content_hash == outcome.content_hash:
-                    # Our own write, or a touch: no re-tokenising, no notification.
+                    # Our own write (note_own_write indexed it already), or a touch.
                     self._index.set_mtime(key, outcome.info.mtime)
                     continue
-                self._index.upsert(outcome)
+                self._index.upsert(outcome, fields)
                 self._skipped.pop(key, None)
                 changed.append(path)
-            else:
-                removed = self._index.remove(key)
-                had_problem = self._skipped.pop(key, None) is not None
-                if isinstance(outcome, Skipped):
-                    self._skipped[key] = outcome.problem
-                if removed or had_problem or isinstance(outcome, Skipped):
-                    changed.append(path)
+                continue
+            removed = self._index.remove(key)
+            had_problem = self._skipped.pop(key, None) is not None
+            if isinstance(outcome, Skipped):
+                self._skipped[key] = outcome.problem
+            if removed or had_problem or isinstance(outcome, Skipped):
+                changed.append(path)
         if changed:
             self._changed(changed)
 

@@ -11,11 +11,11 @@ score of at least a fixed share of the best doc's.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentd.memory.index import InvertedIndex
+from agentd.memory.index import Hit, IndexedDoc, InvertedIndex
 from agentd.memory.tokenize import terms
 
 TIER_LOCAL = "local"
@@ -27,6 +27,9 @@ RELATIVE_SCORE_FLOOR = 0.25
 # Below this many characters left in the delivery budget, stop adding docs.
 MIN_USEFUL_CHARS = 200
 TRUNCATION_MARK = "\n[... truncated]"
+# A pasted log can be huge; its start and its end (where the question usually
+# is) are what recall looks at.
+MAX_QUERY_CHARS = 8_000
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,48 @@ def excerpt(body: str, budget: int) -> str:
     return cut.rstrip() + TRUNCATION_MARK
 
 
+def budgeted(
+    scored: Iterable[tuple[IndexedDoc, float]], *, tier: str, now: float | None = None
+) -> RecallResult:
+    """At most MAX_DOCS docs, each excerpt within DOC_CHARS, all within DELIVERY_CHARS."""
+    now = time.time() if now is None else now
+    remaining = DELIVERY_CHARS
+    docs: list[RecalledDoc] = []
+    for indexed, score in scored:
+        if len(docs) >= MAX_DOCS or remaining < MIN_USEFUL_CHARS:
+            break
+        info = indexed.info
+        # Name and description count against the delivery budget too.
+        overhead = len(info.name) + len(info.description)
+        text = excerpt(indexed.head, max(0, min(DOC_CHARS, remaining - overhead)))
+        remaining -= overhead + len(text)
+        docs.append(
+            RecalledDoc(
+                path=info.path,
+                name=info.name,
+                description=info.description,
+                type=info.type,
+                score=round(score, 4),
+                age_text=age_text(info.mtime, now),
+                team=info.team,
+                excerpt=text,
+            )
+        )
+    return RecallResult(docs=tuple(docs), tier=tier)
+
+
+def rank(
+    index: InvertedIndex, query: str, *, exclude: Collection[str] = (), limit: int = MAX_DOCS
+) -> list[Hit]:
+    """Docs with evidence for ``query``, best first (no relative floor, no budget)."""
+    if limit <= 0 or not query.strip():
+        return []
+    if len(query) > MAX_QUERY_CHARS:
+        half = MAX_QUERY_CHARS // 2
+        query = query[:half] + "\n" + query[-half:]
+    return index.search(terms(query), exclude=exclude, limit=limit)
+
+
 def recall_index(
     index: InvertedIndex,
     query: str,
@@ -94,34 +139,9 @@ def recall_index(
     limit: int = MAX_DOCS,
     now: float | None = None,
 ) -> RecallResult:
-    limit = min(limit, MAX_DOCS)
-    if limit <= 0 or not query.strip():
-        return EMPTY
-    hits = index.search(terms(query), exclude=exclude, limit=limit)
+    hits = rank(index, query, exclude=exclude, limit=min(limit, MAX_DOCS))
     if not hits:
         return EMPTY
     floor = hits[0].score * RELATIVE_SCORE_FLOOR
-    now = time.time() if now is None else now
-    remaining = DELIVERY_CHARS
-    docs: list[RecalledDoc] = []
-    for hit in hits:
-        if hit.score < floor or remaining < MIN_USEFUL_CHARS:
-            break
-        info = hit.doc.info
-        # Name and description count against the delivery budget too.
-        overhead = len(info.name) + len(info.description)
-        text = excerpt(hit.doc.head, max(0, min(DOC_CHARS, remaining - overhead)))
-        remaining -= overhead + len(text)
-        docs.append(
-            RecalledDoc(
-                path=info.path,
-                name=info.name,
-                description=info.description,
-                type=info.type,
-                score=round(hit.score, 4),
-                age_text=age_text(info.mtime, now),
-                team=info.team,
-                excerpt=text,
-            )
-        )
-    return RecallResult(docs=tuple(docs), tier=TIER_LOCAL)
+    kept = [(h.doc, h.score) for h in hits if h.score >= floor]
+    return budgeted(kept, tier=TIER_LOCAL, now=now)

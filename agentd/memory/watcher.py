@@ -89,11 +89,11 @@ class FolderWatcher:
 
     async def _run(self, registered: asyncio.Future[None]) -> None:
         failures = 0
-        first = True
+        rescan = False
         try:
             while not self._stop.is_set():
                 try:
-                    await self._watch_once(registered if first else None)
+                    await self._watch_once(registered, rescan)
                     failures = 0
                 except asyncio.CancelledError:
                     raise
@@ -107,16 +107,16 @@ class FolderWatcher:
                     with contextlib.suppress(TimeoutError):
                         delay = min(MAX_BACKOFF_S, 0.25 * 2**failures)
                         await asyncio.wait_for(self._stop.wait(), delay)
-                first = False
-                if not self._stop.is_set():
-                    await self._on_restarted()
+                # Whatever ended that round (a restart request, a failure), events
+                # may have been missed: the next registration is followed by a rescan.
+                rescan = True
         finally:
             if not registered.done():
                 registered.set_result(None)
             if self.state != "failed":
                 self.state = "stopped"
 
-    async def _watch_once(self, registered: asyncio.Future[None] | None) -> None:
+    async def _watch_once(self, registered: asyncio.Future[None], rescan: bool) -> None:
         signal = _StopSignal(self._stop)
         paths = [str(p) for p in self._paths()]
         changes_iter = awatch(
@@ -136,8 +136,11 @@ class FolderWatcher:
                 pending.result()  # raises the registration error
             self.state = "running"
             self.error = None
-            if registered is not None and not registered.done():
+            if not registered.done():
                 registered.set_result(None)
+            if rescan:
+                # Registered again before looking: nothing falls in between.
+                await self._on_restarted()
             while True:
                 try:
                     changes = await pending
@@ -150,7 +153,9 @@ class FolderWatcher:
                 pending = asyncio.ensure_future(anext(changes_iter))
         finally:
             if not pending.done():
+                # Told to stop, awatch returns within one step (10 ms).
                 signal.set()
-                with contextlib.suppress(StopAsyncIteration, asyncio.CancelledError):
-                    await pending
+                await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # retrieved: its outcome no longer matters
             await changes_iter.aclose()

@@ -31,7 +31,8 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = memory_dir(ws)
     folder.mkdir(parents=True)
     (folder / "deploy.md").write_text(
-        "---\nname: Deploy steps\ndescription: Production rollout\ntype: project\n---\nCanary first.\n"
+        "---\nname: Deploy steps\ndescription: Production rollout\ntype: project\n---\n"
+        "Canary first.\n"
     )
     (folder / "broken.md").write_text("---\nname: Unclosed\n")
     (folder / "MEMORY.md").write_text("- [Deploy steps](deploy.md) — rollout\n")
@@ -81,7 +82,9 @@ def test_status(workspace: Path) -> None:
     assert "not closed" in out and "docs:           2" in out
 
 
-def test_missing_memory_folder_is_empty_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_memory_folder_is_empty_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AGENTD_HOME", str(tmp_path / "home"))
     code, out = call("memory", "list", str(tmp_path), "--json")
     assert code == 0 and json.loads(out)["docs"] == []

@@ -82,8 +82,10 @@ def test_imports_depth_loops_and_containment(tree: tuple[Path, Path, Path], tmp_
     assert "example.com" not in problems
 
 
-def test_symlinked_import_escaping_is_refused(tree: tuple[Path, Path, Path], tmp_path: Path) -> None:
-    repo, ws, config = tree
+def test_symlinked_import_escaping_is_refused(
+    tree: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    _, ws, config = tree
     (tmp_path / "secret.md").write_text("SECRET")
     (ws / "link.md").symlink_to(tmp_path / "secret.md")
     (ws / "AGENTS.md").write_text("x @link.md")
@@ -105,7 +107,7 @@ def test_budget_is_shared_fairly(tree: tuple[Path, Path, Path]) -> None:
 
 
 def test_reloads_when_files_change(tree: tuple[Path, Path, Path]) -> None:
-    repo, ws, config = tree
+    _, ws, config = tree
     files = InstructionFiles(ws, config)
     assert files.render() == ""
     agents = ws / "AGENTS.md"

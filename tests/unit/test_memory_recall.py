@@ -219,5 +219,45 @@ def test_recalled_doc_fields() -> None:
     result = recall_index(index_of(doc("Alpha", "first", "body", kind="user")), "alpha", now=NOW)
     d = result.docs[0]
     assert isinstance(d, RecalledDoc)
-    assert (d.name, d.description, d.type, d.team, d.excerpt) == ("Alpha", "first", "user", False, "body")
+    assert (d.name, d.description, d.type, d.team) == ("Alpha", "first", "user", False)
+    assert d.excerpt == "body"
     assert d.path.is_absolute()
+
+
+def test_pruned_search_matches_exhaustive_search() -> None:
+    import random
+
+    rng = random.Random(1234)
+    words = [f"w{chr(97 + i % 26)}{chr(97 + i // 26)}word" for i in range(120)]
+    weights = [1 / (i + 1) for i in range(len(words))]
+    docs = [
+        doc(
+            " ".join(rng.choices(words, weights, k=rng.randint(1, 4))),
+            " ".join(rng.choices(words, weights, k=rng.randint(0, 8))),
+            " ".join(rng.choices(words, weights, k=rng.randint(0, 60))),
+            mtime=NOW - rng.randint(0, 10),
+            path=f"/mem/d{i}.md",
+        )
+        for i in range(400)
+    ]
+    idx = index_of(*docs)
+    for _ in range(300):
+        query = rng.choices(words, weights, k=rng.randint(1, 9))
+        if rng.random() < 0.3:
+            query.append(rng.choice(words)[:5])  # a prefix
+        exclude = {f"/mem/d{rng.randrange(400)}.md" for _ in range(rng.randint(0, 5))}
+        limit = rng.randint(1, 5)
+        fast = idx.search(query, exclude=exclude, limit=limit)
+        slow = idx.search_exhaustive(query, exclude=exclude, limit=limit)
+        assert [(round(h.score, 9), h.doc.info.path) for h in fast] == [
+            (round(h.score, 9), h.doc.info.path) for h in slow
+        ], query
+
+
+def test_huge_queries_stay_bounded() -> None:
+    idx = index_of(doc("Stack trace triage", "reading tracebacks", "Start from the last frame."))
+    pasted = "noise " * 50_000 + " how do I read this traceback?"
+    start = time.perf_counter()
+    result = recall_index(idx, pasted, now=NOW)
+    assert time.perf_counter() - start < 0.5
+    assert names(result) == ["Stack trace triage"]  # the question at the end still counts

@@ -196,3 +196,26 @@ async def test_team_folder_symlinked_outside_is_ignored(
         assert "outside the workspace" in memory.status()["problems"][0]["problem"]
     finally:
         await memory.aclose()
+
+
+@pytest.mark.asyncio
+async def test_candidates_and_recalled_for_another_tier(folders: tuple[Path, Path]) -> None:
+    ws, mem = folders
+    for i in range(12):
+        topic(mem, f"n{i:02d}.md", f"Deploy note {i}", "deploy " * (i + 1) + "x" * 3000)
+    memory = ProjectMemory(ws, directory=mem, watch=False)
+    await memory.start()
+    try:
+        assert len(memory.recall("deploy").docs) == 5
+        shortlist = memory.candidates("deploy", limit=60)
+        assert len(shortlist) == 12  # no 5-doc cap, no relative floor
+        assert memory.candidates("unrelated words") == []
+        excluded = str(shortlist[0].path)
+        assert excluded not in {str(d.path) for d in memory.candidates("deploy", exclude={excluded})}
+        picks = [str(d.path) for d in shortlist[:7]] + [str(mem / "unknown.md")]
+        result = memory.recalled(picks, tier="model")
+        assert result.tier == "model"
+        assert [str(d.path) for d in result.docs] == picks[:5]
+        assert all(len(d.excerpt) <= 1200 for d in result.docs)
+    finally:
+        await memory.aclose()

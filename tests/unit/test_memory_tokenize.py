@@ -4,8 +4,9 @@ from agentd.memory.tokenize import is_weak, normalize, stem, terms
 
 
 def test_nfkc_and_case_folding() -> None:
-    assert normalize("ＡＰＩ") == "API"
-    assert terms("ＱＷＥＮ ＡＰＩ") == ["qwen", "api"]
+    full_width_api = "\uff21\uff30\uff29"  # "API" in full-width letters
+    assert normalize(full_width_api) == "API"
+    assert terms("\uff31\uff37\uff25\uff2e " + full_width_api) == ["qwen", "api"]
     assert terms("STRASSE Straße") == ["strasse", "strasse"]
     assert terms("ｶﾀｶﾅ") == terms("カタカナ")  # half-width kana
 

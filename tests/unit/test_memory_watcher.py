@@ -102,7 +102,9 @@ async def test_own_writes_cause_no_extra_work(memory: ProjectMemory) -> None:
     memory.add_listener(heard.append)
     start = memory.generation
     own = memory.directory / "own.md"
-    content = "---\nname: Extracted fact\ndescription: from a turn\ntype: project\n---\nGRPC deadline\n"
+    content = (
+        "---\nname: Extracted fact\ndescription: from a turn\ntype: project\n---\nGRPC deadline\n"
+    )
     own.write_text(content)
     memory.note_own_write(own, content)
     # Indexed at once, without waiting for the watcher.

@@ -78,12 +78,7 @@ def _score(cases: list[dict[str, Any]], returned: dict[str, list[str]]) -> dict[
             for c in with_relevant
         ]
     )
-    top1 = mean(
-        [
-            1.0 if returned[c["id"]][:1] == [c["expectedTopId"]] else 0.0
-            for c in with_top
-        ]
-    )
+    top1 = mean([1.0 if returned[c["id"]][:1] == [c["expectedTopId"]] else 0.0 for c in with_top])
     nr_recall = mean([1.0 if not returned[c["id"]] else 0.0 for c in no_result])
     nr_precision = mean([1.0 if not c["relevantIds"] else 0.0 for c in empty])
     return {

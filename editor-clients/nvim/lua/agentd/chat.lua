@@ -9,6 +9,16 @@ M.name = 'agentd://chat'
 local ns = api.nvim_create_namespace('agentd.chat')
 local bufnr ---@type integer?
 
+--- The buffer whose full name is `name`, if any. (bufnr() takes a file
+--- pattern, where a name's characters would need escaping.)
+function M.find(name)
+  for _, b in ipairs(api.nvim_list_bufs()) do
+    if api.nvim_buf_get_name(b) == name then
+      return b
+    end
+  end
+end
+
 --- The chat buffer, created on first use.
 ---@return integer
 function M.buf()
@@ -16,9 +26,9 @@ function M.buf()
     return bufnr
   end
   -- A buffer of that name may survive from an earlier load of the plugin.
-  local existing = vim.fn.bufnr('^' .. vim.pesc(M.name) .. '$')
-  bufnr = existing > 0 and existing or api.nvim_create_buf(true, true)
-  if existing <= 0 then
+  local existing = M.find(M.name)
+  bufnr = existing or api.nvim_create_buf(true, true)
+  if not existing then
     api.nvim_buf_set_name(bufnr, M.name)
   end
   local bo = vim.bo[bufnr]
@@ -63,6 +73,18 @@ local function append_lines(buf, lines)
   return api.nvim_buf_line_count(buf) - #lines
 end
 
+--- Drop trailing empty lines, so that what follows is spaced evenly.
+local function trim(buf)
+  local n = api.nvim_buf_line_count(buf)
+  local keep = n
+  while keep > 1 and api.nvim_buf_get_lines(buf, keep - 1, keep, false)[1] == '' do
+    keep = keep - 1
+  end
+  if keep < n then
+    api.nvim_buf_set_lines(buf, keep, n, false, {})
+  end
+end
+
 --- Show the chat buffer in a window (unless one already shows it).
 ---@param position string|nil an Ex command opening a window, e.g. 'botright vsplit'
 function M.open(position)
@@ -84,22 +106,20 @@ end
 function M.clear(header)
   write(function(buf)
     api.nvim_buf_clear_namespace(buf, ns, 0, -1)
-    api.nvim_buf_set_lines(buf, 0, -1, false, { header, '' })
+    api.nvim_buf_set_lines(buf, 0, -1, false, { header })
   end)
 end
 
 --- Start a turn: the user's prompt, then the heading the answer streams under.
 --- Returns the render state that the other functions take.
 function M.begin_turn(prompt)
-  local r = { mode = nil, marks = {} }
+  local r = { mode = nil }
   write(function(buf)
-    local lines = { '## You', '' }
+    trim(buf)
+    local lines = { '', '## You', '' }
     vim.list_extend(lines, vim.split(prompt, '\n', { plain = true }))
-    vim.list_extend(lines, { '', '## agentd', '' })
-    local _, last = last_line(buf)
-    if last ~= '' then
-      table.insert(lines, 1, '')
-    end
+    -- The last empty line is where the answer starts (see `stream`).
+    vim.list_extend(lines, { '', '## agentd', '', '' })
     append_lines(buf, lines)
   end)
   return r
@@ -146,21 +166,19 @@ end
 function M.line(r, text)
   local key
   write(function(buf)
-    if r.mode ~= 'block' then
-      local _, last = last_line(buf)
-      if last ~= '' then
-        append_lines(buf, { '' })
-      end
-      r.mode = 'block'
-    end
-    local _, last = last_line(buf)
+    local n, last = last_line(buf)
     local row
-    if last == '' then
-      row = api.nvim_buf_line_count(buf) - 1
+    if r.mode == 'block' then
+      row = append_lines(buf, { text })
+    elseif last == '' then
+      row = n - 1
       api.nvim_buf_set_lines(buf, row, row + 1, false, { text })
     else
-      row = append_lines(buf, { text })
+      -- Leaving streamed text: a blank line, or markdown would glue the
+      -- list item to the paragraph.
+      row = append_lines(buf, { '', text }) + 1
     end
+    r.mode = 'block'
     key = api.nvim_buf_set_extmark(buf, ns, row, 0, {})
   end)
   return key
@@ -184,26 +202,15 @@ function M.finish(r, text)
     return
   end
   r.finished = true
-  write(function(buf)
-    local _, last = last_line(buf)
-    local lines = { '_' .. text .. '_', '' }
-    if last ~= '' then
-      table.insert(lines, 1, '')
-    end
-    append_lines(buf, lines)
-  end)
+  M.note(text)
   r.mode = nil
 end
 
---- A standalone note (errors outside a turn, "no prompt running", ...).
+--- A standalone italic note (a turn's footer, an error outside a turn).
 function M.note(text)
   write(function(buf)
-    local _, last = last_line(buf)
-    local lines = { '_' .. text .. '_', '' }
-    if last ~= '' then
-      table.insert(lines, 1, '')
-    end
-    append_lines(buf, lines)
+    trim(buf)
+    append_lines(buf, { '', '_' .. text .. '_' })
   end)
 end
 

@@ -44,10 +44,13 @@ M.config = vim.deepcopy(defaults)
 
 ---@param opts table|nil see `defaults` above and :h agentd-config
 function M.setup(opts)
-  M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
-  -- tbl_deep_extend merges tables; a user's auto_approve replaces ours whole.
-  if opts and opts.auto_approve ~= nil then
-    M.config.auto_approve = opts.auto_approve
+  opts = opts or {}
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts)
+  -- tbl_deep_extend merges tables key by key; these are taken whole.
+  for _, key in ipairs({ 'auto_approve', 'shell' }) do
+    if opts[key] ~= nil then
+      M.config[key] = opts[key]
+    end
   end
 end
 
@@ -86,6 +89,14 @@ local function errmsg(err)
     return ('%s (%s)'):format(err.message or vim.inspect(err), tostring(err.code))
   end
   return tostring(err)
+end
+
+--- A config callback field (a function or a list of them) as a list.
+local function as_list(v)
+  if v == nil then
+    return {}
+  end
+  return type(v) == 'table' and v or { v }
 end
 
 local function resolved_config()
@@ -198,7 +209,7 @@ local function start(p)
   config.root_dir = p.root
   -- Our handlers win for our methods; a user's handlers for others stay.
   config.handlers = vim.tbl_extend('force', config.handlers or {}, M.handlers)
-  local user_init = vim._ensure_list(config.on_init)
+  local user_init = as_list(config.on_init)
   config.on_init = function(client, result)
     for _, fn in ipairs(user_init) do
       fn(client, result)
@@ -209,7 +220,7 @@ local function start(p)
       fn(client)
     end
   end
-  local user_exit = vim._ensure_list(config.on_exit)
+  local user_exit = as_list(config.on_exit)
   config.on_exit = function(code, signal, client_id)
     for _, fn in ipairs(user_exit) do
       fn(code, signal, client_id)
@@ -343,8 +354,9 @@ local function on_update(p, turn, u)
   elseif kind == 'thought_chunk' then
     chat.thought(turn.r, u.text or '')
   elseif kind == 'tool_call' then
+    turn.ncalls = (turn.ncalls or 0) + 1
     local call = {
-      id = u.toolCallId,
+      id = u.toolCallId or ('#' .. turn.ncalls),
       name = u.name or '?',
       executor = u.executor,
       summary = tools.summary(u.name, u.arguments),
@@ -398,8 +410,8 @@ M.handlers = {
   -- The memory index changed (an edit, an extraction): refresh the listing
   -- if it is shown, so it never goes stale.
   ['memory/changed'] = function(_, params)
-    local buf = vim.fn.bufnr('^agentd://memory$')
-    if buf > 0 and type(params) == 'table' and vim.b[buf].agentd_root == params.workspaceRoot then
+    local buf = chat.find('agentd://memory')
+    if buf and type(params) == 'table' and vim.b[buf].agentd_root == params.workspaceRoot then
       M.memory({ root = params.workspaceRoot, refresh = true })
     end
   end,
@@ -616,8 +628,8 @@ end
 -- --- memory --------------------------------------------------------------------------
 
 local function show_memory(p, res)
-  local buf = vim.fn.bufnr('^agentd://memory$')
-  if buf <= 0 then
+  local buf = chat.find('agentd://memory')
+  if not buf then
     buf = api.nvim_create_buf(true, true)
     api.nvim_buf_set_name(buf, 'agentd://memory')
     vim.bo[buf].buftype = 'nofile'

@@ -73,17 +73,8 @@ end
 
 --- The loaded buffer of a file, if any (its unsaved text is the truth).
 local function loaded_buf(abs)
-  local b = vim.fn.bufnr('^' .. vim.fn.fnameescape(abs) .. '$')
-  if b == -1 then
-    -- bufnr() matches names as patterns; compare full names as a fallback.
-    for _, cand in ipairs(api.nvim_list_bufs()) do
-      if api.nvim_buf_get_name(cand) == abs then
-        b = cand
-        break
-      end
-    end
-  end
-  if b ~= -1 and api.nvim_buf_is_loaded(b) then
+  local b = require('agentd.chat').find(abs)
+  if b and api.nvim_buf_is_loaded(b) then
     return b
   end
 end
@@ -291,13 +282,19 @@ function handlers.run_command(ctx, args, done)
       end
       local output = table.concat(parts, parts[1] and not parts[1]:match('\n$') and '\n' or '')
       local status
-      if res.signal and res.signal ~= 0 then
+      local killed = res.signal and res.signal ~= 0
+      if killed then
         status = ('killed by signal %d'):format(res.signal)
+        if res.code == 124 then
+          status = ('timed out after %d ms, %s'):format(ctx.config.command_timeout, status)
+        end
       else
         status = ('exit code %d'):format(res.code)
       end
       local text = ('$ %s\n%s%s[%s]'):format(args.command, output, output ~= '' and not output:match('\n$') and '\n' or '', status)
-      done(text, res.code ~= 0 or (res.signal or 0) ~= 0)
+      -- A non-zero exit is an answer (a failing test run is what the model
+      -- asked to see), not a tool failure; a killed command is one.
+      done(text, killed, killed and nil or status)
     end)
   end)
   if not ok then
@@ -427,11 +424,12 @@ function M.run(ctx, name, args, progress, report)
       end
       progress('running')
       guarded(function()
-        handler(ctx, args, function(text, is_error)
+        handler(ctx, args, function(text, is_error, note)
           if ctx.cancelled() then
             return finish('cancelled', 'The prompt was cancelled.', true)
           end
-          finish(is_error and 'failed' or 'completed', text, is_error or false)
+          local status = is_error and 'failed' or 'completed'
+          finish(note and (status .. ' (' .. note .. ')') or status, text, is_error or false)
         end)
       end)
     end)

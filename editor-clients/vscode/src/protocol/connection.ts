@@ -76,3 +76,44 @@ export class CancellationSource {
     for (const l of listeners) l(undefined);
   }
 }
+
+/**
+ * LanguageClient and MessageConnection keep ONE handler per notification
+ * method (a second onNotification replaces the first). The panel and the chat
+ * participant each listen to agent/update, so the connection they share fans
+ * every notification out to all listeners.
+ */
+export function multiplexNotifications(inner: AgentConnection): AgentConnection {
+  const listeners = new Map<string, Set<(params: any) => void>>();
+  const registrations = new Map<string, Disposable>();
+  return {
+    sendRequest: (method, params, token) => inner.sendRequest(method, params, token),
+    sendNotification: (method, params) => inner.sendNotification(method, params),
+    onNotification(method, handler) {
+      let set = listeners.get(method);
+      if (!set) {
+        const fresh = new Set<(params: any) => void>();
+        listeners.set(method, fresh);
+        set = fresh;
+        registrations.set(
+          method,
+          inner.onNotification(method, (params) => {
+            for (const l of [...fresh]) l(params);
+          }),
+        );
+      }
+      const own = set;
+      own.add(handler);
+      return {
+        dispose: () => {
+          own.delete(handler);
+          if (own.size === 0 && listeners.get(method) === own) {
+            listeners.delete(method);
+            registrations.get(method)?.dispose();
+            registrations.delete(method);
+          }
+        },
+      };
+    },
+  };
+}

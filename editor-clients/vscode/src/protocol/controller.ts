@@ -72,6 +72,8 @@ export class AgentController {
   constructor(
     private readonly workspaceRoot: () => string | undefined,
     private readonly tools: ClientToolRunner,
+    /** Refresh the memory list on memory/changed (the panel does; the chat participant has no list). */
+    private readonly options: { watchMemory?: boolean } = {},
   ) {}
 
   // --- wiring ------------------------------------------------------------------
@@ -95,10 +97,10 @@ export class AgentController {
   attach(conn: AgentConnection): void {
     this.detach('agentd restarted while the prompt was running.');
     this.conn = conn;
-    this.subscriptions = [
-      conn.onNotification('agent/update', (p: AgentUpdateParams) => this.onUpdate(p)),
-      conn.onNotification('memory/changed', (p: MemoryChangedParams) => this.onMemoryChanged(p)),
-    ];
+    this.subscriptions = [conn.onNotification('agent/update', (p: AgentUpdateParams) => this.onUpdate(p))];
+    if (this.options.watchMemory !== false) {
+      this.subscriptions.push(conn.onNotification('memory/changed', (p: MemoryChangedParams) => this.onMemoryChanged(p)));
+    }
   }
 
   /** The daemon went away: end the running turn with `reason`. */

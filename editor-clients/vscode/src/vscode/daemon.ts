@@ -3,7 +3,7 @@
 // and hand the live connection to the chat surfaces (AgentControllers).
 
 import * as vscode from 'vscode';
-import type { AgentConnection } from '../protocol/connection';
+import { multiplexNotifications, type AgentConnection } from '../protocol/connection';
 import { CLIENT_TOOLS } from '../protocol/types';
 import { which } from '../common/which';
 
@@ -52,6 +52,8 @@ export function readConfig(): DaemonConfig {
 
 export class DaemonManager implements vscode.Disposable {
   private client: DaemonClient | undefined;
+  /** `client`, shared by every attached chat surface. */
+  private shared: AgentConnection | undefined;
   private stateValue: DaemonState = 'stopped';
   private readonly stateEmitter = new vscode.EventEmitter<{ state: DaemonState; message?: string }>();
   readonly onDidChangeState = this.stateEmitter.event;
@@ -71,13 +73,13 @@ export class DaemonManager implements vscode.Disposable {
   }
 
   get connection(): AgentConnection | undefined {
-    return this.stateValue === 'ready' ? this.client : undefined;
+    return this.stateValue === 'ready' ? this.shared : undefined;
   }
 
   /** Controllers get the connection on every (re)start and lose it on every stop. */
   attach(target: Attachable): vscode.Disposable {
     this.attached.add(target);
-    if (this.client && this.stateValue === 'ready') target.attach(this.client);
+    if (this.shared && this.stateValue === 'ready') target.attach(this.shared);
     return new vscode.Disposable(() => this.attached.delete(target));
   }
 
@@ -144,7 +146,8 @@ export class DaemonManager implements vscode.Disposable {
       return false;
     }
     if (this.client !== client) return false; // stopped meanwhile
-    for (const t of this.attached) t.attach(client);
+    this.shared = multiplexNotifications(client);
+    for (const t of this.attached) t.attach(this.shared);
     this.setState('ready');
     return true;
   }
@@ -152,6 +155,7 @@ export class DaemonManager implements vscode.Disposable {
   private async doStop(reason: string): Promise<void> {
     const client = this.client;
     this.client = undefined;
+    this.shared = undefined;
     this.generation++; // a close of the old process is expected now
     for (const t of this.attached) t.detach(reason);
     if (client) {
@@ -166,7 +170,9 @@ export class DaemonManager implements vscode.Disposable {
 
   private onClosed(gen: number): void {
     if (gen !== this.generation || !this.client) return; // a stop we asked for
+    if (this.stateValue === 'starting') return; // doStart reports a failed start itself
     this.client = undefined;
+    this.shared = undefined;
     const message = 'agentd exited unexpectedly. Its last messages are in the agentd output.';
     this.output.appendLine(message);
     for (const t of this.attached) t.detach('agentd exited while the prompt was running.');

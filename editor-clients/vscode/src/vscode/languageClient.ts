@@ -7,7 +7,7 @@ import { CloseAction, ErrorAction, LanguageClient, type LanguageClientOptions, t
 import type { CancellationToken } from '../protocol/connection';
 import type { ClientFactory, DaemonClient } from './daemon';
 
-export function languageClientFactory(output: vscode.OutputChannel, traceOutput: vscode.OutputChannel): ClientFactory {
+export function languageClientFactory(output: vscode.LogOutputChannel, traceOutput: vscode.LogOutputChannel): ClientFactory {
   return (config, hooks) => {
     const serverOptions: ServerOptions = {
       command: config.resolvedCommand,
@@ -34,8 +34,12 @@ export function languageClientFactory(output: vscode.OutputChannel, traceOutput:
     const conn: DaemonClient = {
       start: () => client.start(),
       stop: (timeout) => client.stop(timeout),
+      // An explicit `undefined` token would be sent as a second positional
+      // param by vscode-jsonrpc, so the token is only passed when there is one.
       sendRequest: <R>(method: string, params: unknown, token?: CancellationToken) =>
-        client.sendRequest<R>(method, params, token as vscode.CancellationToken | undefined),
+        token
+          ? client.sendRequest<R>(method, params, token as vscode.CancellationToken)
+          : client.sendRequest<R>(method, params),
       sendNotification: (method, params) => client.sendNotification(method, params),
       onNotification: (method, handler) => client.onNotification(method, handler),
     };

@@ -1,0 +1,478 @@
+"""The ACP daemon over stdio: read loop, dispatch, lifecycle.
+
+Start-up is kept cheap: only the stdlib and agentd's light ACP modules
+(`rpc`, `caps`) are imported before `initialize` is answered. The rest
+(pydantic, httpx, the turn engine, `handlers`) is imported in a warm-up
+thread right after that reply, and the first request that needs it awaits
+the warm-up, as the LSP front end does.
+
+Every request is answered exactly once: by its handler's result, by the
+error it raised (`RpcError` as is, agentd's `ProtocolError`s mapped in
+`handlers.map_error`, anything else `-32603`, logged), or, when the daemon
+shuts down under it, by `-32800`. A handler failure never stops the loop.
+
+Cancellation: `session/cancel` marks the session's prompt (registered when
+its request arrived, so a cancel that races the prompt's start still counts)
+and cancels the task running it; the prompt handler turns that cancel (or
+the core's, on `_agentd/session/reset` or `close`) into `stopReason:
+"cancelled"`. A cancel caused by shutdown is not turned into an outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from agentd import PROTOCOL_VERSION, __version__
+from agentd.acp.caps import ClientCaps, core_methods
+from agentd.acp.rpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    SESSION_BUSY,
+    Connection,
+    RpcError,
+    parse_message,
+    read_lines,
+)
+
+if TYPE_CHECKING:
+    from agentd.acp.tools import AcpToolRunner
+    from agentd.app import App
+
+log = logging.getLogger("agentd.acp")
+
+ACP_VERSION = 1
+# How long a cancelled prompt waits for the client to answer the requests it
+# abandoned (permission requests answered "cancelled", terminal releases).
+DRAIN_TIMEOUT = 5.0
+SHUTDOWN_TIMEOUT = 10.0
+
+_MEMORY = ("memory_status", "project_memory")
+# method -> (handler name in agentd.acp.handlers, methods of the core or the App it
+# needs, any one of them; empty: always available)
+REQUESTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "authenticate": ("authenticate", ()),
+    "session/new": ("new_session", ()),
+    "session/load": ("load_session", ("load_session",)),
+    "session/prompt": ("prompt", ()),
+    "_agentd/session/reset": ("reset_session", ()),
+    "_agentd/session/close": ("close_session", ()),
+    "_agentd/memory/status": ("memory_status", _MEMORY),
+    "_agentd/memory/list": ("memory_list", _MEMORY),
+    "_agentd/memory/recall": ("memory_recall", _MEMORY),
+}
+NOTIFICATIONS_SENT = ["_agentd/memory", "_agentd/memory/changed"]
+
+
+@dataclass(eq=False)
+class PromptState:
+    """A `session/prompt` from its arrival to its reply."""
+
+    session_id: str
+    cancel_requested: bool = False
+    # True once the core runs it: from then on a cancel cancels the request's task.
+    started: bool = False
+
+
+@dataclass(eq=False)
+class Request:
+    id: Any
+    method: str
+    params: Any
+    prompt: PromptState | None = None
+    after_reply: list[Callable[[], None]] = field(default_factory=list)
+
+
+class AcpServer:
+    def __init__(
+        self,
+        write: Callable[[bytes], None],
+        create_app: Callable[[dict[str, Any]], App] | None = None,
+    ) -> None:
+        self.conn = Connection(write)
+        # How the App is built after the warm-up (tests pass their own).
+        self._create_app = create_app
+        self.initialized = False
+        self.caps = ClientCaps()
+        self.init_options: dict[str, Any] = {}
+        self.prompts: dict[str, PromptState] = {}
+        # Set when the daemon stops: a cancel from then on is not the user's.
+        self.closing = False
+        self._abandoned: dict[str, set[asyncio.Future[Any]]] = {}
+        self._tasks: dict[asyncio.Task[None], Request] = {}
+        self._app: App | None = None
+        self._app_future: asyncio.Future[App] | None = None
+        self._runner: AcpToolRunner | None = None
+
+    # --- the App, built off the critical path ----------------------------------------
+
+    def start_warmup(self) -> None:
+        if self._app_future is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._app_future = loop.create_future()
+
+        def imports() -> None:
+            # pydantic, httpx and the core; then what httpx imports only when the
+            # provider opens its client on the first prompt (about 100 ms that the
+            # first model request need not wait for).
+            import anyio._backends._asyncio  # noqa: F401
+            import h11  # noqa: F401
+            import httpcore  # noqa: F401
+
+            import agentd.acp.handlers  # noqa: F401
+
+        def run() -> None:
+            fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+            try:
+                imports()
+                fut.set_result(None)
+            except BaseException as exc:
+                fut.set_exception(exc)
+            try:
+                loop.call_soon_threadsafe(self._finish_warmup, fut)
+            except RuntimeError:
+                pass  # the loop closed first (stdin ended during the warm-up)
+
+        threading.Thread(target=run, name="agentd-warmup", daemon=True).start()
+
+    def _finish_warmup(self, fut: concurrent.futures.Future[None]) -> None:
+        assert self._app_future is not None
+        if self._app_future.done():
+            return
+        try:
+            fut.result()
+            from agentd.app import App
+
+            app = (self._create_app or App.create)(self.init_options)
+            listeners = getattr(app, "memory_listeners", None)
+            if isinstance(listeners, list):
+                listeners.append(self._memory_changed)
+            self._app = app
+            self._app_future.set_result(app)
+        except Exception as exc:
+            log.exception("start-up failed")
+            self._app_future.set_exception(exc)
+
+    def _memory_changed(self, root: Any, paths: list[Any]) -> None:
+        self.conn.notify(
+            "_agentd/memory/changed",
+            {"workspaceRoot": str(root), "paths": [str(p) for p in paths]},
+        )
+
+    async def app(self) -> App:
+        if self._app is not None:
+            return self._app
+        self.start_warmup()
+        assert self._app_future is not None
+        return await asyncio.shield(self._app_future)
+
+    @property
+    def runner(self) -> AcpToolRunner:
+        if self._runner is None:
+            from agentd.acp.tools import AcpToolRunner
+
+            self._runner = AcpToolRunner(self, self.caps)
+        return self._runner
+
+    # --- the channel the tool runner uses (tools.ClientChannel) ------------------------
+
+    def start_request(self, method: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+        return self.conn.start_request(method, params)
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.conn.notify(method, params)
+
+    def abandon(self, session_id: str, fut: asyncio.Future[Any]) -> None:
+        if fut.done():
+            return
+        pending = self._abandoned.setdefault(session_id, set())
+        pending.add(fut)
+        fut.add_done_callback(pending.discard)
+
+    async def drain(self, session_id: str) -> None:
+        """Wait (bounded) until the client answered what a cancelled prompt abandoned."""
+        pending = self._abandoned.pop(session_id, set())
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=DRAIN_TIMEOUT)
+            if late:
+                log.warning("%d client request(s) unanswered after a cancel", len(late))
+
+    # --- dispatch ------------------------------------------------------------------------
+
+    def handle_line(self, line: bytes | None) -> None:
+        if line is None:
+            self.conn.respond_error(None, RpcError(-32700, "Parse error: message too long"))
+            return
+        message, error, reply_id = parse_message(line)
+        if message is None:
+            assert error is not None
+            log.warning("bad message: %s", error.message)
+            self.conn.respond_error(reply_id, error)
+            return
+        method = message.get("method")
+        if method is None:
+            self.conn.on_response(message)
+        elif "id" in message:
+            self._on_request(message["id"], method, message.get("params"))
+        else:
+            self._on_notification(method, message.get("params"))
+
+    def _on_request(self, msg_id: Any, method: str, params: Any) -> None:
+        if method == "initialize":
+            try:
+                self.conn.respond(msg_id, self.initialize(params))
+            except RpcError as exc:
+                self.conn.respond_error(msg_id, exc)
+                return
+            self.start_warmup()
+            return
+        if not self.initialized:
+            self.conn.respond_error(
+                msg_id, RpcError(INVALID_REQUEST, f"{method} before initialize")
+            )
+            return
+        if method not in REQUESTS:
+            self.conn.respond_error(
+                msg_id, RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
+            )
+            return
+        request = Request(msg_id, method, params)
+        if method == "session/prompt":
+            sid = params.get("sessionId") if isinstance(params, dict) else None
+            if isinstance(sid, str):
+                if sid in self.prompts:
+                    # Prompts are not queued: the user sees at once that one still runs.
+                    self.conn.respond_error(
+                        msg_id, RpcError(SESSION_BUSY, f"session {sid} is already running a prompt")
+                    )
+                    return
+                request.prompt = self.prompts[sid] = PromptState(sid)
+        task = asyncio.get_running_loop().create_task(
+            self._run_request(request), name=f"acp {method}"
+        )
+        self._tasks[task] = request
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    async def _run_request(self, request: Request) -> None:
+        try:
+            app = await self.app()
+            from agentd.acp import handlers
+
+            result = await handlers.dispatch(self, app, request)
+        except asyncio.CancelledError:
+            self.conn.respond_error(
+                request.id, RpcError(REQUEST_CANCELLED, "agentd is shutting down")
+            )
+            raise
+        except RpcError as exc:
+            self.conn.respond_error(request.id, exc)
+        except Exception as exc:
+            log.exception("%s failed", request.method)
+            self.conn.respond_error(
+                request.id,
+                RpcError(INTERNAL_ERROR, f"Internal error in {request.method}: {exc!r}"),
+            )
+        else:
+            self.conn.respond(request.id, result)
+        finally:
+            state = request.prompt
+            if state is not None and self.prompts.get(state.session_id) is state:
+                del self.prompts[state.session_id]
+        for callback in request.after_reply:
+            try:
+                callback()
+            except Exception:
+                log.exception("after-reply work of %s failed", request.method)
+
+    def _on_notification(self, method: str, params: Any) -> None:
+        if not self.initialized:
+            return
+        if method == "session/cancel":
+            self.cancel(params)
+        elif method.startswith("_"):
+            log.debug("extension notification %s ignored", method)
+        else:
+            log.info("unknown notification %s ignored", method)
+
+    def cancel(self, params: Any) -> None:
+        sid = params.get("sessionId") if isinstance(params, dict) else None
+        if not isinstance(sid, str):
+            log.warning("session/cancel ignored: sessionId must be a string")
+            return
+        state = self.prompts.get(sid)
+        if state is None or state.cancel_requested:
+            return
+        state.cancel_requested = True
+        if state.started and self._app is not None:
+            self._app.core.cancel(sid)
+
+    # --- initialize (no heavy imports here) ---------------------------------------------
+
+    def initialize(self, params: Any) -> dict[str, Any]:
+        if self.initialized:
+            raise RpcError(INVALID_REQUEST, "initialize was already received")
+        if not isinstance(params, dict):
+            raise _bad_param("params", "must be an object")
+        version = params.get("protocolVersion")
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 65536:
+            raise _bad_param("protocolVersion", "must be an integer between 0 and 65535")
+        caps = params.get("clientCapabilities")
+        if caps is not None and not isinstance(caps, dict):
+            raise _bad_param("clientCapabilities", "must be an object")
+        self.caps = ClientCaps.from_json(caps)
+        meta = params.get("_meta")
+        options = meta.get("agentd") if isinstance(meta, dict) else None
+        if isinstance(options, dict):
+            # The same settings an LSP editor passes as initializationOptions;
+            # client tools come from clientCapabilities instead.
+            self.init_options = {k: v for k, v in options.items() if k != "clientTools"}
+        self.initialized = True
+        core = core_methods()
+        ext_methods = [
+            method
+            for method, (_, needs) in REQUESTS.items()
+            if method.startswith("_") and (not needs or any(n in core for n in needs))
+        ]
+        return {
+            # We speak version 1 only; a client asking for another gets our latest.
+            "protocolVersion": ACP_VERSION,
+            "agentCapabilities": {
+                "loadSession": "load_session" in core,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "mcpCapabilities": {"http": False, "sse": False},
+                "_meta": {
+                    "agentd": {
+                        "version": __version__,
+                        "protocolVersion": PROTOCOL_VERSION,
+                        "clientTools": self.caps.tool_names(),
+                        "daemonTools": ["read_file", "list_dir", "search"],
+                        "extMethods": ext_methods,
+                        "extNotifications": NOTIFICATIONS_SENT,
+                    }
+                },
+            },
+            "agentInfo": {"name": "agentd", "title": "agentd", "version": __version__},
+            # The key comes from AGENTD_API_KEY or the config file, never from ACP.
+            "authMethods": [],
+        }
+
+    # --- the main loop -------------------------------------------------------------------
+
+    async def serve(self, read: Any) -> int:
+        async for line in read_lines(read):
+            try:
+                self.handle_line(line)
+            except Exception:
+                log.exception("failed to dispatch a message")
+        log.info("stdin closed; exiting")
+        await self.aclose()
+        return 0
+
+    async def aclose(self) -> None:
+        """Stop serving: cancel running prompts, let other requests finish (bounded)."""
+        self.closing = True
+        for task, request in list(self._tasks.items()):
+            if request.method == "session/prompt":
+                task.cancel()
+        if self._tasks:
+            _, late = await asyncio.wait(list(self._tasks), timeout=SHUTDOWN_TIMEOUT)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=SHUTDOWN_TIMEOUT)
+        self.conn.close()
+        if self._app is not None:
+            try:
+                await asyncio.wait_for(self._app.aclose(), timeout=SHUTDOWN_TIMEOUT)
+            except TimeoutError:
+                log.warning("shutdown did not finish within %s s", SHUTDOWN_TIMEOUT)
+
+
+def _bad_param(name: str, message: str) -> RpcError:
+    return RpcError(
+        INVALID_PARAMS,
+        f"Invalid params for initialize: {name}: {message}",
+        {"fields": [{"field": name, "message": message}]},
+    )
+
+
+# --- stdio --------------------------------------------------------------------------------
+
+
+async def _open_reader(loop: asyncio.AbstractEventLoop, stdin: BinaryIO) -> Any:
+    try:
+        reader = asyncio.StreamReader(limit=2**20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+        return reader.read
+    except (ValueError, OSError):
+        # Regular files (`python -m agentd.acp < messages.jsonl`) cannot be polled.
+        async def read(n: int) -> bytes:
+            return await asyncio.to_thread(os.read, stdin.fileno(), n)
+
+        return read
+
+
+class _WriteProtocol(asyncio.Protocol):
+    def __init__(self, on_lost: Callable[[], None]) -> None:
+        self._on_lost = on_lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost()
+
+
+async def _open_writer(
+    loop: asyncio.AbstractEventLoop, stdout: BinaryIO, on_lost: Callable[[], None]
+) -> Callable[[bytes], None]:
+    """A non-blocking write to stdout (asyncio buffers); writes after close are dropped."""
+    try:
+        transport, _ = await loop.connect_write_pipe(lambda: _WriteProtocol(on_lost), stdout)
+    except (ValueError, OSError):
+
+        def write_blocking(data: bytes) -> None:
+            stdout.write(data)
+            stdout.flush()
+
+        return write_blocking
+
+    def write(data: bytes) -> None:
+        if not transport.is_closing():
+            transport.write(data)
+
+    return write
+
+
+async def _main() -> int:
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+    write = await _open_writer(loop, sys.stdout.buffer, stopped.set)
+    server = AcpServer(write)
+    read = await _open_reader(loop, sys.stdin.buffer)
+    serving = loop.create_task(server.serve(read), name="acp-serve")
+    gone = loop.create_task(stopped.wait(), name="stdout-closed")
+    await asyncio.wait([serving, gone], return_when=asyncio.FIRST_COMPLETED)
+    if not serving.done():
+        log.info("stdout closed; exiting")
+        serving.cancel()
+        await asyncio.wait([serving])
+        await server.aclose()
+    gone.cancel()
+    return 0
+
+
+def run_acp_stdio() -> int:
+    """Entry point of `agentd serve --acp` (and `python -m agentd.acp`)."""
+    return asyncio.run(_main())

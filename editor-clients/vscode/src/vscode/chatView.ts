@@ -1,0 +1,198 @@
+// The chat panel: a webview view in agentd's activity-bar container. It
+// forwards the controller's ChatEvents to the webview (and replays them when
+// the webview reloads) and turns the webview's messages into actions.
+
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { isWebviewMessage, type ChatEvent, type WebviewMessage } from '../common/messages';
+import { AgentController, NotSupportedError, explain } from '../protocol/controller';
+import { chatHtml, makeNonce } from '../webview/html';
+import type { DaemonManager } from './daemon';
+
+export const VIEW_ID = 'agentd.chat';
+const MAX_HISTORY = 20_000;
+
+export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disposable {
+  private view: vscode.WebviewView | undefined;
+  private ready = false;
+  /** Events since the last `cleared`, replayed to a reloaded webview. */
+  private history: ChatEvent[] = [];
+  private lastDaemon: ChatEvent | undefined;
+  private lastMemory: ChatEvent | undefined;
+  /** Paths the panel may open: recalled memories and listed memory docs. */
+  private openable = new Set<string>();
+  private memoryDirectory: string | undefined;
+  private disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly extensionUri: vscode.Uri,
+    readonly controller: AgentController,
+    private readonly daemon: DaemonManager,
+    private readonly workspaceRoot: () => string | undefined,
+  ) {
+    this.disposables.push(
+      controller.onEvent((e) => this.onChatEvent(e)),
+      daemon.onDidChangeState(({ state, message }) => {
+        this.publish({ type: 'daemon', state, message });
+        if (state === 'ready') void this.controller.refreshMemory();
+      }),
+    );
+  }
+
+  resolveWebviewView(view: vscode.WebviewView): void {
+    this.view = view;
+    this.ready = false;
+    const media = vscode.Uri.joinPath(this.extensionUri, 'media');
+    const dist = vscode.Uri.joinPath(this.extensionUri, 'dist');
+    view.webview.options = { enableScripts: true, localResourceRoots: [media, dist] };
+    view.webview.html = chatHtml({
+      cspSource: view.webview.cspSource,
+      nonce: makeNonce(),
+      scriptUri: view.webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.js')).toString(),
+      styleUri: view.webview.asWebviewUri(vscode.Uri.joinPath(media, 'chat.css')).toString(),
+    });
+    view.webview.onDidReceiveMessage((m: unknown) => {
+      if (isWebviewMessage(m)) void this.onMessage(m);
+    });
+    view.onDidDispose(() => {
+      if (this.view === view) {
+        this.view = undefined;
+        this.ready = false;
+      }
+    });
+  }
+
+  private onChatEvent(e: ChatEvent): void {
+    if (e.type === 'turnStart' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', true);
+    if (e.type === 'turnEnd' && e.outcome !== 'replayed') void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', false);
+    if (e.type === 'update' && e.update.kind === 'memory') for (const p of e.update.docs) this.openable.add(p);
+    if (e.type === 'memory') {
+      this.memoryDirectory = e.directory;
+      for (const d of e.docs) this.openable.add(d.path);
+    }
+    this.publish(e);
+  }
+
+  private publish(e: ChatEvent): void {
+    if (e.type === 'cleared') this.history = [];
+    if (e.type === 'daemon') this.lastDaemon = e;
+    else if (e.type === 'memory') this.lastMemory = e;
+    else if (e.type !== 'notice') {
+      this.history.push(e);
+      if (this.history.length > MAX_HISTORY) this.history.splice(0, this.history.length - MAX_HISTORY);
+    }
+    if (this.view && this.ready) void this.view.webview.postMessage(e);
+  }
+
+  async onMessage(m: WebviewMessage): Promise<void> {
+    try {
+      switch (m.type) {
+        case 'ready': {
+          this.ready = true;
+          const replay: ChatEvent[] = [
+            this.lastDaemon ?? { type: 'daemon', state: this.daemon.state },
+            ...(this.lastMemory ? [this.lastMemory] : []),
+            ...this.history,
+          ];
+          await this.view?.webview.postMessage(replay);
+          if (!this.lastMemory && this.controller.connected) void this.controller.refreshMemory();
+          if (!this.workspaceRoot()) this.notice('info', 'Open a folder to chat with agentd about it.');
+          break;
+        }
+        case 'prompt':
+          if (!this.controller.connected) {
+            this.notice('error', 'agentd is not running. Use "agentd: Restart agentd" or fix agentd.command.');
+            return;
+          }
+          await this.controller.prompt(m.text);
+          break;
+        case 'cancel':
+          this.controller.cancel();
+          break;
+        case 'newSession':
+          await this.controller.newSession();
+          break;
+        case 'reset':
+          await this.controller.reset();
+          break;
+        case 'switchSession':
+          await this.switchSession();
+          break;
+        case 'openFile':
+          await this.openFile(m.path);
+          break;
+        case 'refreshMemory':
+          await this.controller.refreshMemory();
+          break;
+        case 'openMemoryFolder':
+          await vscode.commands.executeCommand('agentd.memory.openFolder');
+          break;
+        case 'restart':
+          await this.daemon.restart();
+          break;
+      }
+    } catch (err) {
+      this.notice('error', explain(err));
+    }
+  }
+
+  notice(level: 'info' | 'warning' | 'error', text: string): void {
+    this.publish({ type: 'notice', level, text });
+  }
+
+  async switchSession(): Promise<void> {
+    let sessions;
+    try {
+      sessions = await this.controller.listSessions();
+    } catch (err) {
+      if (err instanceof NotSupportedError) {
+        void vscode.window.showInformationMessage('This version of agentd cannot list saved sessions yet.');
+        return;
+      }
+      throw err;
+    }
+    if (sessions.length === 0) {
+      void vscode.window.showInformationMessage('No saved agentd sessions for this workspace yet.');
+      return;
+    }
+    const current = this.controller.currentSessionId;
+    const pick = await vscode.window.showQuickPick(
+      sessions.map((s) => ({
+        label: s.title || '(untitled)',
+        description: s.sessionId === current ? 'current' : new Date(s.updatedAt).toLocaleString(),
+        sessionId: s.sessionId,
+      })),
+      { placeHolder: 'Switch to an agentd session' },
+    );
+    if (!pick || pick.sessionId === current) return;
+    try {
+      await this.controller.loadSession(pick.sessionId);
+    } catch (err) {
+      if (err instanceof NotSupportedError) {
+        void vscode.window.showInformationMessage('This version of agentd cannot load saved sessions yet.');
+        return;
+      }
+      throw err;
+    }
+  }
+
+  /** Open a file the panel links to: only recalled/listed memories or files in the workspace. */
+  async openFile(p: string): Promise<void> {
+    const root = this.workspaceRoot();
+    const inside = (dir: string | undefined): boolean => {
+      if (!dir) return false;
+      const rel = path.relative(dir, p);
+      return rel !== '' && !rel.startsWith('..') && !path.isAbsolute(rel);
+    };
+    if (!path.isAbsolute(p) || !(this.openable.has(p) || inside(root) || inside(this.memoryDirectory))) {
+      this.notice('warning', `Not opening ${p}: it is neither a memory file nor in the workspace.`);
+      return;
+    }
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(p));
+    await vscode.window.showTextDocument(doc, { preview: true });
+  }
+
+  dispose(): void {
+    for (const d of this.disposables) d.dispose();
+  }
+}

@@ -1,0 +1,72 @@
+// Extension entry point: wires the daemon, the chat panel, the tools, the
+// memory commands and the optional chat participant together.
+
+import * as vscode from 'vscode';
+import { AgentController } from '../protocol/controller';
+import { ClientToolRunner } from '../tools/clientTools';
+import { ChatViewProvider, VIEW_ID } from './chatView';
+import { DaemonManager, type ClientFactory } from './daemon';
+import { registerMemoryCommands } from './memory';
+import { registerChatParticipant } from './participant';
+import { VscodeWorkspace } from './workspace';
+
+export interface ExtensionApi {
+  daemon: DaemonManager;
+  chat: ChatViewProvider;
+  controller: AgentController;
+}
+
+export function workspaceRoot(): string | undefined {
+  const folder = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === 'file');
+  return folder?.uri.fsPath;
+}
+
+/** `factory` is replaceable so tests can drive activation without spawning a LanguageClient. */
+export async function activate(context: vscode.ExtensionContext, factory?: ClientFactory): Promise<ExtensionApi> {
+  const output = vscode.window.createOutputChannel('agentd', { log: true });
+  const trace = vscode.window.createOutputChannel('agentd (trace)', { log: true });
+  const commandOutput = vscode.window.createOutputChannel('agentd: commands');
+  context.subscriptions.push(output, trace, commandOutput);
+
+  // Loaded lazily: only the real editor needs vscode-languageclient (tests pass a factory).
+  const clientFactory = factory ?? (await import('./languageClient')).languageClientFactory(output, trace);
+  const daemon = new DaemonManager(clientFactory, output);
+  const tools = new ClientToolRunner(new VscodeWorkspace(commandOutput), {
+    workspaceRoot,
+    editApproval: () => (vscode.workspace.getConfiguration('agentd').get<string>('approval.edits') === 'always' ? 'always' : 'ask'),
+  });
+  const controller = new AgentController(workspaceRoot, tools);
+  const chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot);
+  context.subscriptions.push(
+    daemon,
+    chat,
+    daemon.attach(controller),
+    vscode.window.registerWebviewViewProvider(VIEW_ID, chat, { webviewOptions: { retainContextWhenHidden: true } }),
+    vscode.commands.registerCommand('agentd.restart', () => daemon.restart()),
+    vscode.commands.registerCommand('agentd.showOutput', () => output.show(true)),
+    vscode.commands.registerCommand('agentd.cancel', () => controller.cancel()),
+    vscode.commands.registerCommand('agentd.newSession', () => chat.onMessage({ type: 'newSession' })),
+    vscode.commands.registerCommand('agentd.resetSession', () => chat.onMessage({ type: 'reset' })),
+    vscode.commands.registerCommand('agentd.switchSession', () => chat.onMessage({ type: 'switchSession' })),
+    ...registerMemoryCommands(controller, workspaceRoot),
+    vscode.workspace.onDidChangeConfiguration(async (e) => {
+      if (['agentd.command', 'agentd.args', 'agentd.env'].some((k) => e.affectsConfiguration(k))) {
+        const choice = await vscode.window.showInformationMessage('agentd settings changed. Restart agentd to apply them?', 'Restart');
+        if (choice === 'Restart') await daemon.restart();
+      }
+    }),
+  );
+
+  // The participant has its own session, so the panel and @agentd do not
+  // interleave prompts in one conversation.
+  const participantController = new AgentController(workspaceRoot, tools, { watchMemory: false });
+  const participant = registerChatParticipant(participantController, context.extensionUri);
+  if (participant) context.subscriptions.push(participant, daemon.attach(participantController));
+
+  void daemon.start();
+  return { daemon, chat, controller };
+}
+
+export function deactivate(): void {
+  // Disposables in context.subscriptions stop the daemon (shutdown + exit).
+}

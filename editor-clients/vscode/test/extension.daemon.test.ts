@@ -1,0 +1,364 @@
+// Extension logic with a mocked `vscode`: daemon start/failure messages,
+// restart, unexpected exits, the chat view's message handling, commands.
+
+import * as path from 'node:path';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import type { ChatEvent } from '../src/common/messages';
+import { AgentController, explain } from '../src/protocol/controller';
+import { ClientToolRunner } from '../src/tools/clientTools';
+import { activate } from '../src/vscode/extension';
+import { DaemonManager, NOT_FOUND_MESSAGE, type DaemonState } from '../src/vscode/daemon';
+import { tmpDir } from './helpers/agentd';
+import { FakeDaemon, RpcError, fakeFactory } from './helpers/fakeDaemon';
+import { FakeWorkspace } from './helpers/fakeWorkspace';
+import { CancellationSource } from '../src/protocol/connection';
+import { __mock, chat, commands, Uri, window, workspace } from './mocks/vscode';
+
+const EXISTING = process.execPath; // any executable stands in for agentd
+
+function waitState(d: DaemonManager, state: DaemonState): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const sub = d.onDidChangeState((e) => {
+      if (e.state === state) {
+        sub.dispose();
+        resolve(e.message);
+      }
+    });
+  });
+}
+
+function manager(configure?: (d: FakeDaemon) => void) {
+  const { factory, made } = fakeFactory(configure);
+  const output = __mock.outputChannel('agentd');
+  const daemon = new DaemonManager(factory, output as never);
+  const root = tmpDir('agentd-ext-');
+  const controller = new AgentController(() => root, new ClientToolRunner(new FakeWorkspace(), { workspaceRoot: () => root, editApproval: () => 'ask' }));
+  const events: ChatEvent[] = [];
+  controller.onEvent((e) => events.push(e));
+  daemon.attach(controller);
+  return { daemon, made, output, controller, events, root };
+}
+
+beforeEach(() => {
+  __mock.reset();
+  __mock.configuration.set('agentd.command', EXISTING);
+  __mock.configuration.set('agentd.args', ['serve', '--stdio']);
+});
+
+describe('starting the daemon', () => {
+  it('explains a missing agentd with the fix, and spawns nothing', async () => {
+    __mock.configuration.set('agentd.command', 'agentd-not-installed-here');
+    window.showErrorMessage.mockImplementationOnce(async () => 'Open Settings');
+    const { daemon, made, output } = manager();
+    expect(await daemon.start()).toBe(false);
+    expect(made).toHaveLength(0);
+    expect(daemon.state).toBe('failed');
+    expect(window.showErrorMessage).toHaveBeenCalledWith(NOT_FOUND_MESSAGE, 'Open Settings', 'Show Output');
+    expect(NOT_FOUND_MESSAGE).toBe('agentd was not found: install it with `pip install agentd` or set agentd.command');
+    expect(output.text()).toContain('agentd-not-installed-here');
+    await vi.waitFor(() => expect(commands.executeCommand).toHaveBeenCalledWith('workbench.action.openSettings', 'agentd.command'));
+  });
+
+  it('passes command, args, env and the client tools to the language client', async () => {
+    __mock.configuration.set('agentd.env', { AGENTD_MODEL: 'm1', AGENTD_HOME: '/tmp/h' });
+    const { daemon, made } = manager();
+    expect(await daemon.start()).toBe(true);
+    expect(daemon.state).toBe('ready');
+    const cfg = made[0].config;
+    expect(cfg.resolvedCommand).toBe(EXISTING);
+    expect(cfg.args).toEqual(['serve', '--stdio']);
+    expect(cfg.env.AGENTD_MODEL).toBe('m1');
+    expect(cfg.env.PATH).toBe(process.env.PATH); // the user's environment is kept
+    expect(cfg.initializationOptions).toEqual({ clientTools: ['edit_file', 'write_file', 'run_command', 'read_file'] });
+  });
+
+  it('reports a start failure with its reason and offers a restart that works', async () => {
+    let fail = true;
+    const { daemon, made } = manager((d) => {
+      if (fail) d.startError = new Error('initialize failed: server exited with code 2');
+      fail = false;
+    });
+    window.showErrorMessage.mockImplementationOnce(async () => 'Restart');
+    const ready = waitState(daemon, 'ready');
+    expect(await daemon.start()).toBe(false);
+    const [msg, ...actions] = window.showErrorMessage.mock.calls[0] as string[];
+    expect(msg).toContain('agentd could not be started');
+    expect(msg).toContain('initialize failed: server exited with code 2');
+    expect(actions).toContain('Restart');
+    await ready; // the "Restart" button started a fresh client
+    expect(made).toHaveLength(2);
+    expect(made[1].started).toBe(1);
+  });
+});
+
+describe('restart', () => {
+  it('stops the old daemon, starts a new one, rebinds the chat, and ends a running turn as an error', async () => {
+    const { daemon, made, controller, events } = manager((d) => {
+      d.handlers.set('agent/prompt', () => new Promise(() => {})); // never answers
+    });
+    await daemon.start();
+    const pending = controller.prompt('long task');
+    await vi.waitFor(() => expect(made[0].requests.some((r) => r.method === 'agent/prompt')).toBe(true));
+    expect(controller.running).toBe(true);
+
+    expect(await daemon.restart()).toBe(true);
+    expect(made).toHaveLength(2);
+    expect(made[0].stopped).toBe(1);
+    expect(made[1].started).toBe(1);
+    const end = events.find((e) => e.type === 'turnEnd');
+    expect(end).toMatchObject({ outcome: 'error', message: 'agentd restarted while the prompt was running.' });
+    expect(controller.running).toBe(false);
+    void pending;
+
+    // The next prompt goes to the new daemon; the old session is restored if it can be (here it cannot: -32601).
+    made[1].handlers.set('agent/prompt', () => ({ stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } }));
+    expect((await controller.prompt('again')).outcome).toBe('completed');
+    expect(made[1].requests.map((r) => r.method)).toEqual(['agent/loadSession', 'agent/newSession', 'agent/prompt']);
+    expect(made[0].requests.filter((r) => r.method === 'agent/prompt')).toHaveLength(1);
+  });
+
+  it('two restarts in a row never run two daemons at once', async () => {
+    const { daemon, made } = manager();
+    await daemon.start();
+    await Promise.all([daemon.restart(), daemon.restart()]);
+    expect(made).toHaveLength(3);
+    expect(made.slice(0, 2).every((d) => d.stopped === 1)).toBe(true);
+    expect(made[2].stopped).toBe(0);
+  });
+
+  it('an unexpected exit is explained and can be restarted from the message', async () => {
+    const { daemon, made, events, controller } = manager((d) => {
+      d.handlers.set('agent/prompt', () => new Promise(() => {}));
+    });
+    await daemon.start();
+    void controller.prompt('work');
+    await vi.waitFor(() => expect(controller.running).toBe(true));
+    window.showErrorMessage.mockImplementationOnce(async () => 'Restart');
+    const stopped = waitState(daemon, 'stopped');
+    const ready = waitState(daemon, 'ready');
+    made[0].crash();
+    expect(await stopped).toBe('agentd exited unexpectedly. Its last messages are in the agentd output.');
+    expect(events.find((e) => e.type === 'turnEnd')).toMatchObject({ outcome: 'error', message: 'agentd exited while the prompt was running.' });
+    await ready;
+    expect(made).toHaveLength(2);
+  });
+
+  it('a close caused by our own stop is not reported as a crash', async () => {
+    const { daemon, made } = manager();
+    await daemon.start();
+    await daemon.stop();
+    made[0].crash();
+    expect(window.showErrorMessage).not.toHaveBeenCalled();
+  });
+});
+
+describe('error messages', () => {
+  it('turns JSON-RPC errors into sentences for the panel', () => {
+    expect(explain(new RpcError(-32003, 'busy'))).toMatch(/still running a prompt/);
+    expect(explain(new RpcError(-32001, 'unknown'))).toMatch(/no longer knows this session/);
+    expect(explain(new RpcError(-32002, 'x'))).toMatch(/still starting/);
+    expect(explain(new RpcError(-32602, 'sessionId: field required'))).toBe('agentd rejected the request: sessionId: field required');
+    expect(explain(new Error('Pending response rejected since connection got disposed'))).toMatch(/agentd stopped/);
+  });
+});
+
+describe('activation and the chat view', () => {
+  async function activated(configure?: (d: FakeDaemon) => void) {
+    const root = tmpDir('agentd-act-');
+    workspace.workspaceFolders = [{ uri: Uri.file(root), name: 'ws', index: 0 }];
+    const { factory, made } = fakeFactory(configure);
+    const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: Uri.file(path.resolve(__dirname, '..')) };
+    const api = await activate(context as never, factory);
+    await vi.waitFor(() => expect(api.daemon.state).toBe('ready'));
+    const posted: unknown[] = [];
+    let receive!: (m: unknown) => void;
+    const view = {
+      webview: {
+        options: {},
+        html: '',
+        cspSource: 'vscode-resource:',
+        asWebviewUri: (u: Uri) => u,
+        postMessage: vi.fn(async (m: unknown) => {
+          posted.push(m);
+          return true;
+        }),
+        onDidReceiveMessage: (fn: (m: unknown) => void) => {
+          receive = fn;
+          return { dispose() {} };
+        },
+      },
+      onDidDispose: () => ({ dispose() {} }),
+    };
+    api.chat.resolveWebviewView(view as never);
+    const flat = (): ChatEvent[] => posted.flatMap((m) => (Array.isArray(m) ? m : [m])) as ChatEvent[];
+    return { api, made, view, posted, flat, receive: (m: unknown) => receive(m), root, context };
+  }
+
+  it('registers the commands and a webview with a strict CSP', async () => {
+    const { view } = await activated();
+    for (const id of ['agentd.restart', 'agentd.cancel', 'agentd.newSession', 'agentd.resetSession', 'agentd.switchSession', 'agentd.memory.openFolder', 'agentd.memory.list', 'agentd.memory.status']) {
+      expect(__mock.commandRegistry.has(id), id).toBe(true);
+    }
+    const html = view.webview.html;
+    const nonce = /script-src 'nonce-([A-Za-z0-9]+)'/.exec(html)?.[1];
+    expect(nonce).toBeTruthy();
+    expect(html).toContain(`<script nonce="${nonce}"`);
+    expect(html).toContain("default-src 'none'");
+    expect(html).not.toMatch(/unsafe-inline|unsafe-eval/);
+  });
+
+  it('runs a prompt from the webview, forwards events, toggles the running context, and cancels at once', async () => {
+    let cancelled!: () => void;
+    const { made, receive, flat } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p, token) => {
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'message_chunk', text: 'Hello ' } });
+        return new Promise((_, reject) => {
+          token?.onCancellationRequested(() => {
+            cancelled = () => reject(new RpcError(-32800, 'cancelled'));
+          });
+        });
+      });
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'hi there' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'update')).toBe(true));
+    expect(commands.executeCommand).toHaveBeenCalledWith('setContext', 'agentd.promptRunning', true);
+    expect(flat().find((e) => e.type === 'turnStart')).toMatchObject({ prompt: 'hi there' });
+
+    // The keybinding's command.
+    await commands.executeCommand('agentd.cancel');
+    expect(flat().at(-1)).toMatchObject({ type: 'turnEnd', outcome: 'cancelled' });
+    expect(commands.executeCommand).toHaveBeenCalledWith('setContext', 'agentd.promptRunning', false);
+    cancelled(); // the daemon's -32800 arrives later and changes nothing in the view
+    await vi.waitFor(() => expect(made[0].requests.filter((r) => r.method === 'agent/prompt')).toHaveLength(1));
+    expect(flat().filter((e) => e.type === 'turnEnd')).toHaveLength(1);
+  });
+
+  it('shows a model error as the turn\'s error message', async () => {
+    const { receive, flat } = await activated((d) => {
+      d.handlers.set('agent/prompt', () => ({
+        stopReason: 'error',
+        usage: { inputTokens: 3, outputTokens: 0 },
+        error: { kind: 'auth', message: 'The API key was rejected (401). Check AGENTD_API_KEY.', status: 401 },
+      }));
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'x' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'turnEnd')).toBe(true));
+    expect(flat().find((e) => e.type === 'turnEnd')).toMatchObject({
+      outcome: 'error',
+      message: 'The API key was rejected (401). Check AGENTD_API_KEY.',
+    });
+  });
+
+  it('replays the conversation to a reloaded webview', async () => {
+    const { receive, posted, made } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'message_chunk', text: 'answer' } });
+        return { stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } };
+      });
+    });
+    void made;
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'q' });
+    await vi.waitFor(() => expect(posted.some((m) => (m as ChatEvent).type === 'turnEnd')).toBe(true));
+    posted.length = 0;
+    receive({ type: 'ready' });
+    await vi.waitFor(() => expect(posted.length).toBeGreaterThan(0));
+    const batch = posted.find(Array.isArray) as ChatEvent[];
+    expect(batch.map((e) => e.type)).toEqual(expect.arrayContaining(['daemon', 'turnStart', 'update', 'turnEnd']));
+  });
+
+  it('opens only memory files and workspace files from the panel', async () => {
+    const { receive, flat, root } = await activated();
+    receive({ type: 'ready' });
+    receive({ type: 'openFile', path: '/etc/passwd' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'notice')).toBe(true));
+    expect(flat().find((e) => e.type === 'notice')).toMatchObject({ level: 'warning' });
+    expect(window.showTextDocument).not.toHaveBeenCalled();
+    const inside = path.join(root, 'f.txt');
+    require('node:fs').writeFileSync(inside, 'x');
+    receive({ type: 'openFile', path: inside });
+    await vi.waitFor(() => expect(window.showTextDocument).toHaveBeenCalled());
+  });
+
+  it('session switching and memory degrade gracefully on an older daemon (-32601)', async () => {
+    const { receive, flat } = await activated();
+    receive({ type: 'ready' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'memory')).toBe(true));
+    expect(flat().find((e) => e.type === 'memory')).toMatchObject({ available: false, message: 'This version of agentd does not support memory/list.' });
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(window.showInformationMessage).toHaveBeenCalledWith('This version of agentd cannot list saved sessions yet.'));
+  });
+
+  it('switches sessions through a quick pick and agent/loadSession, replaying the history', async () => {
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/listSessions', () => ({ sessions: [{ sessionId: 'old1', title: 'Fix the tests', updatedAt: '2026-01-01T00:00:00Z' }] }));
+      d.handlers.set('agent/loadSession', (p) => {
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'user_message', text: 'why does it fail?' } });
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'message_chunk', text: 'Because.' } });
+        return {};
+      });
+    });
+    window.showQuickPick.mockImplementationOnce(async (items: unknown) => (items as { sessionId: string }[])[0]);
+    receive({ type: 'ready' });
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'session' && e.sessionId === 'old1')).toBe(true));
+    expect(made[0].requests.find((r) => r.method === 'agent/loadSession')?.params).toMatchObject({ sessionId: 'old1' });
+    const replayed = flat().filter((e) => e.type === 'turnStart' || e.type === 'update' || e.type === 'turnEnd');
+    expect(replayed).toMatchObject([
+      { type: 'turnStart', prompt: 'why does it fail?', replay: true },
+      { type: 'update', update: { kind: 'message_chunk', text: 'Because.' } },
+      { type: 'turnEnd', outcome: 'replayed' },
+    ]);
+  });
+
+  it('refreshes the memory list on memory/changed for this workspace only', async () => {
+    const docs = [{ path: '/m/x.md', name: 'x', description: 'd', type: 'project', mtime: 1 }];
+    const { receive, flat, made, root } = await activated((d) => {
+      d.handlers.set('memory/list', () => ({ directory: '/m', docs }));
+    });
+    receive({ type: 'ready' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'memory')).toBe(true));
+    const before = made[0].requests.filter((r) => r.method === 'memory/list').length;
+    made[0].notify('memory/changed', { workspaceRoot: '/some/other/project', paths: [] });
+    made[0].notify('memory/changed', { workspaceRoot: root, paths: ['/m/x.md'] });
+    await vi.waitFor(() => expect(made[0].requests.filter((r) => r.method === 'memory/list').length).toBe(before + 1));
+  });
+
+  it('the @agentd participant streams into the chat response, on its own session, and its token cancels', async () => {
+    let release!: () => void;
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p, token) => {
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'message_chunk', text: `answer for ${p.prompt}` } });
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'memory', point: 'user_query', tier: 'local', docs: ['/m/a.md'] } });
+        if (p.prompt !== 'slow') return { stopReason: 'end_turn', usage: { inputTokens: 2, outputTokens: 3 } };
+        return new Promise((_, reject) => {
+          release = () => reject(new RpcError(-32800, 'cancelled'));
+          token?.onCancellationRequested(() => release());
+        });
+      });
+    });
+    receive({ type: 'ready' });
+    expect(chat.createChatParticipant).toHaveBeenCalledTimes(1);
+    const handler = chat.createChatParticipant.mock.calls[0][1] as (...a: unknown[]) => Promise<unknown>;
+    const stream = { markdown: vi.fn(), progress: vi.fn(), reference: vi.fn() };
+    const res = await handler({ prompt: 'hello' }, {}, stream, new CancellationSource().token);
+    expect(res).toEqual({ metadata: { usage: { inputTokens: 2, outputTokens: 3 } } });
+    expect(stream.markdown).toHaveBeenCalledWith('answer for hello');
+    expect(stream.reference.mock.calls[0][0].fsPath).toBe('/m/a.md');
+    // The panel, sharing the daemon connection, still gets its own updates and none of the participant's.
+    expect(flat().filter((e) => e.type === 'update')).toEqual([]);
+    receive({ type: 'prompt', text: 'panel' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'turnEnd')).toBe(true));
+    expect(flat().filter((e) => e.type === 'update').map((e) => (e as { update: { text?: string } }).update.text)).toContain('answer for panel');
+    const sessions = new Set(made[0].requests.filter((r) => r.method === 'agent/prompt').map((r) => r.params.sessionId));
+    expect(sessions.size).toBe(2);
+
+    const source = new CancellationSource();
+    const pending = handler({ prompt: 'slow' }, {}, stream, source.token);
+    await vi.waitFor(() => expect(stream.markdown).toHaveBeenCalledWith('answer for slow'));
+    source.cancel();
+    expect(await pending).toEqual({});
+  });
+});

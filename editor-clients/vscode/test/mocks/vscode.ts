@@ -1,0 +1,285 @@
+// A small in-memory stand-in for the `vscode` module (VS Code cannot be
+// downloaded here). It behaves like the editor where the extension depends on
+// it: documents are buffers over the real file system with a dirty flag and
+// an undo stack, WorkspaceEdits apply to them, dialogs answer from vi.fn()
+// mocks the tests program, commands are a registry.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { vi } from 'vitest';
+
+export class Disposable {
+  constructor(private readonly fn: () => void = () => {}) {}
+  static from(...ds: { dispose(): unknown }[]): Disposable {
+    return new Disposable(() => ds.forEach((d) => d.dispose()));
+  }
+  dispose(): void {
+    this.fn();
+  }
+}
+
+export class EventEmitter<T> {
+  private listeners = new Set<(e: T) => unknown>();
+  event = (listener: (e: T) => unknown): Disposable => {
+    this.listeners.add(listener);
+    return new Disposable(() => this.listeners.delete(listener));
+  };
+  fire(e: T): void {
+    for (const l of [...this.listeners]) l(e);
+  }
+  dispose(): void {
+    this.listeners.clear();
+  }
+}
+
+export class Uri {
+  constructor(
+    readonly scheme: string,
+    readonly fsPath: string,
+  ) {}
+  static file(p: string): Uri {
+    return new Uri('file', path.resolve(p));
+  }
+  static joinPath(base: Uri, ...parts: string[]): Uri {
+    return new Uri(base.scheme, path.join(base.fsPath, ...parts));
+  }
+  get path(): string {
+    return this.fsPath;
+  }
+  toString(): string {
+    return `${this.scheme}://${this.fsPath}`;
+  }
+}
+
+export class Position {
+  constructor(
+    readonly line: number,
+    readonly character: number,
+  ) {}
+}
+
+export class Range {
+  constructor(
+    readonly start: Position,
+    readonly end: Position,
+  ) {}
+}
+
+type EditOp =
+  | { op: 'replace'; uri: Uri; range: Range; text: string }
+  | { op: 'insert'; uri: Uri; pos: Position; text: string }
+  | { op: 'createFile'; uri: Uri; options?: { overwrite?: boolean; ignoreIfExists?: boolean } };
+
+export class WorkspaceEdit {
+  readonly ops: EditOp[] = [];
+  replace(uri: Uri, range: Range, text: string): void {
+    this.ops.push({ op: 'replace', uri, range, text });
+  }
+  insert(uri: Uri, pos: Position, text: string): void {
+    this.ops.push({ op: 'insert', uri, pos, text });
+  }
+  createFile(uri: Uri, options?: { overwrite?: boolean; ignoreIfExists?: boolean }): void {
+    this.ops.push({ op: 'createFile', uri, options });
+  }
+}
+
+export class FileSystemError extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message);
+  }
+  static FileNotFound(uri?: Uri): FileSystemError {
+    return new FileSystemError(`file not found: ${uri?.fsPath}`, 'FileNotFound');
+  }
+}
+
+export class MockTextDocument {
+  isDirty = false;
+  readonly isUntitled: boolean;
+  readonly undoStack: string[] = [];
+  saves = 0;
+  constructor(
+    readonly uri: Uri,
+    public text: string,
+    readonly languageId = 'plaintext',
+  ) {
+    this.isUntitled = uri.scheme === 'untitled';
+  }
+  getText(): string {
+    return this.text;
+  }
+  positionAt(offset: number): Position {
+    const before = this.text.slice(0, Math.max(0, Math.min(offset, this.text.length)));
+    const lines = before.split('\n');
+    return new Position(lines.length - 1, lines[lines.length - 1].length);
+  }
+  offsetAt(pos: Position): number {
+    const lines = this.text.split('\n');
+    let off = 0;
+    for (let i = 0; i < pos.line; i++) off += lines[i].length + 1;
+    return off + pos.character;
+  }
+  async save(): Promise<boolean> {
+    fs.writeFileSync(this.uri.fsPath, this.text);
+    this.isDirty = false;
+    this.saves++;
+    return true;
+  }
+  /** What Ctrl+Z would do: restore the text before the last applied edit. */
+  undo(): void {
+    const prev = this.undoStack.pop();
+    if (prev !== undefined) {
+      this.text = prev;
+      this.isDirty = true;
+    }
+  }
+}
+
+const documents = new Map<string, MockTextDocument>();
+
+function docFor(uri: Uri): MockTextDocument {
+  let doc = documents.get(uri.fsPath);
+  if (!doc) {
+    if (!fs.existsSync(uri.fsPath)) throw FileSystemError.FileNotFound(uri);
+    doc = new MockTextDocument(uri, fs.readFileSync(uri.fsPath, 'utf8'));
+    documents.set(uri.fsPath, doc);
+  }
+  return doc;
+}
+
+const configuration = new Map<string, unknown>();
+const commandRegistry = new Map<string, (...args: unknown[]) => unknown>();
+
+export const workspace = {
+  workspaceFolders: undefined as { uri: Uri; name: string; index: number }[] | undefined,
+  get textDocuments(): MockTextDocument[] {
+    return [...documents.values()];
+  },
+  fs: {
+    readFile: vi.fn(async (uri: Uri) => {
+      try {
+        return new Uint8Array(fs.readFileSync(uri.fsPath));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw FileSystemError.FileNotFound(uri);
+        throw e;
+      }
+    }),
+    stat: vi.fn(async (uri: Uri) => {
+      try {
+        const st = fs.statSync(uri.fsPath);
+        return { type: st.isDirectory() ? 2 : 1, size: st.size, ctime: st.ctimeMs, mtime: st.mtimeMs };
+      } catch {
+        throw FileSystemError.FileNotFound(uri);
+      }
+    }),
+    createDirectory: vi.fn(async (uri: Uri) => {
+      fs.mkdirSync(uri.fsPath, { recursive: true });
+    }),
+  },
+  openTextDocument: vi.fn(async (arg: Uri | { language?: string; content?: string }) => {
+    if (arg instanceof Uri) return docFor(arg);
+    const doc = new MockTextDocument(new Uri('untitled', `/untitled-${documents.size}`), arg.content ?? '', arg.language);
+    return doc;
+  }),
+  applyEdit: vi.fn(async (edit: WorkspaceEdit) => {
+    for (const op of edit.ops) {
+      if (op.op === 'createFile') {
+        const exists = fs.existsSync(op.uri.fsPath);
+        if (exists && !op.options?.overwrite && !op.options?.ignoreIfExists) return false;
+        if (!exists || op.options?.overwrite) {
+          fs.mkdirSync(path.dirname(op.uri.fsPath), { recursive: true });
+          fs.writeFileSync(op.uri.fsPath, '');
+          documents.delete(op.uri.fsPath);
+        }
+        continue;
+      }
+      const doc = docFor(op.uri);
+      const start = doc.offsetAt(op.op === 'replace' ? op.range.start : op.pos);
+      const end = op.op === 'replace' ? doc.offsetAt(op.range.end) : start;
+      doc.undoStack.push(doc.text);
+      doc.text = doc.text.slice(0, start) + op.text + doc.text.slice(end);
+      doc.isDirty = true;
+    }
+    return true;
+  }),
+  getConfiguration: vi.fn((section?: string) => ({
+    get: <T>(key: string, dflt?: T): T | undefined => {
+      const full = section ? `${section}.${key}` : key;
+      return (configuration.has(full) ? configuration.get(full) : dflt) as T | undefined;
+    },
+  })),
+  onDidChangeConfiguration: vi.fn(() => new Disposable()),
+};
+
+function outputChannel(name: string) {
+  const lines: string[] = [];
+  return {
+    name,
+    lines,
+    append: vi.fn((s: string) => lines.push(s)),
+    appendLine: vi.fn((s: string) => lines.push(s + '\n')),
+    show: vi.fn(),
+    clear: vi.fn(),
+    dispose: vi.fn(),
+    trace: vi.fn(),
+    debug: vi.fn(),
+    info: vi.fn(),
+    warn: vi.fn(),
+    error: vi.fn(),
+    text: () => lines.join(''),
+  };
+}
+
+export const window = {
+  showWarningMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
+  showErrorMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
+  showInformationMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
+  showQuickPick: vi.fn(async (..._args: unknown[]): Promise<unknown> => undefined),
+  showTextDocument: vi.fn(async (doc: unknown) => doc),
+  createOutputChannel: vi.fn((name: string) => outputChannel(name)),
+  registerWebviewViewProvider: vi.fn(() => new Disposable()),
+};
+
+export const commands = {
+  registerCommand: vi.fn((id: string, fn: (...args: unknown[]) => unknown) => {
+    commandRegistry.set(id, fn);
+    return new Disposable(() => commandRegistry.delete(id));
+  }),
+  executeCommand: vi.fn(async (id: string, ...args: unknown[]) => commandRegistry.get(id)?.(...args)),
+};
+
+export const chat = {
+  createChatParticipant: vi.fn((id: string, handler: (...args: any[]) => unknown) => ({ id, handler, iconPath: undefined as unknown, dispose: vi.fn() })),
+};
+
+export const env = { openExternal: vi.fn(async () => true) };
+
+/** Test helpers (not part of the real API). */
+export const __mock = {
+  documents,
+  configuration,
+  commandRegistry,
+  outputChannel,
+  /** Open a file as an editor buffer, optionally with unsaved text. */
+  openBuffer(p: string, unsaved?: string): MockTextDocument {
+    const doc = docFor(Uri.file(p));
+    if (unsaved !== undefined) {
+      doc.text = unsaved;
+      doc.isDirty = true;
+    }
+    return doc;
+  },
+  reset(): void {
+    documents.clear();
+    configuration.clear();
+    commandRegistry.clear();
+    workspace.workspaceFolders = undefined;
+    vi.clearAllMocks();
+    window.showWarningMessage.mockImplementation(async () => undefined);
+    window.showErrorMessage.mockImplementation(async () => undefined);
+    window.showInformationMessage.mockImplementation(async () => undefined);
+    window.showQuickPick.mockImplementation(async () => undefined);
+  },
+};

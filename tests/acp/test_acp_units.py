@@ -1,0 +1,237 @@
+"""The ACP front end's pure parts: framing, parsing, update mapping, tool helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.acp.caps import ClientCaps, core_methods
+from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
+from agentd.acp.tools import Refused, command_result, number_lines, replace_once
+from agentd.acp.updates import replay, to_acp, tool_kind, tool_locations, tool_title
+from agentd.agent.events import (
+    MemoryDelivered,
+    MessageChunk,
+    ThoughtChunk,
+    ToolCallStarted,
+    ToolCallUpdate,
+    UsageReport,
+    UserMessage,
+)
+from agentd.agent.messages import (
+    Message,
+    ReminderPart,
+    TextPart,
+    ThinkingPart,
+    ToolCall,
+    ToolCallPart,
+    ToolResultPart,
+)
+from tests.acp.harness import schema_errors
+
+ROOT = Path("/w/project")
+
+# --- framing and parsing ----------------------------------------------------------------------
+
+
+def reader(*chunks: bytes) -> Any:
+    queue = list(chunks)
+
+    async def read(n: int) -> bytes:
+        return queue.pop(0) if queue else b""
+
+    return read
+
+
+async def collect(read: Any) -> list[bytes | None]:
+    return [line async for line in read_lines(read)]
+
+
+@pytest.mark.asyncio
+async def test_lines_split_anywhere_and_several_in_one_read() -> None:
+    lines = await collect(reader(b'{"a":', b"1}\n\n  \n{", b'"b":2}\n{"c":3}\n{"d"', b":4}"))
+    assert lines == [b'{"a":1}', b'{"b":2}', b'{"c":3}', b'{"d":4}']
+
+
+@pytest.mark.asyncio
+async def test_an_oversized_line_is_dropped_and_reading_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("agentd.acp.rpc.MAX_LINE", 10)
+    lines = await collect(reader(b"x" * 8, b"y" * 8, b"z" * 8 + b'\n{"ok":1}\n'))
+    assert lines == [None, b'{"ok":1}']
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "reply_id"),
+    [
+        (b"{not json", -32700, None),
+        (b"\xff\xfe", -32700, None),
+        (b"[]", -32600, None),
+        (b'"text"', -32600, None),
+        (b'{"id":1,"method":"x"}', -32600, 1),
+        (b'{"jsonrpc":"2.0","id":"7","method":1}', -32600, "7"),
+        (b'{"jsonrpc":"2.0","id":true,"method":"x"}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":{},"method":"x"}', -32600, None),
+        (b'{"jsonrpc":"2.0"}', -32600, None),
+    ],
+)
+def test_invalid_messages_get_the_right_error(line: bytes, code: int, reply_id: Any) -> None:
+    message, error, rid = parse_message(line)
+    assert message is None and error is not None
+    assert (error.code, rid) == (code, reply_id)
+
+
+def test_ids_keep_their_type() -> None:
+    for raw_id in (0, "0", "7", 7):
+        message, error, _ = parse_message(
+            json.dumps({"jsonrpc": "2.0", "id": raw_id, "method": "m"}).encode()
+        )
+        assert error is None and message is not None and message["id"] == raw_id
+
+
+@pytest.mark.asyncio
+async def test_outgoing_requests_are_matched_by_id_even_after_the_caller_gave_up() -> None:
+    sent: list[dict[str, Any]] = []
+    conn = Connection(lambda data: sent.append(json.loads(data)))
+    first = conn.start_request("a", {})
+    second = conn.start_request("b", {})
+    waiter = asyncio.ensure_future(asyncio.shield(first))
+    await asyncio.sleep(0)
+    waiter.cancel()  # the caller stops waiting; the request stays registered
+    conn.on_response(
+        {"jsonrpc": "2.0", "id": sent[1]["id"], "error": {"code": -32601, "message": "no"}}
+    )
+    conn.on_response({"jsonrpc": "2.0", "id": sent[0]["id"], "result": {"ok": True}})
+    assert await first == {"ok": True}
+    with pytest.raises(RpcError) as info:
+        await second
+    assert info.value.code == -32601
+    conn.on_response({"jsonrpc": "2.0", "id": 99, "result": None})  # unknown: ignored
+    third = conn.start_request("c", {})
+    conn.close()
+    with pytest.raises(RpcError):
+        await third
+
+
+# --- update mapping ---------------------------------------------------------------------------
+
+
+def test_each_core_event_has_an_acp_shape_that_the_schema_accepts() -> None:
+    display = {"c2": [{"type": "diff", "path": "/w/project/a.py", "oldText": "a", "newText": "b"}]}
+    events = [
+        MessageChunk("hi"),
+        ThoughtChunk("hmm"),
+        UserMessage("question"),
+        ToolCallStarted("c1", "read_file", {"path": "a.py", "offset": 3}, "daemon"),
+        ToolCallUpdate("c1", "running"),
+        ToolCallUpdate("c1", "completed", "1  x"),
+        ToolCallUpdate("c2", "completed", "Edited a.py"),
+        ToolCallUpdate("c3", "failed", "no"),
+        ToolCallUpdate("c4", "cancelled"),
+    ]
+    for event in events:
+        out = to_acp("s1", event, ROOT, display)
+        assert out is not None
+        method, params = out
+        assert method == "session/update"
+        assert schema_errors(params, "SessionNotification") == [], event
+    _, started = to_acp("s1", events[3], ROOT) or ("", {})
+    assert started["update"]["locations"] == [{"path": "/w/project/a.py", "line": 3}]
+    _, kept = to_acp("s1", events[6], ROOT, display) or ("", {})
+    assert kept["update"]["content"] == display["c2"]
+    assert kept["update"]["rawOutput"] == "Edited a.py"
+
+
+def test_memory_goes_to_the_extension_notification_and_usage_nowhere() -> None:
+    assert to_acp("s1", MemoryDelivered("user_query", "local", ["/m/a.md"]), ROOT) == (
+        "_agentd/memory",
+        {"sessionId": "s1", "point": "user_query", "tier": "local", "docs": ["/m/a.md"]},
+    )
+    assert to_acp("s1", UsageReport(1, 2, 3), ROOT) is None
+
+
+def test_tool_kinds_titles_and_locations() -> None:
+    assert [
+        tool_kind(n) for n in ("read_file", "list_dir", "search", "edit_file", "run_command")
+    ] == [
+        "read",
+        "read",
+        "search",
+        "edit",
+        "execute",
+    ]
+    assert tool_kind("mystery") == "other"
+    assert tool_title("run_command", {"command": "make test"}) == "Run `make test`"
+    assert tool_title("search", {"query": "TODO"}) == "Search for 'TODO' in ."
+    assert tool_locations("run_command", {"path": "x"}, ROOT) == []
+    assert tool_locations("edit_file", {"path": "../x"}, ROOT) == [{"path": "/w/x"}]
+
+
+def test_a_history_replays_as_the_events_of_a_live_prompt() -> None:
+    history = [
+        Message("user", [ReminderPart("memory", "memory"), TextPart("fix it")]),
+        Message(
+            "assistant",
+            [
+                ThinkingPart("look first"),
+                TextPart("Reading."),
+                ToolCallPart(ToolCall("c1", "read_file", {"path": "a.py"})),
+                ToolCallPart(ToolCall("c2", "edit_file", {"path": "a.py"})),
+            ],
+        ),
+        Message("user", [ToolResultPart("c1", "1  x"), ToolResultPart("c2", "rejected", True)]),
+        Message("assistant", [TextPart("Done.")]),
+    ]
+    assert list(replay(history, {"edit_file"})) == [
+        UserMessage("fix it"),
+        ThoughtChunk("look first"),
+        MessageChunk("Reading."),
+        ToolCallStarted("c1", "read_file", {"path": "a.py"}, "daemon"),
+        ToolCallStarted("c2", "edit_file", {"path": "a.py"}, "client"),
+        ToolCallUpdate("c1", "completed", "1  x"),
+        ToolCallUpdate("c2", "failed", "rejected"),
+        MessageChunk("Done."),
+    ]
+
+
+# --- tools and capabilities --------------------------------------------------------------------
+
+
+def test_client_tools_follow_the_client_capabilities() -> None:
+    assert ClientCaps.from_json(None).tool_names() == []
+    assert ClientCaps.from_json({"fs": {"readTextFile": True}}).tool_names() == ["read_file"]
+    assert ClientCaps.from_json({"fs": {"writeTextFile": True}, "terminal": True}).tool_names() == [
+        "write_file",
+        "run_command",
+    ]
+    # Only a real `true` counts.
+    assert ClientCaps.from_json({"fs": {"readTextFile": "yes"}, "terminal": 1}).tool_names() == []
+
+
+def test_replace_exactly_one_occurrence() -> None:
+    assert replace_once("a b c", "b", "B", "f") == "a B c"
+    with pytest.raises(Refused, match="not found"):
+        replace_once("a b c", "x", "y", "f")
+    with pytest.raises(Refused, match="occurs 2 times"):
+        replace_once("b b", "b", "y", "f")
+
+
+def test_read_and_command_results_are_formatted_for_the_model() -> None:
+    assert number_lines("a\nb\n", 9) == " 9  a\n10  b"
+    assert number_lines("", 1) == "(empty file)"
+    out = {"output": "ok\n", "truncated": True, "exitStatus": {"exitCode": 2}}
+    assert (
+        command_result(out, {})
+        == "[the beginning of the output was cut by the editor]\nok\n[exit code 2]"
+    )
+    assert command_result({"output": ""}, {"signal": "SIGKILL"}) == "[killed by signal SIGKILL]"
+
+
+def test_core_methods_are_read_without_importing_the_core() -> None:
+    names = core_methods()
+    assert {"new_session", "prompt", "cancel"} <= names

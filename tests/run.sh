@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: creates .venv, installs agentd with
+# its test dependencies, then runs lint, types, the Python tests (unit, e2e over
+# stdio against the bundled model server) and the editor clients' suites.
+# Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${AGENTD_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+
+step() { printf '\n== %s ==\n' "$*"; }
+
+step "install ($VENV)"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e '.[dev]'
+
+step "ruff"
+"$VENV/bin/ruff" check agentd tests bench
+
+step "mypy --strict agentd"
+"$VENV/bin/mypy"
+
+step "pytest"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider
+
+export AGENTD_BIN="$PWD/$VENV/bin/agentd"
+for client in editor-clients/vscode editor-clients/nvim; do
+  if [ -f "$client/test.sh" ]; then
+    step "$client"
+    bash "$client/test.sh"
+  fi
+done
+step "all test suites passed"

@@ -1,0 +1,42 @@
+"""The core never imports the wire (rust-analyzer's invariant, checked)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "agentd"
+WIRE = ("pygls", "lsprotocol", "acp")
+
+
+@pytest.mark.parametrize("package", ["agent", "memory", "providers"])
+def test_core_packages_do_not_import_the_wire(package: str) -> None:
+    offenders = []
+    for path in (PKG / package).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in WIRE or name.startswith(("agentd.lsp", "agentd.acp")):
+                    offenders.append(f"{path.relative_to(PKG)}: {name}")
+    assert offenders == []
+
+
+def test_serving_starts_without_heavy_imports() -> None:
+    """`agentd serve` must not import pydantic/httpx before answering initialize."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agentd.cli, agentd.lsp.server, agentd.lsp.handlers;"
+        "print(','.join(m for m in ('pydantic','httpx','agentd.app','agentd.memory') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

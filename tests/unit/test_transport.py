@@ -1,0 +1,70 @@
+"""LSP framing under random chunking and broken frames (vscode-jsonrpc's tests, clangd's caps)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentd.lsp.transport import MAX_BODY, frame, read_frames
+
+
+async def collect(data: bytes, cuts: list[int]) -> list[bytes]:
+    pieces: list[bytes] = []
+    pos = 0
+    for cut in sorted(set(c for c in cuts if 0 < c < len(data))):
+        pieces.append(data[pos:cut])
+        pos = cut
+    pieces.append(data[pos:])
+
+    async def read(n: int) -> bytes:
+        return pieces.pop(0) if pieces else b""
+
+    return [body async for body in read_frames(read)]
+
+
+messages = st.lists(
+    st.dictionaries(st.text(max_size=5), st.text(max_size=30), max_size=4), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages, st.lists(st.integers(min_value=0, max_value=4000), max_size=30))
+async def test_random_chunking_preserves_messages_in_order(msgs: list[dict[str, str]], cuts: list[int]) -> None:
+    bodies = [json.dumps(m, ensure_ascii=False).encode() for m in msgs]
+    data = b"".join(frame(b) for b in bodies)
+    assert await collect(data, cuts) == bodies
+
+
+async def test_three_messages_in_one_write() -> None:
+    bodies = [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+    assert await collect(b"".join(frame(b) for b in bodies), []) == bodies
+
+
+async def test_huge_length_refused_without_allocating() -> None:
+    data = b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1) + frame(b'{"ok":1}')
+    assert await collect(data, []) == [b'{"ok":1}']
+
+
+async def test_overlong_length_cut_at_next_header() -> None:
+    data = b'Content-Length: 999\r\n\r\n{"x":1}' + frame(b'{"ok":1}')
+    assert await collect(data, [10, 30]) == [b'{"x":1}', b'{"ok":1}']
+
+
+async def test_bad_headers_resync() -> None:
+    data = (
+        b"Content-Length: nope\r\n\r\n{}"
+        + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}"
+        + b"junk junk\r\n\r\n"
+        + frame(b'{"ok":1}')
+    )
+    assert await collect(data, [3, 17, 40]) == [b'{"ok":1}']
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=3000), st.lists(st.integers(min_value=0, max_value=3000), max_size=10))
+async def test_random_bytes_never_crash_and_a_later_frame_is_read(noise: bytes, cuts: list[int]) -> None:
+    good = frame(b'{"ok":1}')
+    bodies = await collect(noise + b"\r\n\r\n" + good, cuts)
+    assert bodies[-1] == b'{"ok":1}' or b"Content-Length" in noise
