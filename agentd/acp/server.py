@@ -2,9 +2,10 @@
 
 Start-up is kept cheap: only the stdlib and agentd's light ACP modules
 (`rpc`, `caps`) are imported before `initialize` is answered. The rest
-(pydantic, httpx, the turn engine, `handlers`) is imported in a warm-up
-thread right after that reply, and the first request that needs it awaits
-the warm-up, as the LSP front end does.
+(pydantic, httpx, the turn engine, `handlers`) is imported, and the `App`
+built with its provider's HTTP client, in a warm-up thread started right
+after that reply; the first request that needs it awaits the warm-up, as
+the LSP front end does.
 
 Every request is answered exactly once: by its handler's result, by the
 error it raised (`RpcError` as is, agentd's `ProtocolError`s mapped in
@@ -121,22 +122,29 @@ class AcpServer:
             return
         loop = asyncio.get_running_loop()
         self._app_future = loop.create_future()
+        options = dict(self.init_options)
+        create = self._create_app
 
-        def imports() -> None:
-            # pydantic, httpx and the core; then what httpx imports only when the
-            # provider opens its client on the first prompt (about 100 ms that the
-            # first model request need not wait for).
-            import anyio._backends._asyncio  # noqa: F401
-            import h11  # noqa: F401
-            import httpcore  # noqa: F401
+        def build() -> App:
+            # Off the event loop, as the LSP front end does: the imports (pydantic,
+            # httpx, the core), the settings, and the provider's HTTP client with its
+            # SSL context, which the first prompt would otherwise pay for (~100 ms).
+            from agentd.acp import handlers  # noqa: F401
+            from agentd.app import App
 
-            import agentd.acp.handlers  # noqa: F401
+            app = (create or App.create)(options)
+            app.provider.warm()
+            for module in ("anyio._backends._asyncio", "h11", "httpcore"):
+                try:
+                    __import__(module)  # what httpx imports on its first request
+                except ImportError:  # pragma: no cover - depends on httpx's backend
+                    pass
+            return app
 
         def run() -> None:
-            fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+            fut: concurrent.futures.Future[App] = concurrent.futures.Future()
             try:
-                imports()
-                fut.set_result(None)
+                fut.set_result(build())
             except BaseException as exc:
                 fut.set_exception(exc)
             try:
@@ -146,23 +154,21 @@ class AcpServer:
 
         threading.Thread(target=run, name="agentd-warmup", daemon=True).start()
 
-    def _finish_warmup(self, fut: concurrent.futures.Future[None]) -> None:
+    def _finish_warmup(self, fut: concurrent.futures.Future[App]) -> None:
         assert self._app_future is not None
         if self._app_future.done():
             return
         try:
-            fut.result()
-            from agentd.app import App
-
-            app = (self._create_app or App.create)(self.init_options)
-            listeners = getattr(app, "memory_listeners", None)
-            if isinstance(listeners, list):
-                listeners.append(self._memory_changed)
-            self._app = app
-            self._app_future.set_result(app)
-        except Exception as exc:
+            app = fut.result()
+        except Exception as exc:  # reported to every request that needs the App
             log.exception("start-up failed")
             self._app_future.set_exception(exc)
+            return
+        listeners = getattr(app, "memory_listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self._memory_changed)
+        self._app = app
+        self._app_future.set_result(app)
 
     def _memory_changed(self, root: Any, paths: list[Any]) -> None:
         self.conn.notify(

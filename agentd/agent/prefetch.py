@@ -222,6 +222,9 @@ class MemoryRecall:
         return pm.recall(query, exclude=exclude, limit=MAX_DOCS)
 
     async def _model(self, session: Session, query: str, exclude: frozenset[str]) -> RecallResult:
+        # Let the main request go first: the side query's own work (candidates,
+        # a connection) must not add to the time before the user's request is out.
+        await session.request_sent.wait()
         pm = await self.project(session.workspace_root)
         docs = [d for d in pm.list_docs() if str(d.path) not in exclude]
         if not docs:

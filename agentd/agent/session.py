@@ -69,6 +69,9 @@ class Session:
     surfaced: set[str] = field(default_factory=set)
     prefetch: list[PrefetchHandle] = field(default_factory=list)
     closed: bool = False
+    # Set once the current prompt's first model request is out: side queries
+    # wait for it so that they never delay the request the user waits on.
+    request_sent: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: list[Callable[[Session, Message], None]] = field(default_factory=list)
 
     def append(self, message: Message) -> None:

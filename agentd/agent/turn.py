@@ -121,6 +121,7 @@ async def run_prompt(
     """Run one prompt to its end. Raises `CancelledError` when cancelled."""
     usage = Usage()
     limits = ctx.limits
+    session.request_sent = asyncio.Event()
     ctx.memory.prompt_started(session, prompt)
     cancelled = False
     try:
@@ -160,6 +161,7 @@ async def run_prompt(
                 tools=specs,
                 purpose="main",
                 max_tokens=ctx.max_tokens,
+                on_sent=session.request_sent.set,
             )
             end, calls = await _stream_step(ctx, session, request, emit, usage)
             if end.stop_reason == "refusal":

@@ -93,32 +93,51 @@ class AgentdServer(LanguageServer):
             return
         loop = asyncio.get_running_loop()
         self._app_future = loop.create_future()
+        options = dict(self.init_options)
 
-        def imports() -> None:
-            import agentd.app  # noqa: F401  (pydantic, httpx, the core)
+        def build() -> App:
+            # Off the event loop: imports (pydantic, httpx and its backends), the
+            # settings, and the HTTP client with its SSL context, which alone
+            # costs about 100 ms that the first prompt would otherwise pay.
             import agentd.lsp.ext  # noqa: F401
             import agentd.lsp.updates  # noqa: F401
+            from agentd.app import App
 
-        def done(fut: concurrent.futures.Future[None]) -> None:
+            app = App.create(options)
+            app.provider.warm()
+            for module in ("anyio._backends._asyncio", "h11", "httpcore"):
+                try:
+                    __import__(module)
+                except ImportError:  # pragma: no cover - depends on httpx's backend
+                    pass
+            return app
+
+        def done(fut: concurrent.futures.Future[App]) -> None:
             loop.call_soon_threadsafe(self._finish_warmup, fut)
 
-        threading.Thread(target=lambda: _run_into(imports, done), daemon=True).start()
+        threading.Thread(target=lambda: _run_into(build, done), daemon=True).start()
 
-    def _finish_warmup(self, fut: concurrent.futures.Future[None]) -> None:
+    def _finish_warmup(self, fut: concurrent.futures.Future[App]) -> None:
         assert self._app_future is not None
         if self._app_future.done():
             return
         try:
-            fut.result()
-            from agentd.app import App
-
-            app = App.create(self.init_options)
-            app.memory_listeners.append(self._memory_changed)
-            self._app = app
-            self._app_future.set_result(app)
-        except Exception as exc:  # pragma: no cover - reported to every request
+            app = fut.result()
+        except Exception as exc:  # reported to every request that needs the app
             log.exception("start-up failed")
             self._app_future.set_exception(exc)
+            return
+        app.memory_listeners.append(self._memory_changed)
+        self._app = app
+        self._app_future.set_result(app)
+
+    async def app(self) -> App:
+        if self._app is not None:
+            return self._app
+        if self._app_future is None:
+            self.start_warmup()
+        assert self._app_future is not None
+        return await asyncio.shield(self._app_future)
 
     def _memory_changed(self, root: Any, paths: list[Any]) -> None:
         self.agentd_protocol.notify(
@@ -129,14 +148,6 @@ class AgentdServer(LanguageServer):
         caps = getattr(self.agentd_protocol, "client_capabilities", None)
         window = getattr(caps, "window", None)
         return bool(getattr(window, "work_done_progress", False))
-
-    async def app(self) -> App:
-        if self._app is not None:
-            return self._app
-        if self._app_future is None:
-            self.start_warmup()
-        assert self._app_future is not None
-        return await asyncio.shield(self._app_future)
 
     # --- logging to the editor ---------------------------------------------------------
 
@@ -229,10 +240,9 @@ class AgentdServer(LanguageServer):
 
 
 def _run_into(fn: Any, done: Any) -> None:
-    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+    fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
     try:
-        fn()
-        fut.set_result(None)
+        fut.set_result(fn())
     except BaseException as exc:
         fut.set_exception(exc)
     done(fut)

@@ -72,8 +72,12 @@ class AnthropicProvider:
             request_body(request, model),
             headers=headers,
             purpose=request.purpose,
+            on_sent=request.on_sent,
             parser=MessagesStreamParser(self._http),
         )
+
+    def warm(self) -> None:
+        self._http.warm()
 
     async def aclose(self) -> None:
         await self._http.aclose()

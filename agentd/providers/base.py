@@ -12,7 +12,7 @@ server sees the disconnect at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -42,6 +42,9 @@ class ModelRequest:
     # on both APIs (OpenAI `tool_choice`, Anthropic `tool_choice: {type: tool}`).
     tool_choice: str | None = None
     temperature: float | None = None
+    # Called once the request has been sent and the response has started (its
+    # headers arrived): lets side queries wait until the main request is out.
+    on_sent: Callable[[], None] | None = None
 
 
 # --- stream events ----------------------------------------------------------
@@ -106,6 +109,10 @@ class ModelProvider(Protocol):
         A `ToolCallReady` is only yielded for a call whose JSON arguments
         parsed completely: a call cut off mid-stream is never yielded.
         """
+        ...
+
+    def warm(self) -> None:
+        """Build the HTTP client now (SSL context etc.); safe off the event loop."""
         ...
 
     async def aclose(self) -> None: ...

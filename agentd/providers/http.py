@@ -139,6 +139,7 @@ class ModelHTTP:
         headers: Mapping[str, str],
         purpose: Purpose,
         parser: StreamParser,
+        on_sent: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
         """POST `body` and yield the parser's events, then its final ones."""
         started = False
@@ -153,26 +154,39 @@ class ModelHTTP:
             content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             # aclosing: leaving this loop early (done, error, cancel, aclose)
             # closes the inner generator now, which closes the HTTP response.
-            async with contextlib.aclosing(self._sse(url, content, all_headers)) as events:
+            sse = self._sse(url, content, all_headers, on_sent)
+            async with contextlib.aclosing(sse) as events:
                 async for sse in events:
                     for out in parser.feed(sse):
                         started = True
                         yield out
                     if parser.done:
                         break
-            for out in parser.finish():
-                started = True
-                yield out
+                for out in parser.finish():
+                    started = True
+                    yield out
+                if parser.done:
+                    await _drain(events)
         except ModelError as exc:
             if started and not isinstance(exc, ModelStreamInterrupted):
                 raise rebuild(exc, ModelStreamInterrupted) from exc
             raise
 
+    def warm(self) -> None:
+        """Build the client (and its SSL context) now; safe off the event loop."""
+        self._get_client()
+
     async def _sse(
-        self, url: str, content: bytes, headers: dict[str, str]
+        self,
+        url: str,
+        content: bytes,
+        headers: dict[str, str],
+        on_sent: Callable[[], None] | None = None,
     ) -> AsyncGenerator[SSEEvent, None]:
         deadline = asyncio.get_running_loop().time() + self.config.total_timeout
         response = await self._open(url, content, headers, deadline)
+        if on_sent is not None:
+            on_sent()
         chunks = response.aiter_bytes()
         decoder = SSEDecoder()
         try:
@@ -424,3 +438,22 @@ def _why(exc: BaseException) -> str:
 
 def _secs(value: float) -> str:
     return f"{value:.0f}" if value == int(value) else f"{value:g}"
+
+
+DRAIN_SECONDS = 0.5
+
+
+async def _drain(events: AsyncGenerator[SSEEvent, None]) -> None:
+    """Read a finished stream to its end, so the connection goes back to the pool.
+
+    Closing a response whose body was not fully read makes httpcore drop the
+    connection: every model request would then pay a new TCP (and TLS)
+    handshake. The end of the body follows the final event at once; the
+    timeout only guards against a server that keeps the stream open.
+    """
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
+    except (TimeoutError, ModelError):
+        pass

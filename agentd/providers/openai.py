@@ -74,8 +74,12 @@ class OpenAIProvider:
             request_body(request, model),
             headers=headers,
             purpose=request.purpose,
+            on_sent=request.on_sent,
             parser=ChatStreamParser(self._http),
         )
+
+    def warm(self) -> None:
+        self._http.warm()
 
     async def aclose(self) -> None:
         await self._http.aclose()

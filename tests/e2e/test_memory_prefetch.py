@@ -98,6 +98,8 @@ async def test_local_tier_delivers_at_the_user_query(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
     model_server.set_latency("recall", 5.0)  # the model tier is slow; nothing waits for it
+    # A reply that streams for a while, so the side query is out before the prompt ends.
+    model_server.enqueue({"chunks": ["Run ", "make ", "ship."], "chunkDelay": 0.2})
     c = await new_memory_client(model_server, tmp_path)
     try:
         sid = await c.new_session(workspace)
@@ -224,6 +226,8 @@ async def test_second_prompt_and_reset_abort_unsettled_side_queries(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
     model_server.set_latency("recall", 30.0)
+    for _ in range(2):
+        model_server.enqueue({"chunks": ["a ", "b ", "c"], "chunkDelay": 0.2})
     c = await new_memory_client(model_server, tmp_path)
     try:
         sid = await c.new_session(workspace)
