@@ -19,7 +19,9 @@ from agentd.agent.core import AgentCore
 from agentd.agent.prefetch import MemoryRecall
 from agentd.agent.tools import client_tool_specs
 from agentd.config import Settings, load_settings
+from agentd.agent.session import Session
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
+from agentd.memory.extraction import ExtractionService
 from agentd.providers import make_provider
 from agentd.providers.base import ModelProvider, ToolSpec
 from agentd.tasks import Supervisor
@@ -38,6 +40,7 @@ class App:
     core: AgentCore
     memory: MemoryManager
     recall: MemoryRecall | None
+    extraction: ExtractionService | None = None
     client_specs: list[ToolSpec] = field(default_factory=list)
     # Front ends subscribe here to forward `memory/changed` to the editor.
     memory_listeners: list[MemoryListener] = field(default_factory=list)
@@ -52,10 +55,21 @@ class App:
             log.warning("configuration: %s", problem)
         supervisor = Supervisor()
         provider = make_provider(settings.provider_config())
-        memory = MemoryManager(agentd_home())
-        core = AgentCore(settings, provider, supervisor)
+        home = agentd_home()
+        memory = MemoryManager(home)
+        core = AgentCore(settings, provider, supervisor, home=home)
         specs = client_tool_specs(declared if isinstance(declared, list) else [])
         app = cls(settings, supervisor, provider, core, memory, None, specs)
+        if settings.memory.enabled and settings.memory.extraction:
+            app.extraction = ExtractionService(
+                memory,
+                provider,
+                supervisor,
+                fast_model=settings.provider_config().fast_model,
+                transcripts=app._transcript,
+                home=home,
+                grace=settings.memory.shutdown_grace,
+            )
         if settings.memory.enabled:
             app.recall = MemoryRecall(
                 memory,
@@ -65,6 +79,7 @@ class App:
                 model_tier=settings.memory.model_tier,
                 recall_timeout=settings.memory.recall_timeout,
                 on_project=app._watch_project,
+                after_reply_hook=app._after_reply,
             )
             core.memory = app.recall
         return app
@@ -78,12 +93,27 @@ class App:
         return pm
 
     def extraction_status(self, root: Path) -> dict[str, Any]:
-        return {"state": "idle", "trailingPending": False, "cursors": []}
+        if self.extraction is None:
+            return {"state": "idle", "trailingPending": False, "cursors": []}
+        return self.extraction.status(root)
+
+    def _transcript(self, session_id: str) -> tuple[Path, int] | None:
+        writer = self.core.writers.get(session_id)
+        return (writer.path, writer.offset) if writer is not None else None
+
+    def _after_reply(self, session: Session) -> None:
+        # The prompt's reply is already written: extraction never delays it.
+        if self.extraction is not None:
+            self.extraction.schedule(session.workspace_root, session.id)
 
     def _watch_project(self, pm: ProjectMemory) -> None:
         if pm.workspace_root in self._watched:
             return
         self._watched.add(pm.workspace_root)
+        if self.extraction is not None:
+            # Turns a previous run left unprocessed (its cursor is behind its
+            # transcript) are extracted now.
+            self.supervisor.spawn(self.extraction.resume(pm.workspace_root), name="extraction-resume")
         root = pm.workspace_root
 
         def changed(paths: list[Path]) -> None:
@@ -95,6 +125,11 @@ class App:
     async def aclose(self) -> None:
         for session in list(self.core.sessions.values()):
             session.cancel_running()
+        if self.extraction is not None:
+            # A running or pending extraction gets a bounded grace period; the
+            # cursor guarantees the rest is done on the next start.
+            await self.extraction.drain(self.settings.memory.shutdown_grace)
+            await self.extraction.aclose()
         await self.supervisor.aclose()
         await self.memory.aclose()
         await self.provider.aclose()

@@ -38,6 +38,7 @@ from agentd.acp.rpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    PARSE_ERROR,
     REQUEST_CANCELLED,
     SESSION_BUSY,
     Connection,
@@ -92,6 +93,7 @@ class Request:
     params: Any
     prompt: PromptState | None = None
     after_reply: list[Callable[[], None]] = field(default_factory=list)
+    answered: bool = False
 
 
 class AcpServer:
@@ -218,7 +220,7 @@ class AcpServer:
 
     def handle_line(self, line: bytes | None) -> None:
         if line is None:
-            self.conn.respond_error(None, RpcError(-32700, "Parse error: message too long"))
+            self.conn.respond_error(None, RpcError(PARSE_ERROR, "Parse error: message too long"))
             return
         message, error, reply_id = parse_message(line)
         if message is None:
@@ -271,7 +273,20 @@ class AcpServer:
         task.add_done_callback(self._forget_task)
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+        request = self._tasks.pop(task)
+        if not request.answered:
+            # Cancelled by shutdown, possibly before it even started: still answered.
+            self._reply_error(request, RpcError(REQUEST_CANCELLED, "agentd is shutting down"))
+        self._forget_prompt(request)
+
+    def _forget_prompt(self, request: Request) -> None:
+        state = request.prompt
+        if state is not None and self.prompts.get(state.session_id) is state:
+            del self.prompts[state.session_id]
+
+    def _reply_error(self, request: Request, error: RpcError) -> None:
+        request.answered = True
+        self.conn.respond_error(request.id, error)
 
     async def _run_request(self, request: Request) -> None:
         try:
@@ -279,25 +294,17 @@ class AcpServer:
             from agentd.acp import handlers
 
             result = await handlers.dispatch(self, app, request)
-        except asyncio.CancelledError:
-            self.conn.respond_error(
-                request.id, RpcError(REQUEST_CANCELLED, "agentd is shutting down")
-            )
-            raise
         except RpcError as exc:
-            self.conn.respond_error(request.id, exc)
+            self._reply_error(request, exc)
         except Exception as exc:
             log.exception("%s failed", request.method)
-            self.conn.respond_error(
-                request.id,
-                RpcError(INTERNAL_ERROR, f"Internal error in {request.method}: {exc!r}"),
-            )
+            message = f"Internal error in {request.method}: {exc!r}"
+            self._reply_error(request, RpcError(INTERNAL_ERROR, message))
         else:
+            request.answered = True
             self.conn.respond(request.id, result)
         finally:
-            state = request.prompt
-            if state is not None and self.prompts.get(state.session_id) is state:
-                del self.prompts[state.session_id]
+            self._forget_prompt(request)
         for callback in request.after_reply:
             try:
                 callback()

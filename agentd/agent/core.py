@@ -9,16 +9,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentd.agent.events import Emit, Update
+from agentd.agent.events import (
+    Emit,
+    MessageChunk,
+    ThoughtChunk,
+    ToolCallStarted,
+    ToolCallUpdate,
+    Update,
+    UserMessage,
+)
 from agentd.agent.hooks import MemoryHooks, NoMemory
+from agentd.agent.messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from agentd.agent.session import ClientToolRunner, Session
+from agentd.agent.transcript import (
+    TranscriptInfo,
+    TranscriptWriter,
+    list_sessions,
+    load,
+    sessions_dir,
+    title_of,
+)
 from agentd.agent.turn import PromptOutcome, TurnContext, TurnLimits, run_prompt
 from agentd.config import Settings
 from agentd.errors import SessionBusy, SessionNotFound
+from agentd.memory.layout import agentd_home
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
 
@@ -32,13 +50,17 @@ class AgentCore:
         provider: ModelProvider,
         supervisor: Supervisor,
         memory: MemoryHooks | None = None,
+        home: Path | None = None,
+        persist: bool = True,
     ) -> None:
         self.settings = settings
         self.provider = provider
         self.supervisor = supervisor
         self.memory: MemoryHooks = memory or NoMemory()
+        self.home = home
+        self.persist = persist
         self.sessions: dict[str, Session] = {}
-        self.session_listeners: list[Callable[[Session], None]] = []
+        self.writers: dict[str, TranscriptWriter] = {}
 
     # --- sessions ------------------------------------------------------------
 
@@ -47,10 +69,70 @@ class AgentCore:
     ) -> Session:
         sid = session_id or uuid.uuid4().hex
         session = Session(sid, workspace_root, client_tools)
-        self.sessions[sid] = session
-        for listener in self.session_listeners:
-            listener(session)
+        self._track(session, offset=0)
         return session
+
+    def _track(self, session: Session, offset: int) -> None:
+        self.sessions[session.id] = session
+        if not self.persist:
+            return
+        path = sessions_dir(session.workspace_root, self.home) / f"{session.id}.jsonl"
+        writer = TranscriptWriter(path, session.id, session.workspace_root, offset)
+        self.writers[session.id] = writer
+
+        def persist(_: Session, message: Message) -> None:
+            try:
+                writer.append(message)
+            except OSError as exc:
+                # Losing the transcript must not break the conversation; say so once.
+                if not getattr(writer, "failed", False):
+                    log.error("cannot write the transcript %s: %s", writer.path, exc)
+                    writer.failed = True  # type: ignore[attr-defined]
+
+        session.listeners.append(persist)
+
+    def transcript_path(self, session_id: str) -> Path | None:
+        writer = self.writers.get(session_id)
+        return writer.path if writer is not None else None
+
+    def list_sessions(self, workspace_root: Path) -> list[TranscriptInfo]:
+        return list_sessions(workspace_root, self.home)
+
+    def load_session(
+        self,
+        session_id: str,
+        client_tools: ClientToolRunner,
+        emit: Emit,
+        workspace_root: Path | None = None,
+    ) -> Session:
+        """Restore a persisted session and replay its history through `emit`."""
+        if session_id in self.sessions:
+            session = self.sessions[session_id]
+        else:
+            path = self._find_transcript(session_id, workspace_root)
+            loaded = load(path) if path is not None else None
+            if loaded is None:
+                raise SessionNotFound(f"no stored session with id {session_id!r}")
+            session = Session(loaded.session_id, loaded.workspace_root, client_tools)
+            session.history = loaded.history
+            session.turns = sum(1 for m in loaded.history if m.role == "user" and m.text)
+            session.title = title_of(loaded.history)
+            self._track(session, offset=loaded.total)
+        client_names = {s.name for s in client_tools.specs}
+        for update in replay(session.history, client_names):
+            emit(update)
+        return session
+
+    def _find_transcript(self, session_id: str, root: Path | None) -> Path | None:
+        if not all(c.isalnum() or c in "-_" for c in session_id):
+            return None  # an id is never a path
+        if root is not None:
+            path = sessions_dir(root, self.home) / f"{session_id}.jsonl"
+            return path if path.exists() else None
+        base = (self.home or agentd_home()) / "projects"
+        for path in base.glob(f"*/sessions/{session_id}.jsonl"):
+            return path
+        return None
 
     def get(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
@@ -62,6 +144,9 @@ class AgentCore:
         session = self.get(session_id)
         await self._stop_running(session)
         self.memory.session_reset(session)
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            writer.reset()
         session.history.clear()
         session.turns = 0
         session.tokens_used = 0
@@ -74,6 +159,9 @@ class AgentCore:
         self.memory.session_closed(session)
         session.closed = True
         del self.sessions[session_id]
+        writer = self.writers.pop(session_id, None)
+        if writer is not None:
+            writer.close()
 
     async def _stop_running(self, session: Session) -> None:
         task = session.running
@@ -105,6 +193,12 @@ class AgentCore:
         finally:
             closed = True
             session.running = None
+            writer = self.writers.get(session_id)
+            if writer is not None:
+                try:
+                    writer.sync()
+                except OSError as exc:
+                    log.error("cannot sync the transcript %s: %s", writer.path, exc)
 
     def cancel(self, session_id: str) -> bool:
         return self.get(session_id).cancel_running()
@@ -136,3 +230,20 @@ class AgentCore:
             "sessions": len(self.sessions),
             "running": sum(1 for s in self.sessions.values() if s.running is not None),
         }
+
+
+def replay(history: list[Message], client_names: set[str]) -> Iterator[Update]:
+    """A stored history as the updates a client would have seen live."""
+    for msg in history:
+        for part in msg.parts:
+            if isinstance(part, TextPart) and part.text:
+                yield UserMessage(part.text) if msg.role == "user" else MessageChunk(part.text)
+            elif isinstance(part, ThinkingPart):
+                yield ThoughtChunk(part.text)
+            elif isinstance(part, ToolCallPart):
+                c = part.call
+                executor = "client" if c.name in client_names else "daemon"
+                yield ToolCallStarted(c.id, c.name, c.arguments, executor)
+            elif isinstance(part, ToolResultPart):
+                status = "failed" if part.is_error else "completed"
+                yield ToolCallUpdate(part.tool_call_id, status, part.content)

@@ -162,6 +162,37 @@ async def close_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
     return {}
 
 
+async def list_sessions(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    infos = app.core.list_sessions(workspace_path(p.workspace_root))
+    return {
+        "sessions": [
+            {
+                "sessionId": i.session_id,
+                "title": i.title,
+                "updatedAt": datetime.fromtimestamp(i.updated_at, UTC).isoformat(),
+            }
+            for i in infos
+        ]
+    }
+
+
+async def load_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+    from agentd.agent.session import AwaitClientResult
+    from agentd.lsp.updates import update_to_wire
+
+    sid = p.session_id
+    notify = ls.agentd_protocol.notify
+
+    def emit(update: Any) -> None:
+        notify("agent/update", {"sessionId": sid, "update": update_to_wire(update)})
+
+    root = workspace_path(p.workspace_root) if p.workspace_root else None
+    app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
+    return {}
+
+
 async def cancel(ls: AgentdServer, app: App, p: Any) -> None:
     app.core.cancel(p.session_id)
 
@@ -233,6 +264,8 @@ def register(server: AgentdServer) -> None:
     _request(server, "agent/prompt", prompt, "PromptParams")
     _request(server, "agent/resetSession", reset_session, "SessionParams")
     _request(server, "agent/closeSession", close_session, "SessionParams")
+    _request(server, "agent/listSessions", list_sessions, "WorkspaceParams")
+    _request(server, "agent/loadSession", load_session, "LoadSessionParams")
     _request(server, "memory/list", memory_list, "WorkspaceParams")
     _request(server, "memory/recall", memory_recall, "RecallParams")
     _request(server, "memory/status", memory_status, "WorkspaceParams")

@@ -155,6 +155,20 @@ async def test_a_cancel_that_races_the_prompt_start_still_cancels_it(
     wire.send("_agentd/whatever", {"x": 1})
 
 
+async def test_shutdown_answers_requests_still_running_even_unstarted_ones(
+    wire: Wire, tmp_path: Path
+) -> None:
+    await initialized(wire)
+    sid = (await wire.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"][
+        "sessionId"
+    ]
+    wire.send("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}, 7)
+    await wire.server.aclose()  # as on stdin EOF: the prompt's task never ran
+    reply = await wire.reply(7)
+    assert reply["error"]["code"] == -32800
+    assert wire.server.prompts == {}
+
+
 async def test_session_load_is_served_when_the_core_offers_it(
     wire: Wire, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

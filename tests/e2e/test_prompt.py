@@ -293,3 +293,31 @@ async def test_malformed_sse_is_a_clear_error(
     result = await client.prompt(sid, "go")
     assert result["stopReason"] == "error"
     assert result["error"]["message"]
+
+
+async def test_sessions_persist_list_and_load_after_restart(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    model_server.enqueue({"toolCalls": [{"id": "c9", "name": "list_dir", "arguments": {}}]})
+    env = daemon_env(model_server, tmp_path)
+    c = await start_client(env)
+    sid = await c.new_session(workspace)
+    await c.prompt(sid, "What is in here?\nsecond line")
+    await c.lsp.shutdown_session()
+
+    c2 = await start_client(env)
+    try:
+        listed = await c2.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [(sid, "What is in here?")]
+        assert await c2.request("agent/loadSession", {"sessionId": sid}) == {}
+        kinds = c2.kinds(sid)
+        assert kinds == ["user_message", "tool_call", "tool_call_update", "message_chunk"]
+        # The restored history goes to the model with the next prompt.
+        await c2.prompt(sid, "and now?")
+        messages = model_server.requests("main")[-1]["body"]["messages"]
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "user"]
+        with pytest.raises(JsonRpcException) as info:
+            await c2.request("agent/loadSession", {"sessionId": "../../etc/passwd"})
+        assert info.value.code == -32001
+    finally:
+        await c2.lsp.shutdown_session()

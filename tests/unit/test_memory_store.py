@@ -211,7 +211,8 @@ async def test_candidates_and_recalled_for_another_tier(folders: tuple[Path, Pat
         assert len(shortlist) == 12  # no 5-doc cap, no relative floor
         assert memory.candidates("unrelated words") == []
         excluded = str(shortlist[0].path)
-        assert excluded not in {str(d.path) for d in memory.candidates("deploy", exclude={excluded})}
+        rest = memory.candidates("deploy", exclude={excluded})
+        assert excluded not in {str(d.path) for d in rest}
         picks = [str(d.path) for d in shortlist[:7]] + [str(mem / "unknown.md")]
         result = memory.recalled(picks, tier="model")
         assert result.tier == "model"

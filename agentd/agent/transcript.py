@@ -1,0 +1,193 @@
+"""Session transcripts: JSON lines, appended as the session goes, never rewritten.
+
+One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
+
+    {"type": "session", "sessionId", "workspaceRoot", "createdAt"}      first line
+    {"type": "message", "offset": n, "ts", "message": {...}}             one per message
+    {"type": "reset", "offset": n, "ts"}                                 agent/resetSession
+
+`offset` counts message lines from the start of the file and never goes
+back, resets included: it is the coordinate the extraction cursor
+(`processedOffset`) points into, so after a restart the cursor still points
+into a history that exists. A torn last line (a crash mid-write) is ignored
+on reading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from agentd.agent.messages import Message, TextPart, message_from_json, message_to_json
+from agentd.memory.layout import agentd_home, project_slug
+
+log = logging.getLogger(__name__)
+
+
+def sessions_dir(workspace_root: Path, home: Path | None = None) -> Path:
+    return (home or agentd_home()) / "projects" / project_slug(workspace_root) / "sessions"
+
+
+@dataclass(frozen=True)
+class TranscriptInfo:
+    session_id: str
+    workspace_root: Path
+    title: str
+    updated_at: float
+
+
+@dataclass
+class LoadedTranscript:
+    session_id: str
+    workspace_root: Path
+    # Messages after the last reset: the session's live history.
+    history: list[Message]
+    # Offset of history[0] in the file, and the number of message lines in all.
+    history_start: int
+    total: int
+
+
+class TranscriptWriter:
+    """Appends one session's messages. Opened lazily, kept open, flushed per line."""
+
+    def __init__(self, path: Path, session_id: str, workspace_root: Path, offset: int = 0) -> None:
+        self.path = path
+        self.session_id = session_id
+        self.workspace_root = workspace_root
+        self.offset = offset
+        self._file: IO[str] | None = None
+
+    def _open(self) -> IO[str]:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists()
+            self._file = self.path.open("a", encoding="utf-8")
+            if new:
+                self._line(
+                    {
+                        "type": "session",
+                        "sessionId": self.session_id,
+                        "workspaceRoot": str(self.workspace_root),
+                        "createdAt": time.time(),
+                    }
+                )
+        return self._file
+
+    def _line(self, record: dict[str, Any]) -> None:
+        f = self._file
+        assert f is not None
+        f.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        f.flush()
+
+    def append(self, message: Message) -> int:
+        """Write one message; returns its offset."""
+        self._open()
+        offset = self.offset
+        self._line(
+            {"type": "message", "offset": offset, "ts": time.time(), "message": message_to_json(message)}
+        )
+        self.offset += 1
+        return offset
+
+    def reset(self) -> None:
+        self._open()
+        self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
+
+    def sync(self) -> None:
+        """Make what was written durable (end of a prompt)."""
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn line from a crash: what follows it is still read
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def load(path: Path) -> LoadedTranscript | None:
+    records = _records(path)
+    if not records or records[0].get("type") != "session":
+        return None
+    head = records[0]
+    history: list[Message] = []
+    start = 0
+    total = 0
+    for record in records[1:]:
+        kind = record.get("type")
+        if kind == "message":
+            try:
+                history.append(message_from_json(record["message"]))
+            except (KeyError, ValueError, TypeError):
+                log.warning("skipping an unreadable message in %s", path)
+                continue
+            total = int(record.get("offset", total)) + 1
+        elif kind == "reset":
+            history = []
+            start = int(record.get("offset", total))
+    return LoadedTranscript(str(head["sessionId"]), Path(head["workspaceRoot"]), history, start, total)
+
+
+def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int, Message]]:
+    """Messages with offsets in [start, end), whatever resets happened between."""
+    out: list[tuple[int, Message]] = []
+    for record in _records(path):
+        if record.get("type") != "message":
+            continue
+        offset = int(record.get("offset", -1))
+        if offset < start or (end is not None and offset >= end):
+            continue
+        try:
+            out.append((offset, message_from_json(record["message"])))
+        except (KeyError, ValueError, TypeError):
+            continue
+    return out
+
+
+def title_of(history: list[Message]) -> str:
+    for msg in history:
+        if msg.role == "user":
+            for part in msg.parts:
+                if isinstance(part, TextPart) and part.text.strip():
+                    return part.text.strip().splitlines()[0][:80]
+    return "(empty session)"
+
+
+def list_sessions(workspace_root: Path, home: Path | None = None) -> list[TranscriptInfo]:
+    folder = sessions_dir(workspace_root, home)
+    out: list[TranscriptInfo] = []
+    if not folder.is_dir():
+        return out
+    for path in folder.glob("*.jsonl"):
+        loaded = load(path)
+        if loaded is None:
+            continue
+        all_msgs = [m for _, m in read_slice(path, 0)]
+        out.append(
+            TranscriptInfo(loaded.session_id, loaded.workspace_root, title_of(all_msgs), path.stat().st_mtime)
+        )
+    out.sort(key=lambda i: i.updated_at, reverse=True)
+    return out
