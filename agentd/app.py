@@ -17,9 +17,9 @@ from typing import Any
 
 from agentd.agent.core import AgentCore
 from agentd.agent.prefetch import MemoryRecall
+from agentd.agent.session import Session
 from agentd.agent.tools import client_tool_specs
 from agentd.config import Settings, load_settings
-from agentd.agent.session import Session
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.memory.extraction import ExtractionService
 from agentd.providers import make_provider
@@ -59,7 +59,7 @@ class App:
         memory = MemoryManager(home)
         core = AgentCore(settings, provider, supervisor, home=home)
         specs = client_tool_specs(declared if isinstance(declared, list) else [])
-        app = cls(settings, supervisor, provider, core, memory, None, specs)
+        app = cls(settings, supervisor, provider, core, memory, recall=None, client_specs=specs)
         if settings.memory.enabled and settings.memory.extraction:
             app.extraction = ExtractionService(
                 memory,
@@ -92,6 +92,49 @@ class App:
         self._watch_project(pm)
         return pm
 
+    # --- memory/* results, shared by every front end --------------------------------
+
+    async def memory_list(self, root: Path) -> dict[str, Any]:
+        pm = await self.project_memory(root)
+        docs = [
+            {
+                "path": str(d.path),
+                "name": d.name,
+                "description": d.description,
+                "type": d.type,
+                "mtime": d.mtime,
+                "team": d.team,
+            }
+            for d in pm.list_docs()
+        ]
+        return {"directory": str(pm.directory), "docs": docs}
+
+    async def memory_recall(self, root: Path, query: str, limit: int) -> dict[str, Any]:
+        pm = await self.project_memory(root)
+        result = pm.recall(query, limit=limit)
+        docs = [
+            {"path": str(d.path), "name": d.name, "score": round(d.score, 4)} for d in result.docs
+        ]
+        return {"docs": docs, "tier": "local"}
+
+    async def memory_status(self, root: Path) -> dict[str, Any]:
+        pm = await self.project_memory(root)
+        status = pm.status()
+        return {
+            "directory": status["directory"],
+            "docCount": status["docCount"],
+            "watcher": status["watcher"],
+            "problems": status["problems"],
+            "extraction": self.extraction_status(pm.workspace_root),
+            "deliveries": self.recall.stats.to_json() if self.recall is not None else {},
+            "prefetch": [
+                {"sessionId": s.id, "tier": h.tier, "settled": h.settled, "consumed": h.consumed}
+                for s in self.core.sessions.values()
+                if s.workspace_root == pm.workspace_root
+                for h in s.prefetch
+            ],
+        }
+
     def extraction_status(self, root: Path) -> dict[str, Any]:
         if self.extraction is None:
             return {"state": "idle", "trailingPending": False, "cursors": []}
@@ -113,7 +156,9 @@ class App:
         if self.extraction is not None:
             # Turns a previous run left unprocessed (its cursor is behind its
             # transcript) are extracted now.
-            self.supervisor.spawn(self.extraction.resume(pm.workspace_root), name="extraction-resume")
+            self.supervisor.spawn(
+                self.extraction.resume(pm.workspace_root), name="extraction-resume"
+            )
         root = pm.workspace_root
 
         def changed(paths: list[Path]) -> None:
@@ -131,5 +176,7 @@ class App:
             await self.extraction.drain(self.settings.memory.shutdown_grace)
             await self.extraction.aclose()
         await self.supervisor.aclose()
+        for writer in self.core.writers.values():
+            writer.close()
         await self.memory.aclose()
         await self.provider.aclose()

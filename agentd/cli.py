@@ -42,6 +42,11 @@ def build_parser(with_memory: bool = True) -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the agent protocol over stdio (editors run this)")
     serve.add_argument("--stdio", action="store_true", help="use stdio (the default)")
+    serve.add_argument(
+        "--acp",
+        action="store_true",
+        help="speak the Agent Client Protocol (Zed, JetBrains, CodeCompanion, avante)",
+    )
 
     demo = sub.add_parser("demo", help="run a whole agent session end to end, printed readably")
     demo.add_argument("--workspace", help="workspace to use (default: a new demo folder)")
@@ -73,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None and sys.stdin.isatty():
             parser.print_help(sys.stderr)
             return 2
+        if getattr(args, "acp", False):
+            from agentd.acp.server import run_acp_stdio
+
+            return run_acp_stdio()
         from agentd.lsp.server import run_stdio
 
         return run_stdio()

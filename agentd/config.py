@@ -131,9 +131,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
     # The config file may use snake_case (TOML habit); the model's aliases are camelCase.
-    return {
-        to_camel(k): _normalise_keys(v) if isinstance(v, dict) else v for k, v in data.items()
-    }
+    return {to_camel(k): _normalise_keys(v) if isinstance(v, dict) else v for k, v in data.items()}
 
 
 def load_settings(
@@ -145,7 +143,7 @@ def load_settings(
     problems: list[str] = []
     file_data = _read_config_file(config_file or user_config_dir() / "config.toml", problems)
     data = _normalise_keys(file_data)
-    env_data = {alias: env[var] for var, alias in ENV_FIELDS.items() if env.get(var)}
+    env_data: dict[str, Any] = {alias: env[var] for var, alias in ENV_FIELDS.items() if env.get(var)}
     if env.get("AGENTD_MEMORY", "").lower() in ("0", "off", "false", "no"):
         env_data["memory"] = {"enabled": False}
     data = _deep_merge(data, env_data)

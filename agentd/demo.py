@@ -81,7 +81,9 @@ class Printer:
             self._line(f"  [tool] {u['status']}{first}{more}")
         elif kind == "memory":
             names = ", ".join(Path(d).name for d in u["docs"])
-            self._line(f"  [memory] {len(u['docs'])} recalled at {u['point']} ({u['tier']} tier): {names}")
+            self._line(
+                f"  [memory] {len(u['docs'])} recalled at {u['point']} ({u['tier']} tier): {names}"
+            )
         elif kind == "usage":
             self._line(f"  [usage] {u['inputTokens']} in / {u['outputTokens']} out")
 
@@ -119,13 +121,22 @@ async def _demo(workspace: Path | None) -> int:
             )
             # The model's side of the conversation, scripted.
             server.enqueue(
-                {"toolCalls": [{"name": "read_file", "arguments": {"path": "notes.md"}}], "chunkDelay": 0.02}
+                {
+                    "toolCalls": [{"name": "read_file", "arguments": {"path": "notes.md"}}],
+                    "chunkDelay": 0.02,
+                }
             )
             server.enqueue({"text": SCRIPTED_ANSWER, "chunkDelay": 0.03})
             server.enqueue({"chunks": [f"word{i} " for i in range(400)], "chunkDelay": 0.02})
-            _out(f"agentd demo: no AGENTD_API_KEY, using the bundled local model server at {server.base_url}")
+            _out(
+                "agentd demo: no AGENTD_API_KEY, using the bundled local model server at "
+                + server.base_url
+            )
         else:
-            _out(f"agentd demo: using {env.get('AGENTD_BASE_URL') or 'the provider default endpoint'}")
+            _out(
+                "agentd demo: using "
+                + (env.get("AGENTD_BASE_URL") or "the provider's default endpoint")
+            )
         env.setdefault("AGENTD_HOME", str(tmp / "home"))
         memory_dir = await _memory_dir(env, ws)
         memory_dir.mkdir(parents=True, exist_ok=True)
@@ -155,7 +166,9 @@ async def _demo(workspace: Path | None) -> int:
         if server is not None:
             _out("")
             _out("you: Now write me a very long essay about it.   (Stop is pressed after a moment)")
-            msg_id, fut = client.send_request("agent/prompt", {"sessionId": sid, "prompt": "Write a long essay."})
+            msg_id, fut = client.send_request(
+                "agent/prompt", {"sessionId": sid, "prompt": "Write a long essay."}
+            )
             await server.wait_for(lambda e: e["type"] == "first_chunk" and e["id"] >= 3)
             await asyncio.sleep(0.3)  # a person's reaction time, for the show
             t1 = time.perf_counter()
@@ -166,13 +179,19 @@ async def _demo(workspace: Path | None) -> int:
                 ok = False
             except RpcError as exc:
                 printer.end()
-                _out(f"-> cancelled: error {exc.code} after {(time.perf_counter() - t1) * 1000:.1f} ms")
+                _out(
+                    f"-> cancelled: error {exc.code} "
+                    f"after {(time.perf_counter() - t1) * 1000:.1f} ms"
+                )
                 ok = ok and exc.code == -32800
             await server.wait_for(lambda e: e["type"] == "disconnect")
             _out("   the model server saw the stream closed")
         status = await client.request("memory/status", {"workspaceRoot": str(ws)})
         _out("")
-        _out(f"memory/status: {status['docCount']} doc(s), watcher {status['watcher']}, deliveries {status['deliveries']}")
+        _out(
+            f"memory/status: {status['docCount']} doc(s), watcher {status['watcher']}, "
+            f"deliveries {status['deliveries']}"
+        )
         code = await client.shutdown()
         _out(f"-> shutdown, exit: daemon exit code {code}")
         if server is not None:
@@ -186,8 +205,14 @@ async def _demo(workspace: Path | None) -> int:
 
 async def _memory_dir(env: dict[str, str], ws: Path) -> Path:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentd", "memory", "dir", str(ws),
-        env=env, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "agentd",
+        "memory",
+        "dir",
+        str(ws),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await proc.communicate()
     return Path(out.decode().strip())

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -31,7 +32,7 @@ from agentd.acp.rpc import (
     RESOURCE_NOT_FOUND,
     RpcError,
 )
-from agentd.acp.updates import replay, to_acp
+from agentd.acp.updates import to_acp
 from agentd.agent.events import ToolCallUpdate, Update
 from agentd.agent.turn import prompt_text
 from agentd.app import App
@@ -135,12 +136,29 @@ async def new_session(server: AcpServer, app: App, request: Request) -> dict[str
 async def load_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
     p = validate(request.method, wire.LoadSessionParams, request.params)
     root = workspace_path(p.cwd, "cwd")
-    loader = app.core.load_session  # type: ignore[attr-defined]  # feature-detected
-    session = await _maybe_await(loader(p.session_id, root, server.runner))
-    client_tools = {spec.name for spec in server.runner.specs}
-    for update in replay(session.history, client_tools):
-        _send(server, session.id, update, session.workspace_root)
+
+    def emit(update: Update) -> None:
+        _send(server, p.session_id, update, root)
+
+    # The core restores the session and replays its history through `emit`.
+    loader = app.core.load_session
+    await _maybe_await(loader(p.session_id, server.runner, emit, root))
     return {}
+
+
+async def list_sessions(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
+    root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
+    infos = app.core.list_sessions(root)
+    return {
+        "sessions": [
+            {
+                "sessionId": i.session_id,
+                "title": i.title,
+                "updatedAt": datetime.fromtimestamp(i.updated_at, UTC).isoformat(),
+            }
+            for i in infos
+        ]
+    }
 
 
 async def reset_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
@@ -219,10 +237,7 @@ async def prompt(server: AcpServer, app: App, request: Request) -> dict[str, Any
 
 # --- memory extension methods ------------------------------------------------------------
 #
-# The results are those of the LSP `memory/*` requests. Where the App offers
-# `memory_list` / `memory_recall` / `memory_status` they are used as is;
-# until then they are built here from `App.project_memory`, in the same
-# shapes as `agentd/lsp/handlers.py` builds them.
+# The results are those of the LSP `memory/*` requests, built by the App.
 
 
 def _workspace(p: wire.WorkspaceParams) -> Path:
@@ -237,54 +252,14 @@ def _workspace(p: wire.WorkspaceParams) -> Path:
 
 async def memory_list(server: AcpServer, app: App, request: Request) -> Any:
     root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
-    shared = getattr(app, "memory_list", None)
-    if callable(shared):
-        return await _maybe_await(shared(root))
-    pm = await app.project_memory(root)
-    docs = [
-        {
-            "path": str(d.path),
-            "name": d.name,
-            "description": d.description,
-            "type": d.type,
-            "mtime": d.mtime,
-            "team": d.team,
-        }
-        for d in pm.list_docs()
-    ]
-    return {"directory": str(pm.directory), "docs": docs}
+    return await app.memory_list(root)
 
 
 async def memory_recall(server: AcpServer, app: App, request: Request) -> Any:
     p = validate(request.method, wire.RecallParams, request.params)
-    root = _workspace(p)
-    shared = getattr(app, "memory_recall", None)
-    if callable(shared):
-        return await _maybe_await(shared(root, p.query, p.limit))
-    pm = await app.project_memory(root)
-    result = pm.recall(p.query, limit=p.limit)
-    docs = [{"path": str(d.path), "name": d.name, "score": round(d.score, 4)} for d in result.docs]
-    return {"docs": docs, "tier": "local"}
+    return await app.memory_recall(_workspace(p), p.query, p.limit)
 
 
 async def memory_status(server: AcpServer, app: App, request: Request) -> Any:
     root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
-    shared = getattr(app, "memory_status", None)
-    if callable(shared):
-        return await _maybe_await(shared(root))
-    pm = await app.project_memory(root)
-    status = pm.status()
-    return {
-        "directory": status["directory"],
-        "docCount": status["docCount"],
-        "watcher": status["watcher"],
-        "problems": status["problems"],
-        "extraction": app.extraction_status(pm.workspace_root),
-        "deliveries": app.recall.stats.to_json() if app.recall is not None else {},
-        "prefetch": [
-            {"sessionId": s.id, "tier": h.tier, "settled": h.settled, "consumed": h.consumed}
-            for s in app.core.sessions.values()
-            if s.workspace_root == pm.workspace_root
-            for h in s.prefetch
-        ],
-    }
+    return await app.memory_status(root)

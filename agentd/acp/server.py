@@ -67,6 +67,7 @@ REQUESTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "session/new": ("new_session", ()),
     "session/load": ("load_session", ("load_session",)),
     "session/prompt": ("prompt", ()),
+    "_agentd/session/list": ("list_sessions", ("list_sessions",)),
     "_agentd/session/reset": ("reset_session", ()),
     "_agentd/session/close": ("close_session", ()),
     "_agentd/memory/status": ("memory_status", _MEMORY),

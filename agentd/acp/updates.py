@@ -1,7 +1,8 @@
 """Core `Update`s -> ACP messages, built as plain dicts (the streaming hot path).
 
 One function, `to_acp`, decides what a core event looks like on the ACP
-wire; a prompt's live updates and `session/load`'s replay both go through it.
+wire; a prompt's live updates and `session/load`'s replay (the core replays a
+stored history as the same events) both go through it.
 Golden files in `tests/acp/golden/` pin the shapes, and a test validates them
 against the published ACP JSON Schema.
 
@@ -22,7 +23,7 @@ against the published ACP JSON Schema.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,9 @@ from agentd.agent.events import (
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
-    ToolStatus,
     Update,
     UsageReport,
     UserMessage,
-)
-from agentd.agent.messages import (
-    Message,
-    ReminderPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolResultPart,
 )
 
 SESSION_UPDATE = "session/update"
@@ -173,28 +165,3 @@ def _tool_update(
     elif update.content is not None:
         body["content"] = text_content(update.content)
     return body
-
-
-def replay(history: list[Message], client_tools: set[str]) -> Iterator[Update]:
-    """A stored history as the core events a live prompt would have sent.
-
-    Reminders (memory, instructions) are the harness's, not the user's words,
-    and are not replayed.
-    """
-    for message in history:
-        for part in message.parts:
-            if isinstance(part, TextPart):
-                yield UserMessage(part.text) if message.role == "user" else MessageChunk(part.text)
-            elif isinstance(part, ThinkingPart):
-                yield ThoughtChunk(part.text)
-            elif isinstance(part, ToolCallPart):
-                call = part.call
-                if call.name in client_tools:
-                    yield ToolCallStarted(call.id, call.name, call.arguments, "client")
-                else:
-                    yield ToolCallStarted(call.id, call.name, call.arguments, "daemon")
-            elif isinstance(part, ToolResultPart):
-                status: ToolStatus = "failed" if part.is_error else "completed"
-                yield ToolCallUpdate(part.tool_call_id, status, part.content)
-            else:
-                assert isinstance(part, ReminderPart)

@@ -242,8 +242,10 @@ def replay(history: list[Message], client_names: set[str]) -> Iterator[Update]:
                 yield ThoughtChunk(part.text)
             elif isinstance(part, ToolCallPart):
                 c = part.call
-                executor = "client" if c.name in client_names else "daemon"
-                yield ToolCallStarted(c.id, c.name, c.arguments, executor)
+                yield ToolCallStarted(
+                    c.id, c.name, c.arguments, "client" if c.name in client_names else "daemon"
+                )
             elif isinstance(part, ToolResultPart):
-                status = "failed" if part.is_error else "completed"
-                yield ToolCallUpdate(part.tool_call_id, status, part.content)
+                yield ToolCallUpdate(
+                    part.tool_call_id, "failed" if part.is_error else "completed", part.content
+                )

@@ -143,11 +143,11 @@ class MemoryRecall:
         if not query.strip():
             return
         exclude = frozenset(session.surfaced)
-        handles = [self._spawn(session, "local", self._local(session.workspace_root, query, exclude))]
+        handles = [
+            self._spawn(session, "local", self._local(session.workspace_root, query, exclude))
+        ]
         if self.model_tier:
-            handles.append(
-                self._spawn(session, "model", self._model(session, query, exclude))
-            )
+            handles.append(self._spawn(session, "model", self._model(session, query, exclude)))
         session.prefetch = handles
 
     def take_nowait(
@@ -231,7 +231,9 @@ class MemoryRecall:
             return RecallResult((), "model")
         # Lexical candidates first, then the newest: the model sees at most
         # MODEL_CANDIDATES headers, which keeps the side query small.
-        lexical = [str(d.path) for d in pm.recall(query, exclude=exclude, limit=MODEL_CANDIDATES).docs]
+        lexical = [
+            str(d.path) for d in pm.candidates(query, exclude=exclude, limit=MODEL_CANDIDATES)
+        ]
         by_path = {str(d.path): d for d in docs}
         order = lexical + [
             str(d.path) for d in sorted(docs, key=lambda d: -d.mtime) if str(d.path) not in lexical
@@ -244,11 +246,16 @@ class MemoryRecall:
                 continue
             age_days = max(0, int((now - d.mtime) // 86400))
             headers.append(
-                {"path": path, "type": d.type, "name": d.name, "description": d.description, "ageDays": age_days}
+                {
+                    "path": path,
+                    "type": d.type,
+                    "name": d.name,
+                    "description": d.description,
+                    "ageDays": age_days,
+                }
             )
-        prompt = (
-            f"User request:\n{query}\n\nSaved notes (JSON lines):\n"
-            + "\n".join(json.dumps(h, ensure_ascii=False) for h in headers)
+        prompt = f"User request:\n{query}\n\nSaved notes (JSON lines):\n" + "\n".join(
+            json.dumps(h, ensure_ascii=False) for h in headers
         )
         request = ModelRequest(
             model=self.fast_model,
@@ -314,4 +321,3 @@ class MemoryRecall:
             elif not handle.consumed:
                 self.stats.bump(f"unconsumed.{why}.{handle.tier}")
         session.prefetch = []
-

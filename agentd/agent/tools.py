@@ -88,7 +88,8 @@ CLIENT_TOOL_SPECS: dict[str, ToolSpec] = {
     ),
     "run_command": ToolSpec(
         "run_command",
-        "Run a shell command in the workspace (the user approves it). Returns output and exit code.",
+        "Run a shell command in the workspace (the user approves it). "
+        "Returns its output and exit code.",
         {
             "type": "object",
             "properties": {"command": {"type": "string"}, "cwd": _PATH},
@@ -131,7 +132,9 @@ class DaemonTools:
         cancel = threading.Event()
         try:
             if name == "read_file":
-                return await asyncio.to_thread(self.read_file, **_args(args, "path", "offset", "limit"))
+                return await asyncio.to_thread(
+                    self.read_file, **_args(args, "path", "offset", "limit")
+                )
             if name == "list_dir":
                 return await asyncio.to_thread(self.list_dir, **_args(args, "path"))
             if name == "search":
@@ -167,7 +170,8 @@ class DaemonTools:
         if not resolved.is_dir():
             raise ToolError(f"{path} is not a directory")
         entries = sorted(
-            (e.name + ("/" if e.is_dir(follow_symlinks=False) else "")) for e in os.scandir(resolved)
+            (e.name + ("/" if e.is_dir(follow_symlinks=False) else ""))
+            for e in os.scandir(resolved)
         )
         return "\n".join(entries) if entries else "(empty directory)"
 

@@ -89,7 +89,12 @@ class TranscriptWriter:
         self._open()
         offset = self.offset
         self._line(
-            {"type": "message", "offset": offset, "ts": time.time(), "message": message_to_json(message)}
+            {
+                "type": "message",
+                "offset": offset,
+                "ts": time.time(),
+                "message": message_to_json(message),
+            }
         )
         self.offset += 1
         return offset
@@ -148,7 +153,9 @@ def load(path: Path) -> LoadedTranscript | None:
         elif kind == "reset":
             history = []
             start = int(record.get("offset", total))
-    return LoadedTranscript(str(head["sessionId"]), Path(head["workspaceRoot"]), history, start, total)
+    return LoadedTranscript(
+        str(head["sessionId"]), Path(head["workspaceRoot"]), history, start, total
+    )
 
 
 def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int, Message]]:
@@ -187,7 +194,9 @@ def list_sessions(workspace_root: Path, home: Path | None = None) -> list[Transc
             continue
         all_msgs = [m for _, m in read_slice(path, 0)]
         out.append(
-            TranscriptInfo(loaded.session_id, loaded.workspace_root, title_of(all_msgs), path.stat().st_mtime)
+            TranscriptInfo(
+                loaded.session_id, loaded.workspace_root, title_of(all_msgs), path.stat().st_mtime
+            )
         )
     out.sort(key=lambda i: i.updated_at, reverse=True)
     return out

@@ -115,9 +115,7 @@ def prompt_text(blocks: list[dict[str, Any]] | str) -> str:
     return "\n\n".join(out)
 
 
-async def run_prompt(
-    ctx: TurnContext, session: Session, prompt: str, emit: Emit
-) -> PromptOutcome:
+async def run_prompt(ctx: TurnContext, session: Session, prompt: str, emit: Emit) -> PromptOutcome:
     """Run one prompt to its end. Raises `CancelledError` when cancelled."""
     usage = Usage()
     limits = ctx.limits
@@ -282,9 +280,7 @@ async def _run_tools(
     limit = ctx.limits.tool_result_max_chars
 
     async def run_one(call: ToolCall) -> None:
-        executor: Literal["client", "daemon"] = (
-            "client" if call.name in client_names else "daemon"
-        )
+        executor: Literal["client", "daemon"] = "client" if call.name in client_names else "daemon"
         emit(ToolCallStarted(call.id, call.name, call.arguments, executor))
         if executor == "client":
             res = await session.client_tools.run(session, call)

@@ -48,9 +48,7 @@ class ResourceBlock(WireModel):
     resource: EmbeddedResource
 
 
-ContentBlock = Annotated[
-    TextBlock | ResourceLinkBlock | ResourceBlock, Field(discriminator="type")
-]
+ContentBlock = Annotated[TextBlock | ResourceLinkBlock | ResourceBlock, Field(discriminator="type")]
 
 
 # --- initialize ---------------------------------------------------------------

@@ -207,47 +207,15 @@ async def tool_result(ls: AgentdServer, app: App, p: Any) -> None:
 
 
 async def memory_list(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
-    pm = await app.project_memory(workspace_path(p.workspace_root))
-    docs = [
-        {
-            "path": str(d.path),
-            "name": d.name,
-            "description": d.description,
-            "type": d.type,
-            "mtime": d.mtime,
-            "team": d.team,
-        }
-        for d in pm.list_docs()
-    ]
-    return {"directory": str(pm.directory), "docs": docs}
+    return await app.memory_list(workspace_path(p.workspace_root))
 
 
 async def memory_recall(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
-    pm = await app.project_memory(workspace_path(p.workspace_root))
-    result = pm.recall(p.query, limit=p.limit)
-    return {
-        "docs": [{"path": str(d.path), "name": d.name, "score": round(d.score, 4)} for d in result.docs],
-        "tier": "local",
-    }
+    return await app.memory_recall(workspace_path(p.workspace_root), p.query, p.limit)
 
 
 async def memory_status(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
-    pm = await app.project_memory(workspace_path(p.workspace_root))
-    status = pm.status()
-    return {
-        "directory": status["directory"],
-        "docCount": status["docCount"],
-        "watcher": status["watcher"],
-        "problems": status["problems"],
-        "extraction": app.extraction_status(pm.workspace_root),
-        "deliveries": app.recall.stats.to_json() if app.recall is not None else {},
-        "prefetch": [
-            {"sessionId": s.id, "tier": h.tier, "settled": h.settled, "consumed": h.consumed}
-            for s in app.core.sessions.values()
-            if s.workspace_root == pm.workspace_root
-            for h in s.prefetch
-        ],
-    }
+    return await app.memory_status(workspace_path(p.workspace_root))
 
 
 async def _test_fail(ls: AgentdServer, app: App, p: Any) -> None:

@@ -38,10 +38,24 @@ class WorkDone:
             return
         percent = int(100 * done / max(total, 1))
         if self._created.done():
-            proto.notify("$/progress", {"token": self._token, "value": {"kind": "report", "percentage": percent, "message": f"{done}/{total}"}})
+            proto.notify(
+                "$/progress",
+                {
+                    "token": self._token,
+                    "value": {
+                        "kind": "report",
+                        "percentage": percent,
+                        "message": f"{done}/{total}",
+                    },
+                },
+            )
         if done >= total:
             self._ended = True
-            self._created.add_done_callback(lambda _: proto.notify("$/progress", {"token": self._token, "value": {"kind": "end"}}))
+            self._created.add_done_callback(
+                lambda _: proto.notify(
+                    "$/progress", {"token": self._token, "value": {"kind": "end"}}
+                )
+            )
 
     async def _begin(self, total: int) -> None:
         proto = self._server.agentd_protocol
@@ -51,4 +65,15 @@ class WorkDone:
             log.debug("progress not created: %s", exc)
             self._ended = True
             return
-        proto.notify("$/progress", {"token": self._token, "value": {"kind": "begin", "title": self._title, "percentage": 0, "cancellable": False}})
+        proto.notify(
+            "$/progress",
+            {
+                "token": self._token,
+                "value": {
+                    "kind": "begin",
+                    "title": self._title,
+                    "percentage": 0,
+                    "cancellable": False,
+                },
+            },
+        )

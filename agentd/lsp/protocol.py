@@ -38,10 +38,12 @@ _LIFECYCLE_OK_BEFORE_INIT = {types.INITIALIZE, types.EXIT}
 
 
 def agentd_converter() -> Any:
-    converter = default_converter()
+    converter = default_converter()  # type: ignore[no-untyped-call]
 
     def keep_request(obj: dict[str, Any], cls: type) -> Any:
-        return cls(id=obj["id"], method=obj["method"], jsonrpc=obj["jsonrpc"], params=obj.get("params"))
+        return cls(
+            id=obj["id"], method=obj["method"], jsonrpc=obj["jsonrpc"], params=obj.get("params")
+        )
 
     def keep_notification(obj: dict[str, Any], cls: type) -> Any:
         return cls(method=obj["method"], jsonrpc=obj["jsonrpc"], params=obj.get("params"))
@@ -72,21 +74,27 @@ class AgentdProtocol(LanguageServerProtocol):
             return
         msg_id = data.get("id")
         has_id = "id" in data
-        if has_id and (isinstance(msg_id, bool) or not isinstance(msg_id, str | int)):
-            if msg_id is not None or "method" in data:
-                self.reply_error(None, -32600, "Invalid Request: id must be a string or an integer")
-                return
+        bad_id = isinstance(msg_id, bool) or not isinstance(msg_id, str | int)
+        if has_id and bad_id and (msg_id is not None or "method" in data):
+            self.reply_error(None, -32600, "Invalid Request: id must be a string or an integer")
+            return
         if data.get("jsonrpc") != "2.0":
-            self.reply_error(msg_id if has_id else None, -32600, 'Invalid Request: jsonrpc must be "2.0"')
+            self.reply_error(
+                msg_id if has_id else None, -32600, 'Invalid Request: jsonrpc must be "2.0"'
+            )
             return
         method = data.get("method")
         if "method" in data and not isinstance(method, str):
-            self.reply_error(msg_id if has_id else None, -32600, "Invalid Request: method must be a string")
+            self.reply_error(
+                msg_id if has_id else None, -32600, "Invalid Request: method must be a string"
+            )
             return
         params = data.get("params")
         if params is not None and not isinstance(params, dict | list):
             if has_id and method is not None:
-                self.reply_error(msg_id, -32602, "Invalid params: params must be an object or array")
+                self.reply_error(
+                    msg_id, -32602, "Invalid params: params must be an object or array"
+                )
             return
         if method is None:
             if not has_id:
@@ -96,7 +104,9 @@ class AgentdProtocol(LanguageServerProtocol):
             return
         if has_id:
             if not self.initialized and method not in _LIFECYCLE_OK_BEFORE_INIT:
-                self.reply_error(msg_id, -32002, f"Server not initialized: {method} before initialize")
+                self.reply_error(
+                    msg_id, -32002, f"Server not initialized: {method} before initialize"
+                )
                 return
             if self._shutdown:
                 self.reply_error(msg_id, -32600, f"Invalid Request: {method} after shutdown")
@@ -110,7 +120,9 @@ class AgentdProtocol(LanguageServerProtocol):
             message = self.structure_message(data)
         except JsonRpcException as exc:
             if has_id:
-                self.reply_error(msg_id, JsonRpcInvalidParams.CODE, f"Invalid params for {method}: {exc.message}")
+                self.reply_error(
+                    msg_id, JsonRpcInvalidParams.CODE, f"Invalid params for {method}: {exc.message}"
+                )
             return
         self.handle_message(message)
 
@@ -194,9 +206,8 @@ class AgentdProtocol(LanguageServerProtocol):
     # --- lifecycle ----------------------------------------------------------------
 
     @lsp_method(types.EXIT)
-    def lsp_exit(self, *args: Any) -> None:
+    def lsp_exit(self, *args: Any) -> None:  # type: ignore[override]
         code = 0 if self._shutdown else 1
         self.exit_code = code
         if self.on_exit is not None:
             self.on_exit(code)
-

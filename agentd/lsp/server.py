@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -38,11 +38,17 @@ class ServerProtocol(AgentdProtocol):
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams) -> Any:
         result = yield from super().lsp_initialize(params)
-        server: AgentdServer = self._server
-        options = params.initialization_options if isinstance(params.initialization_options, dict) else {}
+        server = cast(AgentdServer, self._server)
+        options = (
+            params.initialization_options if isinstance(params.initialization_options, dict) else {}
+        )
         server.init_options = options
         declared = options.get("clientTools") or []
-        names = [d if isinstance(d, str) else d.get("name") for d in declared if isinstance(d, str | dict)]
+        names = [
+            d if isinstance(d, str) else d.get("name")
+            for d in declared
+            if isinstance(d, str | dict)
+        ]
         result.capabilities.experimental = {
             "agentd": {
                 "protocolVersion": PROTOCOL_VERSION,
@@ -58,8 +64,9 @@ class ServerProtocol(AgentdProtocol):
         server.set_editor_log_level(options.get("logLevel"))
         msg_id = self.msg_id
         self.after_reply(msg_id, server.start_warmup)
-        if params.process_id:
-            self.after_reply(msg_id, lambda: server.watch_editor(params.process_id))
+        pid = params.process_id
+        if pid:
+            self.after_reply(msg_id, lambda: server.watch_editor(pid))
         return result
 
 
@@ -99,7 +106,7 @@ class AgentdServer(LanguageServer):
             # Off the event loop: imports (pydantic, httpx and its backends), the
             # settings, and the HTTP client with its SSL context, which alone
             # costs about 100 ms that the first prompt would otherwise pay.
-            import agentd.lsp.ext  # noqa: F401
+            import agentd.lsp.ext
             import agentd.lsp.updates  # noqa: F401
             from agentd.app import App
 
@@ -156,7 +163,15 @@ class AgentdServer(LanguageServer):
             self._editor_level = _LSP_LEVELS[level]
 
     def log_to_editor(self, record: logging.LogRecord) -> None:
-        lsp_type = 1 if record.levelno >= logging.ERROR else 2 if record.levelno >= logging.WARNING else 3 if record.levelno >= logging.INFO else 4
+        lsp_type = (
+            1
+            if record.levelno >= logging.ERROR
+            else 2
+            if record.levelno >= logging.WARNING
+            else 3
+            if record.levelno >= logging.INFO
+            else 4
+        )
         if lsp_type > self._editor_level or not self.agentd_protocol.initialized:
             return
         message = record.getMessage()
@@ -230,6 +245,10 @@ class AgentdServer(LanguageServer):
             fut.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self._app_future is not None and not self._app_future.done():
+            # The warm-up thread must finish before the interpreter does: a
+            # daemon thread still importing at exit aborts the process.
+            await asyncio.wait([self._app_future], timeout=15)
         if self._app is not None:
             try:
                 await asyncio.wait_for(self._app.aclose(), timeout=10)
@@ -272,7 +291,7 @@ class _WriteProtocol(asyncio.Protocol):
 async def _open_writer(loop: asyncio.AbstractEventLoop, stdout: BinaryIO, on_lost: Any) -> Any:
     try:
         transport, _ = await loop.connect_write_pipe(lambda: _WriteProtocol(on_lost), stdout)
-        return PipeWriter(transport)  # type: ignore[arg-type]
+        return PipeWriter(transport)
     except (ValueError, OSError):
         return _BlockingWriter(stdout)
 

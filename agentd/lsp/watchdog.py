@@ -46,6 +46,7 @@ async def watch_process(pid: int, on_gone: Callable[[], None]) -> None:
                 os.close(fd)
             on_gone()
             return
-    while _alive(pid):
+    # No event exists for "some other process ended" without a pidfd: poll.
+    while _alive(pid):  # noqa: ASYNC110
         await asyncio.sleep(POLL_SECONDS)
     on_gone()

@@ -154,8 +154,8 @@ class ModelHTTP:
             content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             # aclosing: leaving this loop early (done, error, cancel, aclose)
             # closes the inner generator now, which closes the HTTP response.
-            sse = self._sse(url, content, all_headers, on_sent)
-            async with contextlib.aclosing(sse) as events:
+            source = self._sse(url, content, all_headers, on_sent)
+            async with contextlib.aclosing(source) as events:
                 async for sse in events:
                     for out in parser.feed(sse):
                         started = True

@@ -278,7 +278,7 @@ class ModelServer:
     async def wait_for(
         self,
         predicate: Callable[[dict[str, Any]], bool],
-        timeout: float = 10.0,  # noqa: ASYNC109
+        timeout: float = 10.0,
     ) -> dict[str, Any]:
         """The first log entry, past or future, matching `predicate`; TimeoutError after
         `timeout` seconds."""

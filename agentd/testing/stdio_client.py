@@ -27,7 +27,9 @@ class RpcError(Exception):
 
 
 class StdioClient:
-    def __init__(self, proc: asyncio.subprocess.Process, on_notification: Notification | None) -> None:
+    def __init__(
+        self, proc: asyncio.subprocess.Process, on_notification: Notification | None
+    ) -> None:
         self.proc = proc
         self.on_notification = on_notification
         self._ids = itertools.count(1)

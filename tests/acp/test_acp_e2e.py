@@ -211,6 +211,39 @@ async def test_edit_rejected_is_not_written_and_the_model_is_told(
     assert tool_message(main_requests(model_server)[1])["content"] == "The user rejected the edit."
 
 
+async def test_write_file_creates_a_new_file_through_the_editor(
+    daemon: Any, editor: EditorClient, workspace: Path, model_server: ModelServer
+) -> None:
+    await start(daemon)
+    sid = await new_session(daemon, workspace)
+    await daemon.prompt(
+        session_id=sid, prompt=tool("write_file", path="notes/new.md", content="# New\n")
+    )
+    path = str(workspace / "notes" / "new.md")
+    assert editor.writes == [(path, "# New\n")]
+    (permission,) = editor.requests("session/request_permission")
+    assert permission["params"]["toolCall"]["content"] == [
+        {"type": "diff", "path": path, "oldText": None, "newText": "# New\n"}
+    ]
+    assert editor.updates(sid, "tool_call_update")[-1]["status"] == "completed"
+    assert tool_message(main_requests(model_server)[1])["content"] == (
+        "Wrote notes/new.md (6 characters)."
+    )
+
+
+async def test_paths_outside_the_workspace_are_refused_without_asking(
+    daemon: Any, editor: EditorClient, workspace: Path, model_server: ModelServer
+) -> None:
+    await start(daemon)
+    sid = await new_session(daemon, workspace)
+    await daemon.prompt(
+        session_id=sid, prompt=tool("write_file", path="../outside.txt", content="x")
+    )
+    assert editor.requests("session/request_permission") == []
+    assert editor.writes == []
+    assert "outside the workspace" in tool_message(main_requests(model_server)[1])["content"]
+
+
 async def test_allow_always_is_remembered_per_session_and_kind(
     daemon: Any, editor: EditorClient, workspace: Path, model_server: ModelServer
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 from agentd.acp.caps import ClientCaps, core_methods
 from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
 from agentd.acp.tools import Refused, command_result, number_lines, replace_once
-from agentd.acp.updates import replay, to_acp, tool_kind, tool_locations, tool_title
+from agentd.acp.updates import to_acp, tool_kind, tool_locations, tool_title
 from agentd.agent.events import (
     MemoryDelivered,
     MessageChunk,
@@ -21,15 +21,6 @@ from agentd.agent.events import (
     ToolCallUpdate,
     UsageReport,
     UserMessage,
-)
-from agentd.agent.messages import (
-    Message,
-    ReminderPart,
-    TextPart,
-    ThinkingPart,
-    ToolCall,
-    ToolCallPart,
-    ToolResultPart,
 )
 from tests.acp.harness import schema_errors
 
@@ -170,33 +161,6 @@ def test_tool_kinds_titles_and_locations() -> None:
     assert tool_title("search", {"query": "TODO"}) == "Search for 'TODO' in ."
     assert tool_locations("run_command", {"path": "x"}, ROOT) == []
     assert tool_locations("edit_file", {"path": "../x"}, ROOT) == [{"path": "/w/x"}]
-
-
-def test_a_history_replays_as_the_events_of_a_live_prompt() -> None:
-    history = [
-        Message("user", [ReminderPart("memory", "memory"), TextPart("fix it")]),
-        Message(
-            "assistant",
-            [
-                ThinkingPart("look first"),
-                TextPart("Reading."),
-                ToolCallPart(ToolCall("c1", "read_file", {"path": "a.py"})),
-                ToolCallPart(ToolCall("c2", "edit_file", {"path": "a.py"})),
-            ],
-        ),
-        Message("user", [ToolResultPart("c1", "1  x"), ToolResultPart("c2", "rejected", True)]),
-        Message("assistant", [TextPart("Done.")]),
-    ]
-    assert list(replay(history, {"edit_file"})) == [
-        UserMessage("fix it"),
-        ThoughtChunk("look first"),
-        MessageChunk("Reading."),
-        ToolCallStarted("c1", "read_file", {"path": "a.py"}, "daemon"),
-        ToolCallStarted("c2", "edit_file", {"path": "a.py"}, "client"),
-        ToolCallUpdate("c1", "completed", "1  x"),
-        ToolCallUpdate("c2", "failed", "rejected"),
-        MessageChunk("Done."),
-    ]
 
 
 # --- tools and capabilities --------------------------------------------------------------------

@@ -128,9 +128,7 @@ def _keep_dicts(lsp: LanguageClient) -> None:
 
 
 def daemon_env(model: ModelServer, home: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k != "COVERAGE"
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k != "COVERAGE"}
     env.update(
         AGENTD_BASE_URL=model.openai_base_url,
         AGENTD_API_KEY="sk-test-key-123456",

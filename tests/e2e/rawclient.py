@@ -65,7 +65,9 @@ class RawDaemon:
             if msg.get("id") == msg_id and ("result" in msg or "error" in msg):
                 return msg
 
-    async def initialize(self, options: dict[str, Any] | None = None, pid: int | None = None) -> dict[str, Any]:
+    async def initialize(
+        self, options: dict[str, Any] | None = None, pid: int | None = None
+    ) -> dict[str, Any]:
         self.request(
             "init",
             "initialize",

@@ -39,11 +39,11 @@ def daemon_env_for_cli(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def write_topic(folder: Path, name: str, description: str, body: str, kind: str = "project") -> Path:
+def write_topic(
+    folder: Path, name: str, description: str, body: str, kind: str = "project"
+) -> Path:
     path = folder / f"{name.lower().replace(' ', '-')}.md"
-    path.write_text(
-        f"---\nname: {name}\ndescription: {description}\ntype: {kind}\n---\n\n{body}\n"
-    )
+    path.write_text(f"---\nname: {name}\ndescription: {description}\ntype: {kind}\n---\n\n{body}\n")
     return path
 
 
@@ -90,7 +90,9 @@ async def new_memory_client(
 ) -> AgentdClient:
     return await start_client(
         daemon_env(model_server, tmp_path),
-        {"clientTools": ["run_command"], "memory": memory} if memory else {"clientTools": ["run_command"]},
+        {"clientTools": ["run_command"], "memory": memory}
+        if memory
+        else {"clientTools": ["run_command"]},
     )
 
 
@@ -120,7 +122,9 @@ async def test_local_tier_delivers_at_the_user_query(
         assert "make ship" in content
         assert content.rstrip().endswith("how do we deploy a release to production?")
         # No tool calls: the slow side query was aborted at the prompt's end.
-        recall = await model_server.wait_for(lambda e: e["type"] == "request" and e["purpose"] == "recall")
+        recall = await model_server.wait_for(
+            lambda e: e["type"] == "request" and e["purpose"] == "recall"
+        )
         await model_server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == recall["id"])
     finally:
         await c.lsp.shutdown_session()
@@ -131,10 +135,17 @@ async def test_model_tier_arrives_after_tool_results(
 ) -> None:
     # The model tier picks a doc that shares no word with the prompt.
     model_server.enqueue(
-        {"toolCalls": [{"name": "select_memories", "arguments": {"paths": [str(topics["style"])]}}], "ttft": 0.3},
+        {
+            "toolCalls": [
+                {"name": "select_memories", "arguments": {"paths": [str(topics["style"])]}}
+            ],
+            "ttft": 0.3,
+        },
         purpose="recall",
     )
-    model_server.enqueue({"toolCalls": [{"id": "r1", "name": "run_command", "arguments": {"command": "make"}}]})
+    model_server.enqueue(
+        {"toolCalls": [{"id": "r1", "name": "run_command", "arguments": {"command": "make"}}]}
+    )
     c = await new_memory_client(model_server, tmp_path)
 
     async def run_after_recall(update: dict[str, Any]) -> tuple[str, bool]:
@@ -153,7 +164,12 @@ async def test_model_tier_arrives_after_tool_results(
         await c.prompt(sid, "please build it")
         deliveries = memory_updates(c, sid)
         assert deliveries == [
-            {"kind": "memory", "point": "tool_result", "tier": "model", "docs": [str(topics["style"])]}
+            {
+                "kind": "memory",
+                "point": "tool_result",
+                "tier": "model",
+                "docs": [str(topics["style"])],
+            }
         ]
         second = model_server.requests("main")[1]["body"]["messages"]
         # OpenAI order: the tool message right after the assistant's calls, then the reminder.
@@ -209,7 +225,9 @@ async def test_cancel_closes_the_side_query(
     try:
         sid = await c.new_session(workspace)
         task = asyncio.ensure_future(c.prompt(sid, "deploy now", msg_id="c1"))
-        recall = await model_server.wait_for(lambda e: e["type"] == "request" and e["purpose"] == "recall")
+        recall = await model_server.wait_for(
+            lambda e: e["type"] == "request" and e["purpose"] == "recall"
+        )
         await c.wait_for_update(lambda u: u["update"]["kind"] == "message_chunk")
         c.cancel("c1")
         with pytest.raises(JsonRpcException):
@@ -237,7 +255,9 @@ async def test_second_prompt_and_reset_abort_unsettled_side_queries(
         recalls = model_server.requests("recall")
         assert len(recalls) == 2
         for r in recalls:
-            await model_server.wait_for(lambda e, rid=r["id"]: e["type"] == "disconnect" and e["id"] == rid)
+            await model_server.wait_for(
+                lambda e, rid=r["id"]: e["type"] == "disconnect" and e["id"] == rid
+            )
     finally:
         await c.lsp.shutdown_session()
 
@@ -249,15 +269,22 @@ async def test_memory_requests_and_watcher(
     try:
         root = str(workspace)
         listed = await c.request("memory/list", {"workspaceRoot": root})
-        assert {d["name"] for d in listed["docs"]} == {"Deploy checklist", "Answer style", "Database notes"}
+        assert {d["name"] for d in listed["docs"]} == {
+            "Deploy checklist",
+            "Answer style",
+            "Database notes",
+        }
         found = await c.request("memory/recall", {"workspaceRoot": root, "query": "pgbouncer pool"})
         assert [d["path"] for d in found["docs"]] == [str(topics["db"])]
         assert found["tier"] == "local"
-        nothing = await c.request("memory/recall", {"workspaceRoot": root, "query": "quantum banana"})
+        nothing = await c.request(
+            "memory/recall", {"workspaceRoot": root, "query": "quantum banana"}
+        )
         assert nothing["docs"] == []
         # An edit on disk shows in the next recall, with a memory/changed notification.
         topics["db"].write_text(
-            "---\nname: Database notes\ndescription: Postgres\ntype: project\n---\nUse quantum bananas.\n"
+            "---\nname: Database notes\ndescription: Postgres\ntype: project\n---\n"
+            "Use quantum bananas.\n"
         )
         await c.wait_for_memory_changed(str(topics["db"]))
         found = await c.request("memory/recall", {"workspaceRoot": root, "query": "quantum banana"})

@@ -30,9 +30,7 @@ async def test_prompt_streams_chunks_and_result(
     sid = await client.new_session(workspace)
     result = await client.prompt(sid, "say hello")
     assert result == {"stopReason": "end_turn", "usage": {"inputTokens": 11, "outputTokens": 3}}
-    chunks = [
-        u["update"]["text"] for u in client.updates if u["update"]["kind"] == "message_chunk"
-    ]
+    chunks = [u["update"]["text"] for u in client.updates if u["update"]["kind"] == "message_chunk"]
     assert chunks == ["Hello", ", ", "world"]
     assert client.kinds(sid)[-1] == "usage"
     (req,) = model_server.requests("main")
@@ -62,7 +60,9 @@ async def test_history_carries_over_between_prompts(
 async def test_daemon_tool_round_trip(
     client: AgentdClient, model_server: ModelServer, workspace: Path
 ) -> None:
-    model_server.enqueue({"toolCalls": [{"id": "c1", "name": "read_file", "arguments": {"path": "README.md"}}]})
+    model_server.enqueue(
+        {"toolCalls": [{"id": "c1", "name": "read_file", "arguments": {"path": "README.md"}}]}
+    )
     model_server.enqueue({"text": "The README says 42."})
     sid = await client.new_session(workspace)
     result = await client.prompt(sid, "what does the readme say?")
@@ -107,7 +107,9 @@ async def test_client_tool_round_trip(
 async def test_client_tool_error_result_reaches_model(
     client: AgentdClient, model_server: ModelServer, workspace: Path
 ) -> None:
-    model_server.enqueue({"toolCalls": [{"id": "r1", "name": "run_command", "arguments": {"command": "ls"}}]})
+    model_server.enqueue(
+        {"toolCalls": [{"id": "r1", "name": "run_command", "arguments": {"command": "ls"}}]}
+    )
     client.tool_handler = lambda u: ("The user denied this command.", True)
     sid = await client.new_session(workspace)
     await client.prompt(sid, "list files")
@@ -143,7 +145,9 @@ async def test_cancel_mid_stream(
 async def test_cancel_while_waiting_for_client_tool(
     client: AgentdClient, model_server: ModelServer, workspace: Path
 ) -> None:
-    model_server.enqueue({"toolCalls": [{"id": "t1", "name": "run_command", "arguments": {"command": "sleep 100"}}]})
+    model_server.enqueue(
+        {"toolCalls": [{"id": "t1", "name": "run_command", "arguments": {"command": "sleep 100"}}]}
+    )
     sid = await client.new_session(workspace)
     task = asyncio.ensure_future(client.prompt(sid, "run it", msg_id=77))
     await client.wait_for_update(lambda u: u["update"]["kind"] == "tool_call")
@@ -182,7 +186,9 @@ async def test_second_prompt_while_running_is_refused(
         await first
 
 
-async def test_reset_and_close(client: AgentdClient, model_server: ModelServer, workspace: Path) -> None:
+async def test_reset_and_close(
+    client: AgentdClient, model_server: ModelServer, workspace: Path
+) -> None:
     sid = await client.new_session(workspace)
     await client.prompt(sid, "remember me")
     assert await client.request("agent/resetSession", {"sessionId": sid}) == {}
@@ -199,9 +205,19 @@ async def test_reset_and_close(client: AgentdClient, model_server: ModelServer, 
     ("limits", "replies", "expected", "requests"),
     [
         ({"maxStepsPerPrompt": 0}, [], "max_turns", 0),
-        ({"maxStepsPerPrompt": 1}, [{"toolCalls": [{"name": "list_dir", "arguments": {}}]}], "max_turns", 1),
+        (
+            {"maxStepsPerPrompt": 1},
+            [{"toolCalls": [{"name": "list_dir", "arguments": {}}]}],
+            "max_turns",
+            1,
+        ),
         ({"maxSessionTurns": 0}, [], "max_turns", 0),
-        ({"sessionTokenLimit": 1}, [{"text": "x", "usage": {"input": 5, "output": 5}}], "token_limit", 1),
+        (
+            {"sessionTokenLimit": 1},
+            [{"text": "x", "usage": {"input": 5, "output": 5}}],
+            "token_limit",
+            1,
+        ),
     ],
 )
 async def test_limits_end_prompt_with_stop_reason(
@@ -238,7 +254,10 @@ async def test_refusal(client: AgentdClient, model_server: ModelServer, workspac
     [
         ([{"status": 429, "retryAfter": "1"}], "end_turn"),
         ([{"status": 500}, {"status": 503}], "end_turn"),
-        ([{"status": 401, "errorBody": {"error": {"message": "bad key sk-test-key-123456"}}}], "error"),
+        (
+            [{"status": 401, "errorBody": {"error": {"message": "bad key sk-test-key-123456"}}}],
+            "error",
+        ),
         ([{"status": 429, "retryAfter": "3600"}], "error"),
     ],
 )
@@ -308,14 +327,23 @@ async def test_sessions_persist_list_and_load_after_restart(
     c2 = await start_client(env)
     try:
         listed = await c2.request("agent/listSessions", {"workspaceRoot": str(workspace)})
-        assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [(sid, "What is in here?")]
+        assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [
+            (sid, "What is in here?")
+        ]
         assert await c2.request("agent/loadSession", {"sessionId": sid}) == {}
         kinds = c2.kinds(sid)
         assert kinds == ["user_message", "tool_call", "tool_call_update", "message_chunk"]
         # The restored history goes to the model with the next prompt.
         await c2.prompt(sid, "and now?")
         messages = model_server.requests("main")[-1]["body"]["messages"]
-        assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "user"]
+        assert [m["role"] for m in messages] == [
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+        ]
         with pytest.raises(JsonRpcException) as info:
             await c2.request("agent/loadSession", {"sessionId": "../../etc/passwd"})
         assert info.value.code == -32001

@@ -52,7 +52,11 @@ async def test_errors_name_the_field_and_the_daemon_keeps_serving(
     # Params omitted entirely, keys that are not identifiers: still a reply.
     raw.send({"jsonrpc": "2.0", "id": 6, "method": "agent/newSession"})
     assert (await raw.response(6))["error"]["code"] == -32602
-    raw.request(7, "agent/newSession", {"workspaceRoot": str(workspace), "class": 1, "_x": {"jsonrpc": "2.0"}})
+    raw.request(
+        7,
+        "agent/newSession",
+        {"workspaceRoot": str(workspace), "class": 1, "_x": {"jsonrpc": "2.0"}},
+    )
     assert "sessionId" in (await raw.response(7))["result"]
 
 

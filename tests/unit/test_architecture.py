@@ -36,7 +36,8 @@ def test_serving_starts_without_heavy_imports() -> None:
 
     code = (
         "import sys, agentd.cli, agentd.lsp.server, agentd.lsp.handlers;"
-        "print(','.join(m for m in ('pydantic','httpx','agentd.app','agentd.memory') if m in sys.modules))"
+        "heavy = ('pydantic', 'httpx', 'agentd.app', 'agentd.memory');"
+        "print(','.join(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

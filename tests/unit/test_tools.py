@@ -32,7 +32,8 @@ def test_is_within_compares_components(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["../outside.txt", "../p-evil/secret.txt", "/etc/passwd", "sub/../../outside.txt", "a\x00b"]
+    "path",
+    ["../outside.txt", "../p-evil/secret.txt", "/etc/passwd", "sub/../../outside.txt", "a\x00b"],
 )
 def test_escapes_are_refused(root: Path, path: str) -> None:
     with pytest.raises(PathOutsideWorkspace):
@@ -107,6 +108,10 @@ def test_truncation_says_so() -> None:
 
 def test_client_tool_specs() -> None:
     specs = client_tool_specs(
-        ["edit_file", "unknown", {"name": "open_url", "description": "Open a URL", "parameters": {"type": "object"}}]
+        [
+            "edit_file",
+            "unknown",
+            {"name": "open_url", "description": "Open a URL", "parameters": {"type": "object"}},
+        ]
     )
     assert [s.name for s in specs] == ["edit_file", "open_url"]

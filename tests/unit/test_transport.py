@@ -31,7 +31,9 @@ messages = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(messages, st.lists(st.integers(min_value=0, max_value=4000), max_size=30))
-async def test_random_chunking_preserves_messages_in_order(msgs: list[dict[str, str]], cuts: list[int]) -> None:
+async def test_random_chunking_preserves_messages_in_order(
+    msgs: list[dict[str, str]], cuts: list[int]
+) -> None:
     bodies = [json.dumps(m, ensure_ascii=False).encode() for m in msgs]
     data = b"".join(frame(b) for b in bodies)
     assert await collect(data, cuts) == bodies
@@ -64,7 +66,9 @@ async def test_bad_headers_resync() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=3000), st.lists(st.integers(min_value=0, max_value=3000), max_size=10))
-async def test_random_bytes_never_crash_and_a_later_frame_is_read(noise: bytes, cuts: list[int]) -> None:
+async def test_random_bytes_never_crash_and_a_later_frame_is_read(
+    noise: bytes, cuts: list[int]
+) -> None:
     good = frame(b'{"ok":1}')
     bodies = await collect(noise + b"\r\n\r\n" + good, cuts)
     assert bodies[-1] == b'{"ok":1}' or b"Content-Length" in noise
