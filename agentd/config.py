@@ -143,7 +143,9 @@ def load_settings(
     problems: list[str] = []
     file_data = _read_config_file(config_file or user_config_dir() / "config.toml", problems)
     data = _normalise_keys(file_data)
-    env_data: dict[str, Any] = {alias: env[var] for var, alias in ENV_FIELDS.items() if env.get(var)}
+    env_data: dict[str, Any] = {
+        alias: env[var] for var, alias in ENV_FIELDS.items() if env.get(var)
+    }
     if env.get("AGENTD_MEMORY", "").lower() in ("0", "off", "false", "no"):
         env_data["memory"] = {"enabled": False}
     data = _deep_merge(data, env_data)

@@ -1,5 +1,4 @@
-"""The ACP section of docs/protocol.md (agentd/acp/PROTOCOL_SECTION.md until it
-is merged) and the README snippets must say what the code does."""
+"""The ACP section of docs/protocol.md and the README snippets must say what the code does."""
 
 from __future__ import annotations
 
@@ -15,15 +14,11 @@ from agentd.acp.updates import TOOL_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = ROOT / "docs" / "protocol.md"
-SECTION = ROOT / "agentd" / "acp" / "PROTOCOL_SECTION.md"
-README = ROOT / "agentd" / "acp" / "README_SECTION.md"
+README = ROOT / "README.md"
 
 
 def acp_doc() -> str:
-    merged = PROTOCOL.read_text(encoding="utf-8") if PROTOCOL.exists() else ""
-    if "## ACP mode" in merged:
-        return merged.split("## ACP mode", 1)[1]
-    return SECTION.read_text(encoding="utf-8")
+    return PROTOCOL.read_text(encoding="utf-8").split("## ACP mode", 1)[1]
 
 
 def table(doc: str, heading: str) -> dict[str, str]:

@@ -203,7 +203,7 @@ def write_atomic(
         # Gone after a rename; after any failure, the temp file must not stay.
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
     return target
 
