@@ -24,6 +24,13 @@ step "mypy --strict agentd"
 step "pytest"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider
 
+# The VS Code webview tests drive headless Chromium (Debian's package).
+if [ ! -x "${CHROMIUM_PATH:-/usr/bin/chromium}" ] && command -v apt-get >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ]; then
+  step "install chromium (apt-get)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 export AGENTD_BIN="$PWD/$VENV/bin/agentd"
 for client in editor-clients/vscode editor-clients/nvim; do
   if [ -f "$client/test.sh" ]; then
