@@ -47,6 +47,18 @@ def build_parser(with_memory: bool = True) -> argparse.ArgumentParser:
         action="store_true",
         help="speak the Agent Client Protocol (Zed, JetBrains, CodeCompanion, avante)",
     )
+    serve.add_argument(
+        "--tcp",
+        action="store_true",
+        help="listen on a loopback TCP port instead of stdio (token required)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="--tcp: loopback address to bind")
+    serve.add_argument("--port", type=int, default=7654, help="--tcp: port (0: any free port)")
+    serve.add_argument(
+        "--token-file",
+        help="--tcp: file holding the token (mode 0600; created if missing; "
+        "default: <config dir>/tcp-token)",
+    )
 
     demo = sub.add_parser("demo", help="run a whole agent session end to end, printed readably")
     demo.add_argument("--workspace", help="workspace to use (default: a new demo folder)")
@@ -78,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None and sys.stdin.isatty():
             parser.print_help(sys.stderr)
             return 2
+        if getattr(args, "tcp", False):
+            from agentd.lsp.tcp import run_tcp
+
+            return run_tcp(args.host, args.port, args.token_file)
         if getattr(args, "acp", False):
             from agentd.acp.server import run_acp_stdio
 

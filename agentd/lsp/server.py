@@ -208,11 +208,19 @@ class AgentdServer(LanguageServer):
     async def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        writer = await _open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
+        read = await _open_reader(loop, stdin)
+        return await self.serve_stream(read, writer)
+
+    async def serve_stream(self, read: Any, writer: Any) -> int:
+        """Serve one connection: `read(n)` returns bytes (b"" at EOF), `writer`
+        has pygls' writer interface (`write`, `close`). Shared by stdio and TCP."""
+        loop = asyncio.get_running_loop()
+        if self._stop is None:
+            self._stop = asyncio.Event()
         proto = self.agentd_protocol
         proto.on_exit = self.request_stop
-        writer = await _open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
         proto.set_writer(writer)
-        read = await _open_reader(loop, stdin)
         reader_task = loop.create_task(self._read_loop(read), name="stdin-reader")
         stop_task = loop.create_task(self._stop.wait())
         await asyncio.wait([reader_task, stop_task], return_when=asyncio.FIRST_COMPLETED)

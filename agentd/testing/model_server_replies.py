@@ -240,7 +240,11 @@ def _openai_view(body: JSONDict) -> RequestView:
     # Tool results, then user messages carrying only text the provider put after
     # them (reminders): the conversation still ends with a tool result.
     i = len(messages) - 1
-    while i >= 0 and messages[i]["role"] == "user":
+    while (
+        i >= 0
+        and messages[i]["role"] == "user"
+        and not strip_reminders(_text_of(messages[i].get("content"))).strip()
+    ):
         i -= 1
     tool_result = None
     if i >= 0 and messages[i]["role"] == "tool":

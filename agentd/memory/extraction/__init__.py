@@ -1,45 +1,18 @@
-"""Memory extraction after each turn (stub: being implemented)."""
+"""Memory extraction after each turn.
 
-from __future__ import annotations
+Modules, from pure to stateful:
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+    secrets     redaction of API keys, tokens, private keys, `.env` secrets
+    writer      the confined, atomic, conflict-checked write path (+ crash seams)
+    index_file  MEMORY.md rendered within its budget
+    cursor      per-session `processedOffset`s in `<memory dir>/.cursors.json`
+    lock        `<memory dir>/.extract.lock`: one extraction per folder across daemons
+    extractor   slice -> text -> `save_memories` side query -> validated operations
+    apply       operations -> files (hash-checked), index kept consistent
+    scheduler   single flight per project with one coalesced trailing run
+    service     ExtractionService, the seam `agentd.app` uses
+"""
 
-from agentd.memory.manager import MemoryManager
-from agentd.providers.base import ModelProvider
-from agentd.tasks import Supervisor
+from agentd.memory.extraction.service import ExtractionService, TranscriptLookup
 
-# (session_id) -> (transcript path, current end offset), or None if unknown.
-TranscriptLookup = Callable[[str], tuple[Path, int] | None]
-
-
-class ExtractionService:
-    def __init__(
-        self,
-        manager: MemoryManager,
-        provider: ModelProvider,
-        supervisor: Supervisor,
-        *,
-        fast_model: str,
-        transcripts: TranscriptLookup,
-        home: Path,
-        grace: float = 5.0,
-        progress: Callable[[Path], Callable[[int, int], None] | None] | None = None,
-    ) -> None:
-        self.manager = manager
-
-    def schedule(self, workspace_root: Path, session_id: str) -> None:
-        return None
-
-    def status(self, workspace_root: Path) -> dict[str, Any]:
-        return {"state": "idle", "trailingPending": False, "cursors": []}
-
-    async def resume(self, workspace_root: Path) -> None:
-        return None
-
-    async def drain(self, timeout: float) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
+__all__ = ["ExtractionService", "TranscriptLookup"]

@@ -1,0 +1,146 @@
+"""Applying validated operations to a memory folder (blocking; runs in a worker thread).
+
+Planning reads every topic file's content hash *before* the model is asked;
+each write then carries that hash, and `writer.write_atomic` re-checks it
+right before its rename. A file the user saved meanwhile comes back as a
+conflict (with its new content) for the caller to re-plan, never overwritten.
+
+Order within one batch keeps MEMORY.md pointing only at files that exist:
+creates and updates first, then the index without the files about to be
+deleted, then the deletes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentd.memory.extraction import index_file
+from agentd.memory.extraction.extractor import HEADER_EXCERPT_CHARS, Header, Op, render_topic
+from agentd.memory.extraction.writer import (
+    RefusedPath,
+    WriteConflict,
+    content_hash,
+    delete,
+    read_current,
+    write_atomic,
+)
+from agentd.memory.layout import INDEX_FILE
+from agentd.memory.store import MAX_TOPIC_BYTES, decode, list_topics, parse_topic
+
+
+@dataclass(frozen=True)
+class Snap:
+    hash: str
+    text: str
+
+
+@dataclass
+class Plan:
+    """What the folder held when the model was asked."""
+
+    files: dict[str, Snap] = field(default_factory=dict)
+    headers: list[Header] = field(default_factory=list)
+
+
+@dataclass
+class Applied:
+    written: list[tuple[Path, str]] = field(default_factory=list)
+    conflicts: list[tuple[Op, Snap | None]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+def plan(directory: Path) -> Plan:
+    out = Plan()
+    docs = []
+    for path in list_topics(directory).paths:
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                continue  # never planned against, never written through
+            data = read_current(path)
+        except OSError:
+            continue
+        if data is None:
+            continue
+        text, _ = decode(data[:MAX_TOPIC_BYTES], truncated=len(data) > MAX_TOPIC_BYTES)
+        out.files[path.name] = Snap(content_hash(data), text)
+        doc = parse_topic(path, data, size=len(data), mtime=os.path.getmtime(path), team=False)
+        docs.append(doc)
+    docs.sort(key=lambda d: -d.info.mtime)
+    out.headers = [
+        Header(
+            d.info.path.name,
+            d.info.name,
+            d.info.description,
+            d.info.type,
+            " ".join(d.body.split())[:HEADER_EXCERPT_CHARS],
+        )
+        for d in docs
+    ]
+    return out
+
+
+def sync_index(directory: Path, exclude: frozenset[str] = frozenset()) -> tuple[Path, str] | None:
+    """Rebuild MEMORY.md; returns (path, text) when it was written (unchanged: None)."""
+    text = index_file.render(index_file.scan(directory, exclude))
+    if read_current(directory / INDEX_FILE) == text.encode("utf-8"):
+        return None
+    path = write_atomic(directory, INDEX_FILE, text.encode("utf-8"), check=False)
+    return path, text
+
+
+def _current(directory: Path, name: str) -> Snap | None:
+    data = read_current(directory / name)
+    if data is None:
+        return None
+    return Snap(content_hash(data), decode(data[:MAX_TOPIC_BYTES], truncated=False)[0])
+
+
+def apply_ops(directory: Path, ops: list[Op], files: dict[str, Snap]) -> Applied:
+    """Write `ops` against the planned `files`; OSError propagates (the chunk fails)."""
+    out = Applied()
+    deletes: list[Op] = []
+    for op in ops:
+        if op.action == "delete":
+            if op.file in files:
+                deletes.append(op)
+            continue
+        content = render_topic(op)
+        data = content.encode("utf-8")
+        prior = files.get(op.file)
+        # A create of an existing file (a retry after a partial run, or a model
+        # that missed the header) is an update of what was planned against.
+        if prior is not None and prior.hash == content_hash(data):
+            continue  # already on disk: retrying never duplicates
+        try:
+            path = write_atomic(directory, op.file, data, expected=prior.hash if prior else None)
+        except WriteConflict:
+            out.conflicts.append((op, _current(directory, op.file)))
+            continue
+        except RefusedPath as exc:
+            out.refused.append(f"{op.file}: {exc}")
+            continue
+        out.written.append((path, content))
+    if deletes:
+        gone = frozenset(op.file for op in deletes)
+        written = sync_index(directory, exclude=gone)
+        if written is not None:
+            out.written.append(written)
+        kept = False
+        for op in deletes:
+            try:
+                delete(directory, op.file, expected=files[op.file].hash)
+            except WriteConflict:
+                # The user edited a note we meant to delete: their edit wins.
+                out.refused.append(f"{op.file}: changed by the user; not deleted")
+                kept = True
+            except RefusedPath as exc:
+                out.refused.append(f"{op.file}: {exc}")
+                kept = True
+        if kept:
+            written = sync_index(directory)
+            if written is not None:
+                out.written.append(written)
+    return out

@@ -1,0 +1,387 @@
+"""ExtractionService: memory extraction after each turn, per project, in the background.
+
+`schedule(root, session)` is called after a prompt's reply is sent and never
+blocks. Per project one run is in flight at a time (`SingleFlight`); across
+daemons sharing the memory folder, a lock file does the same. A run reads,
+per session, exactly the transcript slice after that session's cursor, asks
+the extractor chunk by chunk, writes through the safe write path and only
+then advances the cursor. Failures leave the cursor where it was and show in
+`status`; the session stays dirty, so the next trigger retries the slice.
+
+Disk work (reads, fsyncs) runs in worker threads so that a slow disk never
+stalls the event loop that is streaming someone's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentd.agent.messages import Message
+from agentd.agent.transcript import read_slice, sessions_dir
+from agentd.errors import AgentdError
+from agentd.memory.extraction import extractor
+from agentd.memory.extraction.apply import Plan, Snap, apply_ops, plan, sync_index
+from agentd.memory.extraction.cursor import load_cursors, save_cursors
+from agentd.memory.extraction.lock import FolderLock
+from agentd.memory.extraction.scheduler import SingleFlight
+from agentd.memory.extraction.writer import RefusedPath, check_root, clean_temps, describe
+from agentd.memory.layout import canonical_root
+from agentd.memory.manager import MemoryManager
+from agentd.memory.project import ProjectMemory
+from agentd.providers.base import ModelProvider
+from agentd.tasks import Supervisor
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TranscriptLookup = Callable[[str], tuple[Path, int] | None]
+Progress = Callable[[int, int], None]
+ProgressFactory = Callable[[Path], Progress | None]
+
+LOCK_POLL = 0.2
+MAX_NOTES = 20
+
+
+@dataclass
+class _Project:
+    root: Path
+    flight: SingleFlight | None = None
+    dirty: set[str] = field(default_factory=set)
+    ends: dict[str, int] = field(default_factory=dict)
+    cursors: dict[str, int] | None = None
+    last_error: str | None = None
+    last_run_at: float | None = None
+    # Operations skipped (conflicts, refusals), newest last: for logs and tests.
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.notes = [*self.notes, text][-MAX_NOTES:]
+
+
+class _RunError(Exception):
+    """A failure already described in one line for status (no file contents)."""
+
+
+def _valid_session_id(sid: str) -> bool:
+    return bool(sid) and all(c.isalnum() or c in "-_" for c in sid)
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run blocking disk work off the loop; a cancel waits for it to finish.
+
+    A write sequence is never abandoned half-way while the lock is held: the
+    cancel is honoured right after the thread returns.
+    """
+    loop = asyncio.get_running_loop()
+    fut = loop.run_in_executor(None, functools.partial(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait([fut])
+        raise
+
+
+class ExtractionService:
+    def __init__(
+        self,
+        manager: MemoryManager,
+        provider: ModelProvider,
+        supervisor: Supervisor,
+        *,
+        fast_model: str,
+        transcripts: TranscriptLookup,
+        home: Path,
+        grace: float = 5.0,
+        progress: ProgressFactory | None = None,
+    ) -> None:
+        self.manager = manager
+        self.provider = provider
+        self.supervisor = supervisor
+        self.fast_model = fast_model
+        self.transcripts = transcripts
+        self.home = home
+        self.grace = grace
+        self.progress = progress
+        self._projects: dict[Path, _Project] = {}
+        self._closed = False
+
+    # --- the public seam ---------------------------------------------------------
+
+    def schedule(self, workspace_root: Path, session_id: str) -> None:
+        """Extract the session's new messages soon; returns at once."""
+        if self._closed or not _valid_session_id(session_id):
+            return
+        project = self._project(workspace_root)
+        project.dirty.add(session_id)
+        self._request(project)
+
+    def status(self, workspace_root: Path) -> dict[str, Any]:
+        project = self._project(workspace_root)
+        if project.cursors is None:
+            pm = self.manager.get_nowait(project.root)
+            if pm is not None:
+                project.cursors = load_cursors(pm.directory)
+        cursors = project.cursors or {}
+        rows = []
+        for sid in sorted(set(cursors) | project.dirty | set(project.ends)):
+            processed = cursors.get(sid, 0)
+            live = self.transcripts(sid)
+            end = live[1] if live is not None else project.ends.get(sid, processed)
+            rows.append({"sessionId": sid, "processedOffset": processed, "transcriptEnd": end})
+        flight = project.flight
+        out: dict[str, Any] = {
+            "state": "running" if flight is not None and flight.running else "idle",
+            "trailingPending": bool(flight is not None and flight.pending),
+            "cursors": rows,
+        }
+        if project.last_error:
+            out["lastError"] = project.last_error
+        if project.last_run_at is not None:
+            out["lastRunAt"] = datetime.fromtimestamp(project.last_run_at, UTC).isoformat()
+        if project.notes:
+            out["skipped"] = list(project.notes)
+        return out
+
+    async def resume(self, workspace_root: Path) -> None:
+        """Queue the sessions whose transcripts extend past their cursors."""
+        if self._closed:
+            return
+        project = self._project(workspace_root)
+        pm = await self.manager.get(project.root)
+        folder = sessions_dir(project.root, self.home)
+
+        def scan() -> tuple[dict[str, int], dict[str, int]]:
+            cursors = load_cursors(pm.directory)
+            behind: dict[str, int] = {}
+            for path in sorted(folder.glob("*.jsonl")):
+                sid = path.stem
+                if not _valid_session_id(sid):
+                    continue
+                msgs = read_slice(path, cursors.get(sid, 0))
+                if msgs:
+                    behind[sid] = msgs[-1][0] + 1
+            return cursors, behind
+
+        cursors, behind = await _in_thread(scan)
+        project.cursors = cursors
+        project.ends.update(behind)
+        if behind and not self._closed:
+            project.dirty.update(behind)
+            self._request(project)
+
+    async def drain(self, timeout: float) -> None:
+        """Give running and pending runs `timeout` seconds, then cancel them."""
+        self._closed = True
+        tasks = [t for p in self._projects.values() if p.flight and (t := p.flight.task)]
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=max(0.0, timeout))
+        for task in late:
+            log.info("extraction still running after %gs; cancelled (resumes next start)", timeout)
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=5.0)
+
+    async def aclose(self) -> None:
+        await self.drain(0.0)
+
+    # --- runs --------------------------------------------------------------------
+
+    def _project(self, workspace_root: Path) -> _Project:
+        key = canonical_root(workspace_root)
+        project = self._projects.get(key)
+        if project is None:
+            project = _Project(key)
+            bound = project
+
+            def spawn(coro: Any) -> asyncio.Task[None]:
+                return self.supervisor.spawn(coro, name=f"extraction:{key.name}")
+
+            project.flight = SingleFlight(lambda: self._run(bound), spawn)
+            self._projects[key] = project
+        return project
+
+    def _request(self, project: _Project) -> None:
+        assert project.flight is not None
+        try:
+            project.flight.request()
+        except RuntimeError:
+            pass  # the supervisor is closed: shutting down, the cursor resumes later
+
+    async def _run(self, project: _Project) -> None:
+        sessions, project.dirty = project.dirty, set()
+        errors: list[str] = []
+        try:
+            pm = await self.manager.get(project.root)
+            directory = pm.directory
+            try:
+                await _in_thread(directory.mkdir, 0o700, True, True)
+                check_root(directory)
+            except (OSError, RefusedPath) as exc:
+                raise _RunError(_why(exc, "the memory folder")) from exc
+            lock = FolderLock(directory)
+            while True:
+                try:
+                    if await _in_thread(lock.try_acquire):
+                        break
+                except OSError as exc:
+                    raise _RunError(_why(exc, "the extraction lock")) from exc
+                await asyncio.sleep(LOCK_POLL)  # another daemon extracts this folder
+            try:
+                sessions = await self._run_locked(project, pm, sessions, errors)
+            finally:
+                await _in_thread(lock.release)
+        except _RunError as exc:
+            errors.append(str(exc))
+        except asyncio.CancelledError:
+            project.dirty |= sessions
+            raise
+        except Exception as exc:
+            log.exception("extraction run failed")
+            errors.append(f"extraction failed: {exc!r}"[:300])
+        project.dirty |= sessions  # failed sessions: the next trigger retries them
+        project.last_run_at = time.time()
+        project.last_error = errors[0] if errors else None
+        for error in errors:
+            log.warning("memory extraction for %s: %s", project.root, error)
+
+    async def _run_locked(
+        self, project: _Project, pm: ProjectMemory, sessions: set[str], errors: list[str]
+    ) -> set[str]:
+        """Extract every session's slice; returns the sessions that failed."""
+        directory = pm.directory
+        await _in_thread(clean_temps, directory)
+        cursors = await _in_thread(load_cursors, directory)
+        project.cursors = cursors
+        slices: list[tuple[str, list[tuple[int, Message]]]] = []
+        for sid in sorted(sessions):
+            path = self._transcript_path(project.root, sid)
+            msgs = await _in_thread(read_slice, path, cursors.get(sid, 0))
+            if msgs:
+                project.ends[sid] = max(project.ends.get(sid, 0), msgs[-1][0] + 1)
+                slices.append((sid, msgs))
+        report = self.progress(project.root) if self.progress is not None else None
+        total = sum(len(m) for _, m in slices)
+        done = 0
+        if report is not None and total:
+            report(0, total)
+        failed: set[str] = set()
+        budget = [extractor.MAX_OPS]
+        for sid, msgs in slices:
+            try:
+                done = await self._extract(
+                    project, pm, sid, msgs, cursors, budget, report, done, total
+                )
+            except asyncio.CancelledError:
+                raise
+            except (OSError, RefusedPath) as exc:
+                errors.append(_why(exc, "memory files"))
+                failed.add(sid)
+            except (AgentdError, TimeoutError) as exc:
+                detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                errors.append(f"extraction request failed: {detail}"[:300])
+                failed.add(sid)
+        # Heal the index even when nothing was extracted (a crash may have left it stale).
+        try:
+            written = await _in_thread(sync_index, directory)
+        except (OSError, RefusedPath) as exc:
+            errors.append(_why(exc, "MEMORY.md"))
+        else:
+            if written is not None:
+                pm.note_own_write(*written)
+        return failed
+
+    def _transcript_path(self, root: Path, sid: str) -> Path:
+        live = self.transcripts(sid)
+        return live[0] if live is not None else sessions_dir(root, self.home) / f"{sid}.jsonl"
+
+    async def _extract(
+        self,
+        project: _Project,
+        pm: ProjectMemory,
+        sid: str,
+        msgs: list[tuple[int, Message]],
+        cursors: dict[str, int],
+        budget: list[int],
+        report: Progress | None,
+        done: int,
+        total: int,
+    ) -> int:
+        directory = pm.directory
+        turns = extractor.split_turns(msgs)
+        # A turn in which the agent wrote memory itself is not extracted twice.
+        keep = [not extractor.wrote_memory(t, directory, project.root) for t in turns]
+        for chunk in extractor.make_chunks(turns, keep=keep):
+            written: list[tuple[Path, str]] = []
+            if chunk.text.strip() and budget[0] > 0:
+                written = await self._chunk(project, directory, chunk, budget)
+            # Durable writes first, then the cursor that vouches for them.
+            cursors[sid] = chunk.end
+            await _in_thread(save_cursors, directory, dict(cursors))
+            for path, content in written:
+                pm.note_own_write(path, content)
+            done += chunk.count
+            if report is not None:
+                report(done, total)
+        return done
+
+    async def _chunk(
+        self, project: _Project, directory: Path, chunk: extractor.Chunk, budget: list[int]
+    ) -> list[tuple[Path, str]]:
+        planned: Plan = await _in_thread(plan, directory)
+        request = extractor.build_request(self.fast_model, planned.headers, chunk.text)
+        raw = await extractor.ask(self.provider, request)
+        ops, notes = extractor.validate(raw, chunk.tool_outputs, cap=budget[0])
+        budget[0] -= len(ops)
+        for note in notes:
+            project.note(note)
+        applied = await _in_thread(apply_ops, directory, ops, planned.files)
+        written = list(applied.written)
+        for refusal in applied.refused:
+            project.note(refusal)
+        for op, now in applied.conflicts:
+            written.extend(await self._replan(project, directory, chunk, op, now))
+        written.extend(w for w in [await _in_thread(sync_index, directory)] if w is not None)
+        if ops or notes:
+            log.info(
+                "memory extraction for %s: %d operation(s), %d note(s)",
+                project.root,
+                len(ops),
+                len(notes),
+            )
+        return written
+
+    async def _replan(
+        self,
+        project: _Project,
+        directory: Path,
+        chunk: extractor.Chunk,
+        op: extractor.Op,
+        now: Snap | None,
+    ) -> list[tuple[Path, str]]:
+        """The user saved `op.file` after planning: ask once more from their content."""
+        request = extractor.build_replan_request(self.fast_model, op, now.text if now else "")
+        raw = await extractor.ask(self.provider, request)
+        ops, _ = extractor.validate(raw, chunk.tool_outputs, cap=1)
+        ops = [o for o in ops if o.file == op.file]
+        files = {op.file: now} if now is not None else {}
+        applied = await _in_thread(apply_ops, directory, ops, files)
+        if not ops or applied.conflicts:
+            project.note(f"{op.file}: changed by the user during extraction; change skipped")
+            log.info("memory extraction: %s changed by the user; change skipped", op.file)
+        return applied.written
+
+
+def _why(exc: BaseException, what: str) -> str:
+    if isinstance(exc, OSError):
+        name = f"{what} ({exc.filename})" if getattr(exc, "filename", None) else what
+        return describe(exc, name)
+    return f"refused {what}: {exc}"
