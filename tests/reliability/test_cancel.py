@@ -69,7 +69,7 @@ async def test_a_cancel_racing_the_start_still_cancels_it(
     raw: RawDaemon, workspace: Path, model_server: ModelServer
 ) -> None:
     sid = await new_session(raw, workspace)
-    model_server.enqueue({"chunks": ["x "] * 400, "chunkDelay": 0.05})
+    model_server.add_rule("long", {"chunks": ["x "] * 400, "chunkDelay": 0.05})
     # The prompt and its cancel arrive in one write: the cancel is read before the
     # prompt's handler has had a chance to run (it awaits the warm-up first).
     raw.write_raw(

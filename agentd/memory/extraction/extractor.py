@@ -112,10 +112,15 @@ class Op:
 
 @dataclass
 class Chunk:
-    """Consecutive messages rendered for one extractor call; `end` is the next offset."""
+    """Consecutive messages rendered for one extractor call.
 
-    text: str
-    end: int
+    `ends` maps each session in the chunk to the offset its cursor moves to
+    once the chunk's writes are durable; a chunk may span several sessions
+    (a coalesced run asks once for a burst of short turns).
+    """
+
+    text: str = ""
+    ends: dict[str, int] = field(default_factory=dict)
     tool_outputs: list[str] = field(default_factory=list)
     count: int = 0
 
@@ -201,27 +206,36 @@ def render_message(msg: Message) -> tuple[str, list[str]]:
     return "\n".join(lines), outputs
 
 
-def make_chunks(
-    turns: list[list[tuple[int, Message]]],
-    limit: int = CHUNK_CHARS,
-    keep: list[bool] | None = None,
-) -> list[Chunk]:
-    """Chunks of about `limit` characters; a turn not kept advances `end` but adds no text."""
+SessionSlice = tuple[str, list[list[tuple[int, Message]]], list[bool]]
+
+
+def make_chunks(sessions: list[SessionSlice], limit: int = CHUNK_CHARS) -> list[Chunk]:
+    """Chunks of about `limit` characters over the sessions' turns, in order.
+
+    A turn not kept (the agent wrote memory itself) advances its session's
+    cursor but adds no text.
+    """
     chunks: list[Chunk] = []
-    current = Chunk("", 0)
-    for i, turn in enumerate(turns):
-        kept = keep is None or keep[i]
-        for offset, msg in turn:
-            text, outputs = render_message(msg) if kept else ("", [])
-            text = text[:limit]
-            if current.count and current.text and len(current.text) + len(text) + 1 > limit:
-                chunks.append(current)
-                current = Chunk("", 0)
-            if text:
-                current.text = f"{current.text}\n{text}" if current.text else text
-            current.tool_outputs.extend(outputs)
-            current.end = offset + 1
-            current.count += 1
+    current = Chunk()
+    for sid, turns, keep in sessions:
+        label = f"--- session {sid[:8]} ---"
+        labelled = False
+        for turn, kept in zip(turns, keep, strict=True):
+            for offset, msg in turn:
+                text, outputs = render_message(msg) if kept else ("", [])
+                text = text[:limit]
+                if current.count and current.text and len(current.text) + len(text) + 1 > limit:
+                    chunks.append(current)
+                    current = Chunk()
+                    labelled = False
+                if text:
+                    if not labelled:
+                        text = f"{label}\n{text}"
+                        labelled = True
+                    current.text = f"{current.text}\n{text}" if current.text else text
+                current.tool_outputs.extend(outputs)
+                current.ends[sid] = offset + 1
+                current.count += 1
     if current.count:
         chunks.append(current)
     return chunks

@@ -134,7 +134,9 @@ class ExtractionService:
         for sid in sorted(set(cursors) | project.dirty | set(project.ends)):
             processed = cursors.get(sid, 0)
             live = self.transcripts(sid)
-            end = live[1] if live is not None else project.ends.get(sid, processed)
+            # Unknown (None) until a run or `resume` has read the transcript:
+            # reporting the cursor as the end would claim work is done that is not.
+            end = live[1] if live is not None else project.ends.get(sid)
             rows.append({"sessionId": sid, "processedOffset": processed, "transcriptEnd": end})
         flight = project.flight
         out: dict[str, Any] = {
@@ -158,21 +160,25 @@ class ExtractionService:
         pm = await self.manager.get(project.root)
         folder = sessions_dir(project.root, self.home)
 
-        def scan() -> tuple[dict[str, int], dict[str, int]]:
+        def scan() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
             cursors = load_cursors(pm.directory)
+            ends: dict[str, int] = {}
             behind: dict[str, int] = {}
             for path in sorted(folder.glob("*.jsonl")):
                 sid = path.stem
                 if not _valid_session_id(sid):
                     continue
-                msgs = read_slice(path, cursors.get(sid, 0))
+                processed = cursors.get(sid, 0)
+                msgs = read_slice(path, processed)
+                ends[sid] = msgs[-1][0] + 1 if msgs else processed
                 if msgs:
-                    behind[sid] = msgs[-1][0] + 1
-            return cursors, behind
+                    behind[sid] = ends[sid]
+            return cursors, ends, behind
 
-        cursors, behind = await _in_thread(scan)
+        cursors, ends, behind = await _in_thread(scan)
         project.cursors = cursors
-        project.ends.update(behind)
+        for sid, end in ends.items():
+            project.ends[sid] = max(end, project.ends.get(sid, 0))
         if behind and not self._closed:
             project.dirty.update(behind)
             self._request(project)
@@ -270,25 +276,18 @@ class ExtractionService:
                 slices.append((sid, msgs))
         report = self.progress(project.root) if self.progress is not None else None
         total = sum(len(m) for _, m in slices)
-        done = 0
         if report is not None and total:
             report(0, total)
-        failed: set[str] = set()
-        budget = [extractor.MAX_OPS]
-        for sid, msgs in slices:
-            try:
-                done = await self._extract(
-                    project, pm, sid, msgs, cursors, budget, report, done, total
-                )
-            except asyncio.CancelledError:
-                raise
-            except (OSError, RefusedPath) as exc:
-                errors.append(_why(exc, "memory files"))
-                failed.add(sid)
-            except (AgentdError, TimeoutError) as exc:
-                detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-                errors.append(f"extraction request failed: {detail}"[:300])
-                failed.add(sid)
+        pending = {sid for sid, _ in slices}
+        try:
+            await self._extract(project, pm, slices, cursors, pending, report, total)
+        except asyncio.CancelledError:
+            raise
+        except (OSError, RefusedPath) as exc:
+            errors.append(_why(exc, "memory files"))
+        except (AgentdError, TimeoutError) as exc:
+            detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            errors.append(f"extraction request failed: {detail}"[:300])
         # Heal the index even when nothing was extracted (a crash may have left it stale).
         try:
             written = await _in_thread(sync_index, directory)
@@ -297,7 +296,7 @@ class ExtractionService:
         else:
             if written is not None:
                 pm.note_own_write(*written)
-        return failed
+        return pending
 
     def _transcript_path(self, root: Path, sid: str) -> Path:
         live = self.transcripts(sid)
@@ -307,31 +306,38 @@ class ExtractionService:
         self,
         project: _Project,
         pm: ProjectMemory,
-        sid: str,
-        msgs: list[tuple[int, Message]],
+        slices: list[tuple[str, list[tuple[int, Message]]]],
         cursors: dict[str, int],
-        budget: list[int],
+        pending: set[str],
         report: Progress | None,
-        done: int,
         total: int,
-    ) -> int:
+    ) -> None:
+        """Extract the slices chunk by chunk; `pending` keeps the sessions not finished."""
         directory = pm.directory
-        turns = extractor.split_turns(msgs)
-        # A turn in which the agent wrote memory itself is not extracted twice.
-        keep = [not extractor.wrote_memory(t, directory, project.root) for t in turns]
-        for chunk in extractor.make_chunks(turns, keep=keep):
+        prepared: list[extractor.SessionSlice] = []
+        for sid, msgs in slices:
+            turns = extractor.split_turns(msgs)
+            # A turn in which the agent wrote memory itself is not extracted twice.
+            keep = [not extractor.wrote_memory(t, directory, project.root) for t in turns]
+            prepared.append((sid, turns, keep))
+        last = {sid: msgs[-1][0] + 1 for sid, msgs in slices}
+        budget = [extractor.MAX_OPS]
+        done = 0
+        for chunk in extractor.make_chunks(prepared):
             written: list[tuple[Path, str]] = []
             if chunk.text.strip() and budget[0] > 0:
                 written = await self._chunk(project, directory, chunk, budget)
             # Durable writes first, then the cursor that vouches for them.
-            cursors[sid] = chunk.end
+            cursors.update(chunk.ends)
             await _in_thread(save_cursors, directory, dict(cursors))
+            for sid, end in chunk.ends.items():
+                if end >= last[sid]:
+                    pending.discard(sid)
             for path, content in written:
                 pm.note_own_write(path, content)
             done += chunk.count
             if report is not None:
                 report(done, total)
-        return done
 
     async def _chunk(
         self, project: _Project, directory: Path, chunk: extractor.Chunk, budget: list[int]

@@ -1,0 +1,232 @@
+"""Memory extraction over the real daemon and the real local model server."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.memory.layout import memory_dir
+from agentd.testing.model_server import ModelServer
+from tests.e2e.conftest import AgentdClient, daemon_env, start_client
+
+pytestmark = pytest.mark.e2e
+
+
+async def new_client(model_server: ModelServer, tmp_path: Path, **memory: Any) -> AgentdClient:
+    options: dict[str, Any] = {"clientTools": ["run_command"]}
+    if memory:
+        options["memory"] = memory
+    return await start_client(daemon_env(model_server, tmp_path), options)
+
+
+async def status(c: AgentdClient, root: Path) -> dict[str, Any]:
+    result = await c.request("memory/status", {"workspaceRoot": str(root)})
+    return dict(result["extraction"])
+
+
+async def wait_caught_up(c: AgentdClient, root: Path, sessions: int, timeout: float = 60) -> dict:
+    """memory/status until every session's cursor is at its transcript's end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ext = await status(c, root)
+        rows = ext["cursors"]
+        if (
+            ext["state"] == "idle"
+            and not ext["trailingPending"]
+            and len(rows) >= sessions
+            and all(r["processedOffset"] == r["transcriptEnd"] > 0 for r in rows)
+        ):
+            return ext
+        assert time.monotonic() < deadline, ext
+        await asyncio.sleep(0.1)
+
+
+def intervals(server: ModelServer, purpose: str = "extract") -> list[tuple[float, float, int]]:
+    """(start, end, id) of each request of `purpose`; end = complete or disconnect."""
+    ends = {e["id"]: e["ts"] for e in server.log if e["type"] in ("complete", "disconnect")}
+    return sorted(
+        (r["ts"], ends.get(r["id"], float("inf")), r["id"]) for r in server.requests(purpose)
+    )
+
+
+def body_text(request: dict[str, Any]) -> str:
+    return json.dumps(request["body"], ensure_ascii=False)
+
+
+def home_of(tmp_path: Path) -> Path:
+    return tmp_path / "agentd-home"
+
+
+async def test_burst_single_flight_full_coverage_and_no_waiting(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    model_server.set_latency("extract", 2.0)
+    c = await new_client(model_server, tmp_path, modelTier=False)
+    try:
+        sids = [await c.new_session(workspace) for _ in range(4)]
+        texts: list[str] = []
+        replied: list[float] = []
+
+        async def session_burst(n: int, sid: str) -> None:
+            for k in range(5):
+                text = f"burst message s{n} k{k} remember topic{n * 5 + k}"
+                texts.append(text)
+                result = await c.prompt(sid, text)
+                assert result["stopReason"] == "end_turn"
+                replied.append(time.time())
+
+        t0 = time.time()
+        await asyncio.gather(*(session_burst(n, sid) for n, sid in enumerate(sids)))
+        assert len(replied) == 20
+        assert max(replied) - t0 < 2.0, "the burst itself took longer than the extractor"
+        ext = await wait_caught_up(c, workspace, sessions=4)
+        spans = intervals(model_server)
+        assert spans, "no extraction request"
+        # At most one extraction in flight per project at any moment.
+        for (_, end, _), (start, _, _) in itertools.pairwise(spans):
+            assert end <= start, spans
+        # One running plus coalesced trailing runs: far fewer requests than prompts.
+        assert len(spans) <= 3, spans
+        # No prompt reply waited for an extraction.
+        assert max(replied) < spans[0][1]
+        bodies = "\n".join(body_text(r) for r in model_server.requests("extract"))
+        missing = [t for t in texts if t not in bodies]
+        assert missing == []
+        assert ext.get("lastError") is None and ext.get("lastRunAt")
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_two_projects_extract_in_parallel(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    other = tmp_path / "other-workspace"
+    other.mkdir()
+    model_server.set_latency("extract", 1.5)
+    c = await new_client(model_server, tmp_path, modelTier=False)
+    try:
+        a, b = await c.new_session(workspace), await c.new_session(other)
+        await asyncio.gather(c.prompt(a, "project A fact"), c.prompt(b, "project B fact"))
+        await wait_caught_up(c, workspace, 1)
+        await wait_caught_up(c, other, 1)
+        (sa, ea, _), (sb, eb, _) = intervals(model_server)
+        assert sb < ea and sa < eb, "the two projects' extractions did not overlap"
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_restart_extracts_exactly_the_unprocessed_slice(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    c = await new_client(model_server, tmp_path, modelTier=False, shutdownGrace=0.2)
+    sid = await c.new_session(workspace)
+    try:
+        await c.prompt(sid, "first processed message")
+        await c.prompt(sid, "second processed message")
+        first = await wait_caught_up(c, workspace, 1)
+        done_offset = first["cursors"][0]["processedOffset"]
+        model_server.set_latency("extract", 30.0)  # the next extraction never finishes
+        await c.prompt(sid, "third unprocessed message")
+        await model_server.wait_for(
+            lambda e: (
+                e["type"] == "request"
+                and e["purpose"] == "extract"
+                and "third unprocessed" in body_text(e)
+            )
+        )
+    finally:
+        await c.lsp.shutdown_session()
+    cursors = json.loads((memory_dir(workspace, home_of(tmp_path)) / ".cursors.json").read_text())
+    assert cursors["sessions"] == [{"sessionId": sid, "processedOffset": done_offset}]
+
+    model_server.set_latency("extract", 0.0)
+    before = len(model_server.requests("extract"))
+    c2 = await new_client(model_server, tmp_path, modelTier=False)
+    try:
+        ext = await wait_caught_up(c2, workspace, 1)  # memory/status starts the project
+        assert ext["cursors"][0]["processedOffset"] > done_offset
+        new = model_server.requests("extract")[before:]
+        assert len(new) == 1
+        text = body_text(new[0])
+        assert "third unprocessed message" in text
+        assert "first processed message" not in text and "second processed" not in text
+    finally:
+        await c2.lsp.shutdown_session()
+
+
+async def test_shutdown_drains_within_the_grace(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    model_server.set_latency("extract", 60.0)
+    c = await new_client(model_server, tmp_path, modelTier=False, shutdownGrace=1)
+    sid = await c.new_session(workspace)
+    await c.prompt(sid, "something to extract")
+    req = await model_server.wait_for(
+        lambda e: e["type"] == "request" and e["purpose"] == "extract"
+    )
+    t0 = time.monotonic()
+    await c.lsp.shutdown_session()
+    elapsed = time.monotonic() - t0
+    assert 0.9 <= elapsed < 5.0, elapsed
+    # The HTTP stream was closed: the server saw the client leave.
+    await model_server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == req["id"])
+    cursor_file = memory_dir(workspace, home_of(tmp_path)) / ".cursors.json"
+    assert not cursor_file.exists() or json.loads(cursor_file.read_text())["sessions"] == []
+
+
+async def test_proposed_create_is_written_confined_and_announced(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    body = "Releases ship with `make ship` once the smoke tests pass on CI."
+    model_server.set_default_arguments(
+        "save_memories",
+        {
+            "operations": [
+                {
+                    "action": "create",
+                    "file": "deploy-notes.md",
+                    "name": "Deploy notes",
+                    "description": "How releases are shipped",
+                    "type": "project",
+                    "body": body,
+                },
+                {
+                    "action": "create",
+                    "file": "../../escape.md",
+                    "name": "Escape",
+                    "description": "should never be written",
+                    "type": "project",
+                    "body": "This operation tries to leave the memory folder entirely.",
+                },
+            ]
+        },
+    )
+    c = await new_client(model_server, tmp_path, modelTier=False)
+    try:
+        sid = await c.new_session(workspace)
+        folder = Path(
+            (await c.request("memory/status", {"workspaceRoot": str(workspace)}))["directory"]
+        )
+        target = folder / "deploy-notes.md"
+        await c.prompt(sid, "we ship releases with make ship after smoke tests")
+        await c.wait_for_memory_changed(str(target))
+        listed = await c.request("memory/list", {"workspaceRoot": str(workspace)})
+        assert str(target) in json.dumps(listed)
+        text = target.read_text()
+        assert text.startswith("---\n") and body in text and 'name: "Deploy notes"' in text
+        assert not (folder.parent.parent / "escape.md").exists()
+        assert not (folder.parent / "escape.md").exists()
+        assert [p.name for p in folder.iterdir() if p.name.startswith(".agentd-tmp-")] == []
+        await wait_caught_up(c, workspace, 1)
+        index = (folder / "MEMORY.md").read_text()
+        assert "(deploy-notes.md)" in index
+        assert os.stat(target).st_mode & 0o777 == 0o644
+    finally:
+        await c.lsp.shutdown_session()

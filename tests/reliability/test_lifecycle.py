@@ -1,0 +1,80 @@
+"""Lifecycle cases not covered by tests/e2e: a closed stdout, and a background
+task that ignores cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentd.tasks import Supervisor
+from agentd.testing.model_server import ModelServer
+from tests.e2e.conftest import daemon_env
+from tests.reliability.wire import frame, initialize_params, request
+
+
+@pytest.mark.e2e
+async def test_a_closed_stdout_exits_quietly(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    out_r, out_w = os.pipe()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentd",
+        "serve",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=out_w,
+        stderr=asyncio.subprocess.PIPE,
+        env=daemon_env(model_server, tmp_path),
+    )
+    os.close(out_w)
+    try:
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.write(frame(request(1, "initialize", initialize_params())))
+        # The editor's end of stdout goes away while the daemon has things to say.
+        os.close(out_r)
+        out_r = -1
+        proc.stdin.write(
+            frame(request(2, "agent/newSession", {"workspaceRoot": str(workspace)}))
+        )
+        await proc.stdin.drain()
+        code = await asyncio.wait_for(proc.wait(), 20)
+        stderr = (await proc.stderr.read()).decode()
+        assert code == 0
+        assert "Traceback" not in stderr
+        assert "BrokenPipe" not in stderr
+    finally:
+        if out_r >= 0:
+            os.close(out_r)
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_task_ignoring_cancellation_cannot_hold_shutdown() -> None:
+    sup = Supervisor("test")
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def stubborn() -> None:
+        started.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+
+    task = sup.spawn(stubborn(), name="stubborn")
+    await started.wait()
+    await sup.aclose(timeout=0.05)
+    # aclose returned although the task is still alive: it was abandoned, not awaited.
+    assert not task.done()
+    # A closed supervisor takes no new work.
+    coro = asyncio.sleep(0)
+    with pytest.raises(RuntimeError):
+        sup.spawn(coro)
+    release.set()
+    await task
