@@ -349,3 +349,32 @@ async def test_sessions_persist_list_and_load_after_restart(
         assert info.value.code == -32001
     finally:
         await c2.lsp.shutdown_session()
+
+
+async def test_anthropic_provider_end_to_end(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(
+        model_server, tmp_path, AGENTD_PROVIDER="anthropic", AGENTD_BASE_URL=model_server.base_url
+    )
+    model_server.enqueue(
+        {"toolCalls": [{"id": "tu1", "name": "read_file", "arguments": {"path": "README.md"}}]}
+    )
+    model_server.enqueue({"thinking": "The file says 42.", "text": "It is 42."})
+    c = await start_client(env)
+    try:
+        sid = await c.new_session(workspace)
+        result = await c.prompt(sid, "what is the answer?")
+        assert result["stopReason"] == "end_turn"
+        assert "thought_chunk" in c.kinds(sid)
+        assert c.text(sid) == "It is 42."
+        first, second = model_server.requests("main")
+        assert first["api"] == "anthropic" and first["headers"]["x-api-key"] == "<redacted>"
+        # No client tools declared: only the daemon's own tools are offered.
+        assert {t["name"] for t in first["body"]["tools"]} == {"read_file", "list_dir", "search"}
+        last = second["body"]["messages"][-1]
+        assert last["role"] == "user"
+        assert last["content"][0]["type"] == "tool_result"
+        assert last["content"][0]["tool_use_id"] == "tu1"
+    finally:
+        await c.lsp.shutdown_session()
