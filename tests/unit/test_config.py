@@ -1,4 +1,4 @@
-"""Settings: defaults < config file < environment < initializationOptions; bad values never fatal."""
+"""Settings precedence (file < environment < initializationOptions); bad values never fail."""
 
 from __future__ import annotations
 
