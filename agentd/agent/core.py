@@ -193,12 +193,6 @@ class AgentCore:
         finally:
             closed = True
             session.running = None
-            writer = self.writers.get(session_id)
-            if writer is not None:
-                try:
-                    writer.sync()
-                except OSError as exc:
-                    log.error("cannot sync the transcript %s: %s", writer.path, exc)
 
     def cancel(self, session_id: str) -> bool:
         return self.get(session_id).cancel_running()
@@ -207,6 +201,12 @@ class AgentCore:
         return self.get(session_id).resolve_tool_result(tool_call_id, content, is_error)
 
     def after_reply(self, session_id: str) -> None:
+        """The prompt's reply is written: make its transcript durable (an fsync
+        costs milliseconds, so it runs in a thread, after the reply) and let
+        memory schedule its background work."""
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            self.supervisor.spawn(_sync(writer), name=f"transcript-sync-{session_id[:8]}")
         session = self.sessions.get(session_id)
         if session is not None:
             self.memory.after_reply(session)
@@ -230,6 +230,13 @@ class AgentCore:
             "sessions": len(self.sessions),
             "running": sum(1 for s in self.sessions.values() if s.running is not None),
         }
+
+
+async def _sync(writer: TranscriptWriter) -> None:
+    try:
+        await asyncio.to_thread(writer.sync)
+    except (OSError, ValueError) as exc:  # ValueError: closed meanwhile
+        log.error("cannot sync the transcript %s: %s", writer.path, exc)
 
 
 def replay(history: list[Message], client_names: set[str]) -> Iterator[Update]:

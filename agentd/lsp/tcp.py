@@ -76,8 +76,7 @@ def load_token(path: Path) -> str:
     st = path.stat()
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise TcpConfigError(
-            f"{path} is accessible by other users (mode {stat.S_IMODE(st.st_mode):o}); "
-            "chmod 600 it"
+            f"{path} is accessible by other users (mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
         )
     token = path.read_text().strip()
     if len(token) < 16:
@@ -101,8 +100,10 @@ def check_first_header(block: bytes, token: str) -> str | None:
         elif key == b"origin":
             return "an Origin header (browsers may not connect)"
         elif key == b"host":
-            host = value.decode("latin-1").rsplit(":", 1)[0] if b"]" not in value else (
-                value.decode("latin-1").split("]")[0] + "]"
+            host = (
+                value.decode("latin-1").rsplit(":", 1)[0]
+                if b"]" not in value
+                else (value.decode("latin-1").split("]")[0] + "]")
             )
             if not is_loopback(host):
                 return "a foreign Host header"
@@ -232,4 +233,3 @@ def run_tcp(host: str, port: int, token_file: str | None) -> int:
         print(f"agentd: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(serve_tcp(host, port, token))
-

@@ -39,9 +39,7 @@ async def test_a_closed_stdout_exits_quietly(
         # The editor's end of stdout goes away while the daemon has things to say.
         os.close(out_r)
         out_r = -1
-        proc.stdin.write(
-            frame(request(2, "agent/newSession", {"workspaceRoot": str(workspace)}))
-        )
+        proc.stdin.write(frame(request(2, "agent/newSession", {"workspaceRoot": str(workspace)})))
         await proc.stdin.drain()
         code = await asyncio.wait_for(proc.wait(), 20)
         stderr = (await proc.stderr.read()).decode()

@@ -57,8 +57,17 @@ def tcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemo
     token_file = home / "token"
     with ModelServerThread() as model:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agentd", "serve", "--tcp", "--port", "0",
-             "--token-file", str(token_file)],
+            [
+                sys.executable,
+                "-m",
+                "agentd",
+                "serve",
+                "--tcp",
+                "--port",
+                "0",
+                "--token-file",
+                str(token_file),
+            ],
             env=_env(model.openai_base_url, home),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -83,7 +92,11 @@ def workspace(tmp_path: Path) -> Path:
 
 async def expect_closed(reader: asyncio.StreamReader) -> None:
     """The daemon closes the connection without answering anything."""
-    assert await asyncio.wait_for(reader.read(), 20) == b""
+    try:
+        rest = await asyncio.wait_for(reader.read(), 20)
+    except ConnectionResetError:  # closed with our bytes unread: a reset, also fine
+        rest = b""
+    assert rest == b""
 
 
 def test_the_token_file_is_created_private_and_a_readable_one_refused(tmp_path: Path) -> None:
@@ -94,9 +107,20 @@ def test_the_token_file_is_created_private_and_a_readable_one_refused(tmp_path: 
     assert load_token(path) == token
     path.chmod(0o644)
     out = subprocess.run(
-        [sys.executable, "-m", "agentd", "serve", "--tcp", "--port", "0",
-         "--token-file", str(path)],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "agentd",
+            "serve",
+            "--tcp",
+            "--port",
+            "0",
+            "--token-file",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 2 and "chmod 600" in out.stderr
 
@@ -104,9 +128,22 @@ def test_the_token_file_is_created_private_and_a_readable_one_refused(tmp_path: 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
 def test_non_loopback_hosts_are_refused(tmp_path: Path, host: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "agentd", "serve", "--tcp", "--host", host, "--port", "0",
-         "--token-file", str(tmp_path / "t")],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "agentd",
+            "serve",
+            "--tcp",
+            "--host",
+            host,
+            "--port",
+            "0",
+            "--token-file",
+            str(tmp_path / "t"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 2 and "loopback only" in out.stderr
 
@@ -143,9 +180,7 @@ async def test_connections_without_the_token_are_closed_unanswered(
     writer.close()
 
 
-@pytest.mark.parametrize(
-    "header", [b"Origin: http://evil.test\r\n", b"Host: evil.test:7654\r\n"]
-)
+@pytest.mark.parametrize("header", [b"Origin: http://evil.test\r\n", b"Host: evil.test:7654\r\n"])
 async def test_browsers_and_foreign_hosts_are_refused_even_with_the_token(
     tcp_daemon: tuple[Daemon, Any], header: bytes
 ) -> None:

@@ -82,11 +82,21 @@ class Env:
         w = self.writers.get(sid)
         if w is None:
             path = sessions_dir(self.root, self.home) / f"{sid}.jsonl"
-            w = self.writers[sid] = TranscriptWriter(path, sid, self.root)
+            w = self.writers[sid] = TranscriptWriter(path, sid, self.root, self._offset(path))
         w.append(msg)
+        w.sync()
+
+    @staticmethod
+    def _offset(path: Path) -> int:
+        from agentd.agent.transcript import load
+
+        loaded = load(path) if path.exists() else None
+        return loaded.total if loaded is not None else 0
 
     async def folder(self) -> Path:
-        return (await self.manager.get(self.root)).directory
+        folder = (await self.manager.get(self.root)).directory
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     async def run(self, sid: str = SID) -> dict[str, Any]:
         self.svc.schedule(self.root, sid)
@@ -102,6 +112,8 @@ class Env:
         return load_cursors(await self.folder()).get(SID)
 
     async def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
         await self.svc.drain(1)
         await self.supervisor.aclose()
         await self.manager.aclose()
@@ -275,7 +287,9 @@ async def test_trivia_transient_and_bad_types_are_filtered(
 
 
 async def test_per_run_cap_on_operations(env: Env) -> None:
-    env.provider.respond = lambda req: [op(f"fact-{i}.md", f"{BODY} variant {i}") for i in range(20)]
+    env.provider.respond = lambda req: [
+        op(f"fact-{i}.md", f"{BODY} variant {i}") for i in range(20)
+    ]
     env.say("lots of facts")
     await env.run()
     topics = [p for p in (await env.folder()).glob("fact-*.md")]
@@ -291,7 +305,8 @@ async def test_per_run_cap_on_operations(env: Env) -> None:
         "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
         "xoxb-123456789012-abcdefghijkl",
         "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n"
+        "-----END OPENSSH PRIVATE KEY-----",
         "DATABASE_PASSWORD=hunter2hunter2",
     ],
 )
@@ -322,7 +337,9 @@ async def test_user_edit_between_plan_and_write_wins_and_is_replanned(env: Env) 
     def respond(req: ModelRequest) -> list[Any]:
         calls.append(req.messages[0].text)
         if len(calls) == 1:
-            target.write_text(f"---\nname: deploy\ndescription: d\ntype: project\n---\n\n{user_text}\n")
+            target.write_text(
+                f"---\nname: deploy\ndescription: d\ntype: project\n---\n\n{user_text}\n"
+            )
             return [op("deploy.md", BODY2, action="update")]
         assert user_text in req.messages[0].text  # re-planned from the user's content
         return [op("deploy.md", f"{user_text}\nAlso: releases need a changelog entry.", "update")]

@@ -209,12 +209,13 @@ def render_message(msg: Message) -> tuple[str, list[str]]:
 SessionSlice = tuple[str, list[list[tuple[int, Message]]], list[bool]]
 
 
-def make_chunks(sessions: list[SessionSlice], limit: int = CHUNK_CHARS) -> list[Chunk]:
+def make_chunks(sessions: list[SessionSlice], limit: int | None = None) -> list[Chunk]:
     """Chunks of about `limit` characters over the sessions' turns, in order.
 
     A turn not kept (the agent wrote memory itself) advances its session's
     cursor but adds no text.
     """
+    limit = limit or CHUNK_CHARS
     chunks: list[Chunk] = []
     current = Chunk()
     for sid, turns, keep in sessions:
