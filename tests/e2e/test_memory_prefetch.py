@@ -297,3 +297,93 @@ async def test_memory_requests_and_watcher(
         assert status["docCount"] == 2 and status["watcher"] == "running"
     finally:
         await c.lsp.shutdown_session()
+
+
+async def _wait_model_settled(c: AgentdClient, model_server: ModelServer, root: Path) -> None:
+    while True:
+        status = await c.request("memory/status", {"workspaceRoot": str(root)})
+        if any(h["tier"] == "model" and h["settled"] for h in status["prefetch"]):
+            return
+        await model_server.wait_for(lambda e: e["type"] == "complete")
+
+
+async def test_anthropic_order_tool_results_then_memory(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    model_server.enqueue(
+        {
+            "toolCalls": [
+                {"name": "select_memories", "arguments": {"paths": [str(topics["style"])]}}
+            ]
+        },
+        purpose="recall",
+    )
+    model_server.enqueue(
+        {"toolCalls": [{"id": "tu1", "name": "run_command", "arguments": {"command": "make"}}]}
+    )
+    env = daemon_env(
+        model_server, tmp_path, AGENTD_PROVIDER="anthropic", AGENTD_BASE_URL=model_server.base_url
+    )
+    c = await start_client(env, {"clientTools": ["run_command"]})
+
+    async def answer(update: dict[str, Any]) -> tuple[str, bool]:
+        await _wait_model_settled(c, model_server, workspace)
+        return ("built", False)
+
+    c.tool_handler = answer
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        await c.prompt(sid, "please build it")
+        assert [d["tier"] for d in memory_updates(c, sid)] == ["model"]
+        last = model_server.requests("main")[1]["body"]["messages"][-1]
+        assert last["role"] == "user"
+        kinds = [block["type"] for block in last["content"]]
+        # Anthropic requires the tool_result blocks first; the reminder follows.
+        assert kinds == ["tool_result", "text"]
+        assert last["content"][0]["tool_use_id"] == "tu1"
+        assert "terse answers" in last["content"][1]["text"]
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_slow_side_query_arrives_at_a_later_tool_result(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    """A 3 s side query with several tool steps: no hard timeout, delivered at the
+    first tool-result point after it settles, exactly once."""
+    model_server.set_latency("recall", 3.0)
+    model_server.set_default_arguments("select_memories", {"paths": [str(topics["style"])]})
+    for i in range(3):
+        model_server.enqueue(
+            {"toolCalls": [{"id": f"s{i}", "name": "run_command", "arguments": {"command": "x"}}]}
+        )
+    c = await new_memory_client(model_server, tmp_path)
+    answered = 0
+
+    async def answer(update: dict[str, Any]) -> tuple[str, bool]:
+        nonlocal answered
+        answered += 1
+        if answered == 3:  # the last step waits until the side query has answered
+            await _wait_model_settled(c, model_server, workspace)
+        return ("ok", False)
+
+    c.tool_handler = answer
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        await c.prompt(sid, "do the steps")
+        (delivery,) = memory_updates(c, sid)
+        assert delivery["point"] == "tool_result" and delivery["tier"] == "model"
+        carrying = [
+            i
+            for i, r in enumerate(model_server.requests("main"))
+            if "terse answers" in (r["body"]["messages"][-1].get("content") or "")
+        ]
+        assert len(carrying) == 1 and 1 <= carrying[0] <= 3
+        recall = model_server.requests("recall")[0]
+        assert not any(
+            e["type"] == "disconnect" and e["id"] == recall["id"] for e in model_server.log
+        )
+    finally:
+        await c.lsp.shutdown_session()
