@@ -92,7 +92,21 @@ class App:
         self._watch_project(pm)
         return pm
 
-    # --- memory/* results, shared by every front end --------------------------------
+    # --- results shared by every front end ----------------------------------------------
+
+    def list_sessions(self, root: Path) -> dict[str, Any]:
+        from datetime import UTC, datetime
+
+        return {
+            "sessions": [
+                {
+                    "sessionId": i.session_id,
+                    "title": i.title,
+                    "updatedAt": datetime.fromtimestamp(i.updated_at, UTC).isoformat(),
+                }
+                for i in self.core.list_sessions(root)
+            ]
+        }
 
     async def memory_list(self, root: Path) -> dict[str, Any]:
         pm = await self.project_memory(root)

@@ -17,7 +17,6 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -148,17 +147,7 @@ async def load_session(server: AcpServer, app: App, request: Request) -> dict[st
 
 async def list_sessions(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
     root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
-    infos = app.core.list_sessions(root)
-    return {
-        "sessions": [
-            {
-                "sessionId": i.session_id,
-                "title": i.title,
-                "updatedAt": datetime.fromtimestamp(i.updated_at, UTC).isoformat(),
-            }
-            for i in infos
-        ]
-    }
+    return app.list_sessions(root)
 
 
 async def reset_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:

@@ -163,19 +163,7 @@ async def close_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
 
 
 async def list_sessions(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
-    from datetime import UTC, datetime
-
-    infos = app.core.list_sessions(workspace_path(p.workspace_root))
-    return {
-        "sessions": [
-            {
-                "sessionId": i.session_id,
-                "title": i.title,
-                "updatedAt": datetime.fromtimestamp(i.updated_at, UTC).isoformat(),
-            }
-            for i in infos
-        ]
-    }
+    return app.list_sessions(workspace_path(p.workspace_root))
 
 
 async def load_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
