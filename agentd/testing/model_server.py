@@ -313,11 +313,19 @@ class ModelServer:
             await self._serve(conn)
         except ClientGone:
             pass
+        except asyncio.CancelledError:
+            # stop() cancels open connections. Ending normally here keeps
+            # asyncio's stream callback from logging the cancel as an error.
+            if self._server is not None:
+                raise
         except Exception:
             # A bug must cost one connection, never the server.
             _log.exception("model server: unexpected error while serving a connection")
         finally:
-            await conn.close()
+            try:
+                await conn.close()
+            except asyncio.CancelledError:
+                pass
             if task is not None:
                 self._connections.discard(task)
 
