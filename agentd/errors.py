@@ -3,7 +3,6 @@
     AgentdError                      base of everything agentd raises on purpose
     ├── ProtocolError                maps to a JSON-RPC error reply (has .code)
     │   ├── InvalidParams            -32602, names the bad field(s)
-    │   ├── ServerNotInitialized     -32002
     │   ├── SessionNotFound          -32001
     │   └── SessionBusy              -32003 (a prompt already runs on the session)
     ├── ModelError                   a model request failed; becomes stopReason "error"
@@ -40,10 +39,6 @@ class ProtocolError(AgentdError):
 
 class InvalidParams(ProtocolError):
     code = -32602
-
-
-class ServerNotInitialized(ProtocolError):
-    code = -32002
 
 
 class SessionNotFound(ProtocolError):

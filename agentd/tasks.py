@@ -59,14 +59,3 @@ class Supervisor:
         for task in still:
             log.warning("task %s ignored cancellation; abandoning it", task.get_name())
 
-
-async def cancel_and_wait(task: asyncio.Task[Any] | None, timeout: float = 3.0) -> None:
-    """Cancel `task` and wait until it has finished (or `timeout` passed).
-
-    Cancelling the caller while it waits still propagates: shielding here
-    would let a second cancel (a cancel storm) be lost.
-    """
-    if task is None or task.done():
-        return
-    task.cancel()
-    await asyncio.wait([task], timeout=timeout)

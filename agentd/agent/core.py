@@ -11,7 +11,6 @@ import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from agentd.agent.events import (
     Emit,
@@ -225,11 +224,6 @@ class AgentCore:
             memory=self.memory,
         )
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "sessions": len(self.sessions),
-            "running": sum(1 for s in self.sessions.values() if s.running is not None),
-        }
 
 
 async def _sync(writer: TranscriptWriter) -> None:

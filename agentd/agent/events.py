@@ -72,6 +72,3 @@ Update = (
 )
 Emit = Callable[[Update], None]
 
-
-def drop_update(update: Update) -> None:
-    """An `Emit` that discards everything (background work with no listener)."""

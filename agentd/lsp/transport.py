@@ -167,6 +167,3 @@ class PipeWriter:
     def close(self) -> None:
         self.closed = True
         self._transport.close()
-
-    def buffered(self) -> int:
-        return self._transport.get_write_buffer_size()
