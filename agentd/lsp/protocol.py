@@ -184,8 +184,9 @@ class AgentdProtocol(LanguageServerProtocol):
         self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
 
     def notify(self, method: str, params: Any | None = None) -> None:
-        # Custom notifications go out as plain dicts, straight to the writer.
-        if self.get_message_type(method) is None:
+        # Dict params (ours, and LSP ones we build as JSON such as
+        # window/logMessage) go out as they are, straight to the writer.
+        if params is None or isinstance(params, dict) or self.get_message_type(method) is None:
             self._write({"jsonrpc": "2.0", "method": method, "params": params})
             return
         super().notify(method, params)

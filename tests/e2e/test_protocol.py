@@ -157,3 +157,22 @@ async def test_daemon_exits_when_the_editor_dies(model_server: ModelServer, tmp_
         assert await d.wait_exit() == 1
     finally:
         await d.close()
+
+
+async def test_logs_reach_the_editor_at_its_level_never_as_popups(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    from tests.e2e.conftest import start_client
+
+    model_server.enqueue({"status": 400, "errorBody": {"error": {"message": "bad request"}}})
+    c = await start_client(daemon_env(model_server, tmp_path), {"logLevel": "warning"})
+    try:
+        sid = await c.new_session(workspace)
+        logged = asyncio.ensure_future(c.lsp.wait_for_notification("window/logMessage"))
+        assert (await c.prompt(sid, "x"))["stopReason"] == "error"
+        await asyncio.wait_for(logged, 20)
+        assert any("failed" in m.message for m in c.lsp.log_messages)
+        assert all(m.type.value <= 2 for m in c.lsp.log_messages)  # warning and above only
+        assert c.lsp.messages == []  # no window/showMessage
+    finally:
+        await c.lsp.shutdown_session()

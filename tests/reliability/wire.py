@@ -29,10 +29,15 @@ def initialize_params(options: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 async def read_message(reader: asyncio.StreamReader, timeout: float = 20.0) -> dict[str, Any]:
+    """The next message, skipping window/logMessage (the daemon logs bad frames to the editor)."""
+
     async def read() -> dict[str, Any]:
-        header = await reader.readuntil(b"\r\n\r\n")
-        length = int(header.split(b":")[1].split(b"\r\n")[0])
-        return dict(json.loads(await reader.readexactly(length)))
+        while True:
+            header = await reader.readuntil(b"\r\n\r\n")
+            length = int(header.split(b":")[1].split(b"\r\n")[0])
+            msg = dict(json.loads(await reader.readexactly(length)))
+            if msg.get("method") != "window/logMessage":
+                return msg
 
     return await asyncio.wait_for(read(), timeout)
 

@@ -1,0 +1,115 @@
+"""The input-stream fuzzer of tests/reliability/test_fuzz.py, run for longer.
+
+    python bench/fuzz.py [--seconds 120] [--json FILE]
+
+One daemon per strategy (random bytes, valid-looking JSON-RPC messages,
+mutated real messages), each fed for `--seconds`/3 seconds of hypothesis
+examples. Fails (exit 1) when the daemon dies, stops answering, or ends with
+an RSS over --rss-bound MiB; reports examples run and RSS before/after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.reliability.fuzzing import (
+    FuzzDaemon,
+    fuzz_env,
+    message_input,
+    mutated_input,
+    random_bytes_input,
+)
+
+
+class _TimeUp(Exception):
+    pass
+
+
+def run(name: str, strategy: Any, seconds: float, bound: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="agentd-fuzz-") as d:
+        daemon = FuzzDaemon(fuzz_env(Path(d)), Path(d))
+        try:
+            daemon.initialize()
+            rss_start = daemon.rss_mib()
+            deadline = time.time() + seconds
+            peak = rss_start
+
+            @settings(
+                max_examples=10**9,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(chunks=strategy)
+            def feed(chunks: list[bytes]) -> None:
+                nonlocal peak
+                if time.time() > deadline:
+                    raise _TimeUp
+                daemon.feed(chunks)
+                if daemon.examples % 100 == 0:
+                    peak = max(peak, daemon.rss_mib())
+
+            try:
+                feed()
+            except _TimeUp:
+                pass
+            rss_end = daemon.rss_mib()
+            code = daemon.finish()
+            return {
+                "strategy": name,
+                "examples": daemon.examples,
+                "seconds": seconds,
+                "rssMiB": {
+                    "start": round(rss_start, 1),
+                    "peak": round(peak, 1),
+                    "end": round(rss_end, 1),
+                },
+                "exitCode": code,
+                "ok": code == 0 and max(peak, rss_end) < bound,
+            }
+        finally:
+            daemon.kill()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--rss-bound", type=float, default=400.0)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    strategies: list[tuple[str, st.SearchStrategy[list[bytes]]]] = [
+        ("random bytes", random_bytes_input()),
+        ("valid-looking messages", message_input()),
+        ("mutated real messages", mutated_input()),
+    ]
+    results = [run(n, s, args.seconds / 3, args.rss_bound) for n, s in strategies]
+    text = json.dumps(results, indent=2)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    else:
+        print(text)
+    print("| strategy | examples | RSS start / peak / end (MiB) | exit | ok |", file=sys.stderr)
+    print("| --- | --- | --- | --- | --- |", file=sys.stderr)
+    for r in results:
+        m = r["rssMiB"]
+        print(
+            f"| {r['strategy']} | {r['examples']} | {m['start']} / {m['peak']} / {m['end']} "
+            f"| {r['exitCode']} | {r['ok']} |",
+            file=sys.stderr,
+        )
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
