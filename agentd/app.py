@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 
 MemoryListener = Callable[[Path, list[Path]], None]
+Progress = Callable[[int, int], None]
+ProgressFactory = Callable[[str], Progress | None]
 
 
 @dataclass
@@ -44,6 +46,8 @@ class App:
     client_specs: list[ToolSpec] = field(default_factory=list)
     # Front ends subscribe here to forward `memory/changed` to the editor.
     memory_listeners: list[MemoryListener] = field(default_factory=list)
+    # Set by a front end that can show progress: title -> (done, total) callback.
+    progress_factory: ProgressFactory | None = None
     _watched: set[Path] = field(default_factory=set)
 
     @classmethod
@@ -69,6 +73,7 @@ class App:
                 transcripts=app._transcript,
                 home=home,
                 grace=settings.memory.shutdown_grace,
+                progress=app._extraction_progress,
             )
         if settings.memory.enabled:
             app.recall = MemoryRecall(
@@ -153,6 +158,11 @@ class App:
         if self.extraction is None:
             return {"state": "idle", "trailingPending": False, "cursors": []}
         return self.extraction.status(root)
+
+    def _extraction_progress(self, root: Path) -> Progress | None:
+        if self.progress_factory is None:
+            return None
+        return self.progress_factory(f"agentd: extracting memory of {root.name}")
 
     def _transcript(self, session_id: str) -> tuple[Path, int] | None:
         writer = self.core.writers.get(session_id)

@@ -119,9 +119,8 @@ async def new_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
 
 
 async def _start_memory(ls: AgentdServer, app: App, root: Path) -> None:
-    from agentd.lsp.progress import WorkDone
-
-    await app.project_memory(root, WorkDone(ls, "agentd: indexing memory"))
+    progress = app.progress_factory("agentd: indexing memory") if app.progress_factory else None
+    await app.project_memory(root, progress)
 
 
 async def prompt(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from lsprotocol import types
+
 if TYPE_CHECKING:
     from agentd.lsp.server import AgentdServer
 
@@ -60,7 +62,10 @@ class WorkDone:
     async def _begin(self, total: int) -> None:
         proto = self._server.agentd_protocol
         try:
-            await proto.send_request_async("window/workDoneProgress/create", {"token": self._token})
+            await proto.send_request_async(
+                types.WINDOW_WORK_DONE_PROGRESS_CREATE,
+                types.WorkDoneProgressCreateParams(token=self._token),
+            )
         except Exception as exc:
             log.debug("progress not created: %s", exc)
             self._ended = True

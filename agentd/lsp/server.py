@@ -135,6 +135,9 @@ class AgentdServer(LanguageServer):
             self._app_future.set_exception(exc)
             return
         app.memory_listeners.append(self._memory_changed)
+        from agentd.lsp.progress import WorkDone
+
+        app.progress_factory = lambda title: WorkDone(self, title)
         self._app = app
         self._app_future.set_result(app)
 

@@ -387,3 +387,45 @@ async def test_slow_side_query_arrives_at_a_later_tool_result(
         )
     finally:
         await c.lsp.shutdown_session()
+
+
+async def test_initial_indexing_of_a_large_folder_reports_progress(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    from lsprotocol import types
+
+    folder = memory_folder(tmp_path, workspace)
+    for i in range(250):
+        write_topic(folder, f"Note {i}", f"Fact number {i}", f"Body of note {i} about topic {i}.")
+    config_env = daemon_env(model_server, tmp_path)
+    from pytest_lsp import ClientServerConfig, LanguageClient
+
+    config = ClientServerConfig(
+        server_command=[sys.executable, "-m", "agentd", "serve"], server_env=config_env
+    )
+    lsp = await config.start()
+    assert isinstance(lsp, LanguageClient)
+    try:
+        await lsp.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(
+                    window=types.WindowClientCapabilities(work_done_progress=True)
+                ),
+            )
+        )
+        first = asyncio.ensure_future(lsp.wait_for_notification("$/progress"))
+        sid = await lsp.protocol.send_request_async(
+            "agent/newSession", {"workspaceRoot": str(workspace)}
+        )
+        assert sid is not None
+        await asyncio.wait_for(first, 20)
+        while not any(
+            any(getattr(v, "kind", "") == "end" for v in values)
+            for values in lsp.progress_reports.values()
+        ):
+            await asyncio.wait_for(lsp.wait_for_notification("$/progress"), 20)
+        (values,) = lsp.progress_reports.values()
+        assert values[0].kind == "begin" and "indexing memory" in values[0].title
+        assert values[-1].kind == "end"
+    finally:
+        await lsp.shutdown_session()
