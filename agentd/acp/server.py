@@ -24,12 +24,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from agentd import PROTOCOL_VERSION, __version__
 from agentd.acp.caps import ClientCaps, core_methods
@@ -46,6 +45,7 @@ from agentd.acp.rpc import (
     parse_message,
     read_lines,
 )
+from agentd.stdio import open_reader, open_writer
 
 if TYPE_CHECKING:
     from agentd.acp.tools import AcpToolRunner
@@ -427,54 +427,12 @@ def _bad_param(name: str, message: str) -> RpcError:
 # --- stdio --------------------------------------------------------------------------------
 
 
-async def _open_reader(loop: asyncio.AbstractEventLoop, stdin: BinaryIO) -> Any:
-    try:
-        reader = asyncio.StreamReader(limit=2**20)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-        return reader.read
-    except (ValueError, OSError):
-        # Regular files (`python -m agentd.acp < messages.jsonl`) cannot be polled.
-        async def read(n: int) -> bytes:
-            return await asyncio.to_thread(os.read, stdin.fileno(), n)
-
-        return read
-
-
-class _WriteProtocol(asyncio.Protocol):
-    def __init__(self, on_lost: Callable[[], None]) -> None:
-        self._on_lost = on_lost
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._on_lost()
-
-
-async def _open_writer(
-    loop: asyncio.AbstractEventLoop, stdout: BinaryIO, on_lost: Callable[[], None]
-) -> Callable[[bytes], None]:
-    """A non-blocking write to stdout (asyncio buffers); writes after close are dropped."""
-    try:
-        transport, _ = await loop.connect_write_pipe(lambda: _WriteProtocol(on_lost), stdout)
-    except (ValueError, OSError):
-
-        def write_blocking(data: bytes) -> None:
-            stdout.write(data)
-            stdout.flush()
-
-        return write_blocking
-
-    def write(data: bytes) -> None:
-        if not transport.is_closing():
-            transport.write(data)
-
-    return write
-
-
 async def _main() -> int:
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
-    write = await _open_writer(loop, sys.stdout.buffer, stopped.set)
-    server = AcpServer(write)
-    read = await _open_reader(loop, sys.stdin.buffer)
+    writer = await open_writer(loop, sys.stdout.buffer, stopped.set)
+    server = AcpServer(writer.write)
+    read = await open_reader(loop, sys.stdin.buffer)
     serving = loop.create_task(server.serve(read), name="acp-serve")
     gone = loop.create_task(stopped.wait(), name="stdout-closed")
     await asyncio.wait([serving, gone], return_when=asyncio.FIRST_COMPLETED)

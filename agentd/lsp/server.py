@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
@@ -23,7 +22,8 @@ from pygls.protocol import lsp_method
 
 from agentd import PROTOCOL_VERSION, __version__
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
-from agentd.lsp.transport import PipeWriter, read_frames
+from agentd.lsp.transport import read_frames
+from agentd.stdio import open_reader, open_writer
 
 if TYPE_CHECKING:
     from agentd.app import App
@@ -211,8 +211,8 @@ class AgentdServer(LanguageServer):
     async def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        writer = await _open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
-        read = await _open_reader(loop, stdin)
+        writer = await open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
+        read = await open_reader(loop, stdin)
         return await self.serve_stream(read, writer)
 
     async def serve_stream(self, read: Any, writer: Any) -> int:
@@ -276,47 +276,6 @@ def _run_into(fn: Any, done: Any) -> None:
     except BaseException as exc:
         fut.set_exception(exc)
     done(fut)
-
-
-async def _open_reader(loop: asyncio.AbstractEventLoop, stdin: BinaryIO) -> Any:
-    try:
-        reader = asyncio.StreamReader(limit=2**20)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-        return reader.read
-    except (ValueError, OSError):
-        # Regular files (e.g. `agentd serve < messages.txt`) cannot be polled.
-        async def read(n: int) -> bytes:
-            return await asyncio.to_thread(os.read, stdin.fileno(), n)
-
-        return read
-
-
-class _WriteProtocol(asyncio.Protocol):
-    def __init__(self, on_lost: Any) -> None:
-        self._on_lost = on_lost
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._on_lost()
-
-
-async def _open_writer(loop: asyncio.AbstractEventLoop, stdout: BinaryIO, on_lost: Any) -> Any:
-    try:
-        transport, _ = await loop.connect_write_pipe(lambda: _WriteProtocol(on_lost), stdout)
-        return PipeWriter(transport)
-    except (ValueError, OSError):
-        return _BlockingWriter(stdout)
-
-
-class _BlockingWriter:
-    def __init__(self, out: BinaryIO) -> None:
-        self._out = out
-
-    def write(self, data: bytes) -> None:
-        self._out.write(data)
-        self._out.flush()
-
-    def close(self) -> None:
-        self._out.close()
 
 
 class EditorLogHandler(logging.Handler):
