@@ -47,6 +47,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="index size, watcher state and problems")
     workspace(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser(
+        "consolidate", help="merge duplicate notes and retire stale ones now (asks the model)"
+    )
+    workspace(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=run)
     return parser
 
@@ -135,6 +140,59 @@ def _status(args: argparse.Namespace, out: TextIO) -> Callable[[ProjectMemory], 
     return use
 
 
+async def _consolidate(workspace: Path, as_json: bool, out: TextIO) -> int:
+    """One consolidation pass, under the folder lock, with the daemon's provider settings."""
+    # Heavy imports (pydantic, httpx) only for the one command that asks a model.
+    from agentd.config import load_settings
+    from agentd.memory.extraction import ExtractionService
+    from agentd.memory.layout import agentd_home
+    from agentd.memory.manager import MemoryManager
+    from agentd.providers import make_provider
+    from agentd.tasks import Supervisor
+
+    home = agentd_home()
+    if not memory_dir(workspace, home).is_dir():
+        result: dict[str, Any] = {"merged": [], "retired": [], "skipped": []}
+    else:
+        settings = load_settings()
+        for problem in settings.problems:
+            print(f"configuration: {problem}", file=sys.stderr)
+        config = settings.provider_config()
+        provider = make_provider(config)
+        manager = MemoryManager(home, watch=False)
+        supervisor = Supervisor()
+        service = ExtractionService(
+            manager,
+            provider,
+            supervisor,
+            fast_model=config.fast_model,
+            transcripts=lambda sid: None,
+            home=home,
+        )
+        try:
+            result = await service.consolidate(workspace)
+        finally:
+            await service.aclose()
+            await supervisor.aclose()
+            await manager.aclose()
+            await provider.aclose()
+    if as_json:
+        print(json.dumps(result, ensure_ascii=False, indent=2), file=out)
+    else:
+        for m in result.get("merged", []):
+            print(f"merged   {', '.join(m['from'])} -> {m['into']}", file=out)
+        for name in result.get("retired", []):
+            print(f"retired  {name}", file=out)
+        for note in result.get("skipped", []):
+            print(f"skipped  {note}", file=out)
+        if not any(result.get(k) for k in ("merged", "retired", "skipped", "error")):
+            print("nothing to consolidate", file=out)
+    if "error" in result:
+        print(f"consolidation failed: {result['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run a ``memory`` subcommand; returns the exit code."""
     out = out if out is not None else sys.stdout
@@ -143,6 +201,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if command == "dir":
         print(memory_dir(workspace), file=out)
         return 0
+    if command == "consolidate":
+        return asyncio.run(_consolidate(workspace, args.json, out))
     if command == "recall" and args.limit < 0:
         print("--limit must be 0 or more", file=sys.stderr)
         return 2

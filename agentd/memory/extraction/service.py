@@ -10,6 +10,11 @@ then advances the cursor. Failures leave the cursor where it was and show in
 
 Disk work (reads, fsyncs) runs in worker threads so that a slow disk never
 stalls the event loop that is streaming someone's reply.
+
+Consolidation ("dream", `consolidate.py`) runs inside the same single flight
+and lock, after the extraction of a run: when asked (`consolidate(root)`),
+or on the slow schedule (after `consolidate_after_runs` extraction runs and
+at most once per `consolidate_every_hours`; the state is in the folder).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, TypeVar
 from agentd.agent.messages import Message
 from agentd.agent.transcript import read_slice, sessions_dir
 from agentd.errors import AgentdError
+from agentd.memory.extraction import consolidate as dream
 from agentd.memory.extraction import extractor
 from agentd.memory.extraction.apply import Plan, Snap, apply_ops, plan, sync_index
 from agentd.memory.extraction.cursor import load_cursors, save_cursors
@@ -61,6 +67,13 @@ class _Project:
     last_run_at: float | None = None
     # Operations skipped (conflicts, refusals), newest last: for logs and tests.
     notes: list[str] = field(default_factory=list)
+    # Consolidation: callers of `consolidate()` waiting for the next run, the
+    # schedule's state (loaded from the folder), the last pass's outcome.
+    waiters: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
+    extracted: bool = False
+    dream_state: dream.State | None = None
+    dream_result: dict[str, Any] | None = None
+    dream_error: str | None = None
 
     def note(self, text: str) -> None:
         self.notes = [*self.notes, text][-MAX_NOTES:]
@@ -101,6 +114,9 @@ class ExtractionService:
         home: Path,
         grace: float = 5.0,
         progress: ProgressFactory | None = None,
+        consolidate_after_runs: int = 5,
+        consolidate_every_hours: float = 24.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.manager = manager
         self.provider = provider
@@ -110,6 +126,9 @@ class ExtractionService:
         self.home = home
         self.grace = grace
         self.progress = progress
+        self.consolidate_after_runs = consolidate_after_runs
+        self.consolidate_every_hours = consolidate_every_hours
+        self.clock = clock
         self._projects: dict[Path, _Project] = {}
         self._closed = False
 
@@ -150,6 +169,54 @@ class ExtractionService:
             out["lastRunAt"] = datetime.fromtimestamp(project.last_run_at, UTC).isoformat()
         if project.notes:
             out["skipped"] = list(project.notes)
+        out["consolidation"] = self._dream_status(project)
+        return out
+
+    async def consolidate(self, workspace_root: Path) -> dict[str, Any]:
+        """Run one consolidation pass now (after any extraction in flight).
+
+        Returns `{merged: [{into, from}], retired, skipped}`, or `{error}`.
+        """
+        if self._closed:
+            return {"error": "the extraction service is shutting down"}
+        project = self._project(workspace_root)
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        project.waiters.append(waiter)
+        self._request(project)
+        assert project.flight is not None
+        task = project.flight.task
+        if task is not None:
+            # The flight's loop serves the waiter (its current run or the trailing one);
+            # a task cancelled before its run started never would: don't wait forever.
+            either: list[asyncio.Future[Any]] = [waiter, task]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done():
+            return waiter.result()
+        if waiter in project.waiters:
+            project.waiters.remove(waiter)
+        return {"error": "the extraction service is shutting down"}
+
+    def _dream_status(self, project: _Project) -> dict[str, Any]:
+        if project.dream_state is None:
+            pm = self.manager.get_nowait(project.root)
+            if pm is not None:
+                project.dream_state = dream.load_state(pm.directory)
+        state = project.dream_state or dream.State()
+
+        def iso(ts: float | None) -> str | None:
+            return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
+
+        out: dict[str, Any] = {
+            "lastRunAt": iso(state.last_run_at),
+            "lastOkAt": iso(state.last_ok_at),
+            "runsSince": state.runs_since,
+            "afterRuns": self.consolidate_after_runs,
+            "everyHours": self.consolidate_every_hours,
+        }
+        if project.dream_result is not None:
+            out["lastResult"] = project.dream_result
+        if project.dream_error:
+            out["lastError"] = project.dream_error
         return out
 
     async def resume(self, workspace_root: Path) -> None:
@@ -224,7 +291,22 @@ class ExtractionService:
 
     async def _run(self, project: _Project) -> None:
         sessions, project.dirty = project.dirty, set()
+        waiters, project.waiters = project.waiters, []
         errors: list[str] = []
+        try:
+            await self._run_guarded(project, sessions, waiters, errors)
+        finally:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result({"error": errors[0] if errors else "cancelled"})
+
+    async def _run_guarded(
+        self,
+        project: _Project,
+        sessions: set[str],
+        waiters: list[asyncio.Future[dict[str, Any]]],
+        errors: list[str],
+    ) -> None:
         try:
             pm = await self.manager.get(project.root)
             directory = pm.directory
@@ -243,6 +325,10 @@ class ExtractionService:
                 await asyncio.sleep(LOCK_POLL)  # another daemon extracts this folder
             try:
                 sessions = await self._run_locked(project, pm, sessions, errors)
+                result = await self._consolidate_locked(project, pm, forced=bool(waiters))
+                for waiter in waiters:
+                    if result is not None and not waiter.done():
+                        waiter.set_result(result)
             finally:
                 await _in_thread(lock.release)
         except _RunError as exc:
@@ -274,6 +360,7 @@ class ExtractionService:
             if msgs:
                 project.ends[sid] = max(project.ends.get(sid, 0), msgs[-1][0] + 1)
                 slices.append((sid, msgs))
+        project.extracted = False
         report = self.progress(project.root) if self.progress is not None else None
         total = sum(len(m) for _, m in slices)
         if report is not None and total:
@@ -281,6 +368,7 @@ class ExtractionService:
         pending = {sid for sid, _ in slices}
         try:
             await self._extract(project, pm, slices, cursors, pending, report, total)
+            project.extracted = bool(slices)
         except asyncio.CancelledError:
             raise
         except (OSError, RefusedPath) as exc:
@@ -297,6 +385,62 @@ class ExtractionService:
             if written is not None:
                 pm.note_own_write(*written)
         return pending
+
+    async def _consolidate_locked(
+        self, project: _Project, pm: ProjectMemory, *, forced: bool
+    ) -> dict[str, Any] | None:
+        """Count this run; consolidate when forced or due. None: no pass ran."""
+        directory = pm.directory
+        counted = project.extracted
+        if not forced and self.consolidate_after_runs <= 0:
+            return None  # no schedule
+        state = await _in_thread(dream.load_state, directory)
+        if counted:
+            state.runs_since += 1
+        now = self.clock()
+        due = state.due(now, self.consolidate_after_runs, self.consolidate_every_hours)
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        if forced or due:
+            state.last_run_at = now
+            try:
+                res = await dream.run_pass(self.provider, self.fast_model, directory, _in_thread)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, RefusedPath) as exc:
+                error = _why(exc, "memory files")
+            except (AgentdError, TimeoutError) as exc:
+                detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                error = f"consolidation request failed: {detail}"[:300]
+            except Exception as exc:
+                log.exception("memory consolidation failed")
+                error = f"consolidation failed: {exc!r}"[:300]
+            else:
+                state.last_ok_at = now
+                state.runs_since = 0
+                for path, content in res.written:
+                    pm.note_own_write(path, content)
+                result = res.as_json()
+                project.dream_result = result
+                if res.merged or res.retired or res.skipped:
+                    log.info(
+                        "memory consolidation for %s: %d merged, %d retired, %d skipped",
+                        project.root,
+                        len(res.merged),
+                        len(res.retired),
+                        len(res.skipped),
+                    )
+            project.dream_error = error
+            if error is not None:
+                log.warning("memory consolidation for %s: %s", project.root, error)
+                result = {"error": error}
+        if counted or forced or due:
+            try:
+                await _in_thread(dream.save_state, directory, state)
+            except (OSError, RefusedPath) as exc:
+                log.warning("memory consolidation: %s", _why(exc, dream.STATE_FILE))
+        project.dream_state = state
+        return result
 
     def _transcript_path(self, root: Path, sid: str) -> Path:
         live = self.transcripts(sid)
