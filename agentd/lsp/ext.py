@@ -187,6 +187,10 @@ class ExtractionStatus(WireModel):
     cursors: list[dict[str, Any]]
     last_error: str | None = None
     last_run_at: str | None = None
+    # Operations dropped (user edits won, refusals), newest last.
+    skipped: list[str] | None = None
+    # The slow-schedule consolidation pass: lastRunAt, lastOkAt, runsSince, ...
+    consolidation: dict[str, Any] | None = None
 
 
 class PrefetchOut(WireModel):
