@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -115,22 +116,28 @@ class TranscriptWriter:
             self._file = None
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _iter_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The file's records, one line at a time: a reader that keeps only a
+    slice (extraction, after every reply) holds one decoded line at once, not
+    the whole append-only file, whose size grows for the daemon's lifetime."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        f = path.open(encoding="utf-8", errors="replace")
     except OSError:
-        return out
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn line from a crash: what follows it is still read
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+        return
+    with f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a torn line from a crash: what follows it is still read
+            if isinstance(record, dict):
+                yield record
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return list(_iter_records(path))
 
 
 def load(path: Path) -> LoadedTranscript | None:
@@ -161,7 +168,7 @@ def load(path: Path) -> LoadedTranscript | None:
 def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int, Message]]:
     """Messages with offsets in [start, end), whatever resets happened between."""
     out: list[tuple[int, Message]] = []
-    for record in _records(path):
+    for record in _iter_records(path):
         if record.get("type") != "message":
             continue
         offset = int(record.get("offset", -1))
