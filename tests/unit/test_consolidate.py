@@ -100,15 +100,35 @@ class Env:
         self.writer.append(Message("assistant", [TextPart("ok")]))
         self.writer.sync()
 
-    async def extract(self, text: str) -> None:
-        self.say(text)
-        self.svc.schedule(self.root, SID)
+    async def settle(self) -> None:
+        """Wait until every project's flight is over (lock released, files final)."""
         for p in list(self.svc._projects.values()):
             while p.flight is not None and (task := p.flight.task) is not None:
                 await asyncio.wait([task])
 
+    async def extract(self, text: str) -> None:
+        self.say(text)
+        self.svc.schedule(self.root, SID)
+        await self.settle()
+
+    async def consolidate(self) -> dict[str, Any]:
+        # The pass answers before its flight has released the lock; tests look
+        # at the folder afterwards, so they wait for the flight too.
+        result = await self.svc.consolidate(self.root)
+        await self.settle()
+        return result
+
     def files(self) -> dict[str, str]:
-        return {p.name: p.read_text() for p in sorted(self.folder.iterdir()) if p.is_file()}
+        # The run's lock file may vanish between listing and reading: the pass
+        # answers its caller before the flight has released the lock.
+        out: dict[str, str] = {}
+        for p in sorted(self.folder.iterdir()):
+            try:
+                if p.is_file():
+                    out[p.name] = p.read_text()
+            except FileNotFoundError:
+                continue
+        return out
 
     def topics(self) -> list[str]:
         return sorted(n for n in self.files() if n.endswith(".md") and n != "MEMORY.md")
@@ -146,7 +166,7 @@ async def test_merges_two_duplicates_into_one(env: Env) -> None:
         "style.md", "The user wants short commit messages in the imperative mood.", kind="feedback"
     )
     env.provider.plan = lambda req: {"merge": [merge("deploy.md", "shipping.md")], "retire": []}
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result == {
         "merged": [{"into": "deploy.md", "from": ["shipping.md"]}],
         "retired": [],
@@ -175,7 +195,7 @@ async def test_merge_into_a_new_file_and_retire_a_stale_one(env: Env) -> None:
         "merge": [merge("deploys.md", "deploy.md", "shipping.md")],
         "retire": ["staging.md"],
     }
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result["retired"] == ["staging.md"]
     assert result["merged"] == [{"into": "deploys.md", "from": ["deploy.md", "shipping.md"]}]
     assert env.topics() == ["deploys.md"]
@@ -197,7 +217,7 @@ async def test_refuses_files_outside_the_folder_or_missing(env: Env, tmp_path: P
         ],
         "retire": ["../outside.md", "ghost.md", "MEMORY.md", "link.md", str(outside)],
     }
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result["merged"] == [] and result["retired"] == []
     assert len(result["skipped"]) == 9
     assert outside.read_text() == "not a memory"
@@ -216,7 +236,7 @@ async def test_secrets_in_a_merged_body_are_redacted(env: Env) -> None:
         "merge": [merge("deploy.md", "shipping.md", body=body)],
         "retire": [],
     }
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result["merged"] and any("redacted" in s for s in result["skipped"])
     assert key not in env.files()["deploy.md"] and "[REDACTED]" in env.files()["deploy.md"]
 
@@ -236,7 +256,7 @@ async def test_a_user_edit_between_plan_and_write_wins(env: Env) -> None:
         return {"merge": [merge("deploy.md", "shipping.md")], "retire": ["staging.md"]}
 
     env.provider.plan = plan
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result["merged"] == [] and result["retired"] == []
     assert any("shipping.md changed by the user" in s for s in result["skipped"])
     assert any("staging.md" in s and "not deleted" in s for s in result["skipped"])
@@ -256,14 +276,14 @@ async def test_a_user_edit_of_the_target_skips_the_merge(env: Env) -> None:
         return {"merge": [merge("deploy.md", "shipping.md")], "retire": []}
 
     env.provider.plan = plan
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result["merged"] == []
     assert env.files()["deploy.md"] == edited and "shipping.md" in env.files()
 
 
 async def test_nothing_to_do_with_fewer_than_two_notes(env: Env) -> None:
     env.note("deploy.md", DEPLOY)
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert result == {"merged": [], "retired": [], "skipped": []}
     assert env.provider.dream_requests() == []
 
@@ -320,7 +340,7 @@ async def test_a_failed_pass_keeps_the_run_count(env: Env) -> None:
         raise ModelHTTPError("HTTP 500 from the model")
 
     env.provider.plan = boom
-    result = await env.svc.consolidate(env.root)
+    result = await env.consolidate()
     assert "consolidation request failed" in result["error"]
     st = env.svc.status(env.root)["consolidation"]
     assert "lastError" in st and env.topics() == ["deploy.md", "shipping.md"]
