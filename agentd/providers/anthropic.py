@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from agentd.agent.messages import Message, ReminderPart, TextPart, ToolCall, render_reminder
 from agentd.errors import ModelError
@@ -23,11 +19,9 @@ from agentd.providers.base import (
     ToolCallStarted,
     Usage,
 )
-from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
+    HTTPProvider,
     ModelHTTP,
-    Rand,
-    Sleep,
     as_int,
     parse_tool_arguments,
     provider_message,
@@ -47,20 +41,9 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
-class AnthropicProvider:
+class AnthropicProvider(HTTPProvider):
     name = "anthropic"
-
-    def __init__(
-        self,
-        config: ProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rand: Rand = random.random,
-    ) -> None:
-        self.config = config
-        self._http = ModelHTTP(config, transport=transport, sleep=sleep, rand=rand)
-        self._url = f"{config.effective_base_url()}/v1/messages"
+    path = "/v1/messages"
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         headers = {"anthropic-version": API_VERSION}
@@ -75,12 +58,6 @@ class AnthropicProvider:
             on_sent=request.on_sent,
             parser=MessagesStreamParser(self._http),
         )
-
-    def warm(self) -> None:
-        self._http.warm()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 # --- request ----------------------------------------------------------------

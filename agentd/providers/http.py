@@ -457,3 +457,32 @@ async def _drain(events: AsyncGenerator[SSEEvent, None]) -> None:
                 pass
     except (TimeoutError, ModelError):
         pass
+
+
+class HTTPProvider:
+    """What the HTTP providers share: a `ModelHTTP`, the endpoint URL, warm-up and close.
+
+    Subclasses set `name` and `path` (appended to the configured base URL) and
+    implement `stream`.
+    """
+
+    name = ""
+    path = ""
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rand: Rand = random.random,
+    ) -> None:
+        self.config = config
+        self._http = ModelHTTP(config, transport=transport, sleep=sleep, rand=rand)
+        self._url = f"{config.effective_base_url()}{self.path}"
+
+    def warm(self) -> None:
+        self._http.warm()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from agentd.agent.messages import (
     Message,
@@ -31,11 +27,9 @@ from agentd.providers.base import (
     ToolCallStarted,
     Usage,
 )
-from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
+    HTTPProvider,
     ModelHTTP,
-    Rand,
-    Sleep,
     as_int,
     parse_tool_arguments,
     provider_message,
@@ -51,20 +45,9 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
-class OpenAIProvider:
+class OpenAIProvider(HTTPProvider):
     name = "openai"
-
-    def __init__(
-        self,
-        config: ProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rand: Rand = random.random,
-    ) -> None:
-        self.config = config
-        self._http = ModelHTTP(config, transport=transport, sleep=sleep, rand=rand)
-        self._url = f"{config.effective_base_url()}/chat/completions"
+    path = "/chat/completions"
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
@@ -77,12 +60,6 @@ class OpenAIProvider:
             on_sent=request.on_sent,
             parser=ChatStreamParser(self._http),
         )
-
-    def warm(self) -> None:
-        self._http.warm()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 # --- request ----------------------------------------------------------------
