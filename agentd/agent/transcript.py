@@ -116,10 +116,23 @@ class TranscriptWriter:
             self._file = None
 
 
-def _iter_records(path: Path) -> Iterator[dict[str, Any]]:
+# Message lines are written by `TranscriptWriter.append` with this prefix, so a
+# reader can tell a line's offset without decoding the whole (possibly long) line.
+_MESSAGE_PREFIX = '{"type":"message","offset":'
+
+
+def _prefix_offset(line: str) -> int | None:
+    if not line.startswith(_MESSAGE_PREFIX):
+        return None
+    digits = line[len(_MESSAGE_PREFIX) : line.find(",", len(_MESSAGE_PREFIX))]
+    return int(digits) if digits.isdigit() else None
+
+
+def _iter_records(path: Path, skip_below: int = 0) -> Iterator[dict[str, Any]]:
     """The file's records, one line at a time: a reader that keeps only a
     slice (extraction, after every reply) holds one decoded line at once, not
-    the whole append-only file, whose size grows for the daemon's lifetime."""
+    the whole append-only file, whose size grows for the daemon's lifetime.
+    Message lines with an offset below `skip_below` are not even decoded."""
     try:
         f = path.open(encoding="utf-8", errors="replace")
     except OSError:
@@ -128,6 +141,10 @@ def _iter_records(path: Path) -> Iterator[dict[str, Any]]:
         for line in f:
             if not line.strip():
                 continue
+            if skip_below:
+                offset = _prefix_offset(line)
+                if offset is not None and offset < skip_below:
+                    continue
             try:
                 record = json.loads(line)
             except ValueError:
@@ -168,7 +185,7 @@ def load(path: Path) -> LoadedTranscript | None:
 def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int, Message]]:
     """Messages with offsets in [start, end), whatever resets happened between."""
     out: list[tuple[int, Message]] = []
-    for record in _iter_records(path):
+    for record in _iter_records(path, skip_below=start):
         if record.get("type") != "message":
             continue
         offset = int(record.get("offset", -1))
