@@ -41,7 +41,12 @@ def build_parser(with_memory: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="serve the agent protocol over stdio (editors run this)")
-    serve.add_argument("--stdio", action="store_true", help="use stdio (the default)")
+    serve.add_argument(
+        "--stdio",
+        action="store_true",
+        help="LSP framing on stdio, without looking at the first byte (the default "
+        "detects LSP or ACP from the client's first message)",
+    )
     serve.add_argument(
         "--acp",
         action="store_true",
@@ -98,9 +103,21 @@ def main(argv: list[str] | None = None) -> int:
             from agentd.acp.server import run_acp_stdio
 
             return run_acp_stdio()
+        prefix = b""
+        if not getattr(args, "stdio", False):
+            # No framing named: tell LSP from ACP by the client's first byte.
+            from agentd.stdio import sniff_framing
+
+            kind, prefix = sniff_framing()
+            if kind == "eof":
+                return 1
+            if kind == "acp":
+                from agentd.acp.server import run_acp_stdio
+
+                return run_acp_stdio(prefix)
         from agentd.lsp.server import run_stdio
 
-        return run_stdio()
+        return run_stdio(prefix)
     if args.command == "demo":
         from agentd.demo import run_demo
 

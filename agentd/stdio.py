@@ -17,17 +17,48 @@ from typing import BinaryIO
 ReadFn = Callable[[int], Awaitable[bytes]]
 
 
-async def open_reader(loop: asyncio.AbstractEventLoop, stdin: BinaryIO) -> ReadFn:
+async def open_reader(
+    loop: asyncio.AbstractEventLoop, stdin: BinaryIO, prefix: bytes = b""
+) -> ReadFn:
+    """`read(n)`; `prefix` (bytes already taken from stdin) comes out first."""
     try:
         reader = asyncio.StreamReader(limit=2**20)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-        return reader.read
+        base: ReadFn = reader.read
     except (ValueError, OSError):
 
-        async def read(n: int) -> bytes:
+        async def base(n: int) -> bytes:
             return await asyncio.to_thread(os.read, stdin.fileno(), n)
 
-        return read
+    if not prefix:
+        return base
+    pending = [prefix]
+
+    async def read(n: int) -> bytes:
+        if pending:
+            return pending.pop()
+        return await base(n)
+
+    return read
+
+
+def sniff_framing(fd: int = 0, limit: int = 4096) -> tuple[str, bytes]:
+    """Which protocol the client speaks, from its first bytes: ("acp" | "lsp" | "eof", bytes read).
+
+    Unambiguous: an LSP message starts with a header name (a letter), an ACP
+    message with `{` (JSON-RPC over newline-delimited JSON); whitespace before
+    either is skipped. Blocks until the client has written its first byte,
+    which it does at once after spawning the daemon.
+    """
+    seen = b""
+    while len(seen) < limit:
+        chunk = os.read(fd, 1)
+        if not chunk:
+            return "eof", seen
+        seen += chunk
+        if not chunk.isspace():
+            return ("acp" if chunk == b"{" else "lsp"), seen
+    return "lsp", seen
 
 
 class _WriteProtocol(asyncio.Protocol):

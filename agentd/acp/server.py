@@ -427,12 +427,12 @@ def _bad_param(name: str, message: str) -> RpcError:
 # --- stdio --------------------------------------------------------------------------------
 
 
-async def _main() -> int:
+async def _main(prefix: bytes = b"") -> int:
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
     writer = await open_writer(loop, sys.stdout.buffer, stopped.set)
     server = AcpServer(writer.write)
-    read = await open_reader(loop, sys.stdin.buffer)
+    read = await open_reader(loop, sys.stdin.buffer, prefix)
     serving = loop.create_task(server.serve(read), name="acp-serve")
     gone = loop.create_task(stopped.wait(), name="stdout-closed")
     await asyncio.wait([serving, gone], return_when=asyncio.FIRST_COMPLETED)
@@ -445,6 +445,7 @@ async def _main() -> int:
     return 0
 
 
-def run_acp_stdio() -> int:
-    """Entry point of `agentd serve --acp` (and `python -m agentd.acp`)."""
-    return asyncio.run(_main())
+def run_acp_stdio(prefix: bytes = b"") -> int:
+    """Entry point of `agentd serve --acp` (and `python -m agentd.acp`);
+    `prefix`: bytes already read from stdin (framing detection)."""
+    return asyncio.run(_main(prefix))

@@ -208,11 +208,11 @@ class AgentdServer(LanguageServer):
 
     # --- the main loop -------------------------------------------------------------------
 
-    async def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    async def serve(self, stdin: BinaryIO, stdout: BinaryIO, prefix: bytes = b"") -> int:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         writer = await open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
-        read = await open_reader(loop, stdin)
+        read = await open_reader(loop, stdin, prefix)
         return await self.serve_stream(read, writer)
 
     async def serve_stream(self, read: Any, writer: Any) -> int:
@@ -295,8 +295,8 @@ class EditorLogHandler(logging.Handler):
             pass
 
 
-def run_stdio() -> int:
-    """Entry point of `agentd serve`."""
+def run_stdio(prefix: bytes = b"") -> int:
+    """Entry point of `agentd serve`; `prefix`: bytes already read from stdin."""
     # pygls logs every message it sends at INFO and every handler error with a
     # traceback; ours are logged by agentd's own handlers, once.
     logging.getLogger("pygls").setLevel(logging.CRITICAL)
@@ -310,7 +310,7 @@ def run_stdio() -> int:
         handler.setLevel(logging.DEBUG)
         logging.getLogger("agentd").addHandler(handler)
         try:
-            return await server.serve(sys.stdin.buffer, sys.stdout.buffer)
+            return await server.serve(sys.stdin.buffer, sys.stdout.buffer, prefix)
         finally:
             logging.getLogger("agentd").removeHandler(handler)
 
