@@ -10,11 +10,14 @@ blocking writes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import BinaryIO
 
 ReadFn = Callable[[int], Awaitable[bytes]]
+
+log = logging.getLogger(__name__)
 
 
 async def open_reader(
@@ -69,13 +72,36 @@ class _WriteProtocol(asyncio.Protocol):
         self._on_lost()
 
 
+def max_buffered() -> int:
+    """How much unread output may pile up before the editor counts as gone.
+
+    An editor that stops reading stdout would otherwise make asyncio buffer
+    without limit. `AGENTD_MAX_STDOUT_BUFFER` (bytes) exists for tests.
+    """
+    try:
+        return int(os.environ.get("AGENTD_MAX_STDOUT_BUFFER", "")) or MAX_BUFFERED
+    except ValueError:
+        return MAX_BUFFERED
+
+
+MAX_BUFFERED = 256 * 1024 * 1024
+
+
 class StdoutWriter:
     """`write(bytes)` and `close()`; after the editor closed stdout, writes are
-    dropped quietly and `on_lost` has been called once."""
+    dropped quietly and `on_lost` has been called once. An editor that stops
+    reading while more than `max_buffered()` bytes wait is treated as gone."""
 
-    def __init__(self, stdout: BinaryIO, transport: asyncio.WriteTransport | None) -> None:
+    def __init__(
+        self,
+        stdout: BinaryIO,
+        transport: asyncio.WriteTransport | None,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
         self._stdout = stdout
         self._transport = transport
+        self._on_lost = on_lost
+        self._limit = max_buffered()
         self.closed = False
 
     def write(self, data: bytes) -> None:
@@ -88,6 +114,15 @@ class StdoutWriter:
             self.closed = True
         else:
             self._transport.write(data)
+            unread = self._transport.get_write_buffer_size()
+            if unread > self._limit:
+                # Closed first: the log line below would otherwise try to reach
+                # the editor through this very writer.
+                self.closed = True
+                self._transport.abort()
+                log.error("the editor stopped reading (%d bytes unread); giving up on it", unread)
+                if self._on_lost is not None:
+                    self._on_lost()
 
     def close(self) -> None:
         self.closed = True
@@ -104,4 +139,4 @@ async def open_writer(
         transport, _ = await loop.connect_write_pipe(lambda: _WriteProtocol(on_lost), stdout)
     except (ValueError, OSError):
         return StdoutWriter(stdout, None)
-    return StdoutWriter(stdout, transport)
+    return StdoutWriter(stdout, transport, on_lost)

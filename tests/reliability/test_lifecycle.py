@@ -76,3 +76,38 @@ async def test_a_task_ignoring_cancellation_cannot_hold_shutdown() -> None:
         sup.spawn(coro)
     release.set()
     await task
+
+
+async def test_an_editor_that_stops_reading_is_given_up_on(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Unread output is bounded: past the limit the daemon treats the editor as gone
+    instead of buffering without end."""
+    from tests.e2e.rawclient import RawDaemon
+
+    env = daemon_env(model_server, tmp_path, AGENTD_MAX_STDOUT_BUFFER=str(256 * 1024))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentd", "serve",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    d = RawDaemon(proc)
+    try:
+        await d.initialize()
+        d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await d.response(1))["result"]["sessionId"]
+        # About 4 MB of chunks, and the test stops reading stdout.
+        model_server.enqueue({"chunks": ["x" * 4096] * 1000})
+        d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "flood"})
+        assert proc.stderr is not None and proc.stdout is not None
+        while b"the editor stopped reading" not in await asyncio.wait_for(
+            proc.stderr.readline(), 60
+        ):
+            pass
+        # Only now read again: a daemon that had not given up would keep the
+        # pipe open and stream on; this one has closed it.
+        while await asyncio.wait_for(proc.stdout.read(65536), 60):
+            pass
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await d.close()
