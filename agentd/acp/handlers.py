@@ -19,14 +19,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from agentd.acp import params as wire
 from agentd.acp.rpc import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     RESOURCE_NOT_FOUND,
     RpcError,
@@ -36,6 +34,7 @@ from agentd.agent.events import ToolCallUpdate, Update
 from agentd.agent.turn import prompt_text
 from agentd.app import App
 from agentd.errors import InvalidParams, ProtocolError, SessionNotFound
+from agentd.params import validate_params, workspace_path
 
 if TYPE_CHECKING:
     from agentd.acp.server import AcpServer, Request
@@ -74,39 +73,7 @@ def _offers(app: App, name: str) -> bool:
 
 
 def validate(method: str, model: type[M], params: Any) -> M:
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: params must be an object")
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        fields = []
-        for err in exc.errors():
-            name = ".".join(str(p) for p in err["loc"]) or "params"
-            fields.append({"field": name, "message": err["msg"]})
-        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        raise RpcError(
-            INVALID_PARAMS, f"Invalid params for {method}: {summary}", {"fields": fields}
-        ) from None
-
-
-def workspace_path(value: str, field: str) -> Path:
-    """An absolute path (or file:// URI) of an existing directory."""
-    if value.startswith("file:"):
-        value = unquote(urlparse(value).path)
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise InvalidParams(
-            f"Invalid params: {field}: must be an absolute path: {value!r}",
-            {"fields": [{"field": field, "message": "must be an absolute path"}]},
-        )
-    if not path.is_dir():
-        raise InvalidParams(
-            f"Invalid params: {field}: not a directory: {value!r}",
-            {"fields": [{"field": field, "message": "not a directory"}]},
-        )
-    return path.resolve()
+    return validate_params(method, model, params)
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -15,9 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
 if TYPE_CHECKING:
     from agentd.app import App
@@ -29,23 +28,9 @@ Impl = Callable[["AgentdServer", "App", Any], Awaitable[Any]]
 
 
 def _validate(method: str, model: Any, params: Any) -> Any:
-    from pydantic import ValidationError
+    from agentd.params import validate_params
 
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise JsonRpcInvalidParams(message=f"Invalid params for {method}: params must be an object")
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        fields = []
-        for err in exc.errors():
-            name = ".".join(str(p) for p in err["loc"]) or "params"
-            fields.append({"field": name, "message": err["msg"]})
-        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        raise JsonRpcInvalidParams(
-            message=f"Invalid params for {method}: {summary}", data={"fields": fields}
-        ) from None
+    return validate_params(method, model, params)
 
 
 def _map_error(method: str, exc: Exception) -> JsonRpcException:
@@ -90,18 +75,9 @@ def _notification(server: AgentdServer, method: str, impl: Impl, params_model: s
 
 
 def workspace_path(value: str) -> Path:
-    """A path or a file:// URI -> an absolute, existing directory."""
-    from agentd.errors import InvalidParams
+    from agentd.params import workspace_path as checked
 
-    if value.startswith("file:"):
-        parsed = urlparse(value)
-        value = unquote(parsed.path)
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise InvalidParams(f"workspaceRoot must be absolute: {value!r}")
-    if not path.is_dir():
-        raise InvalidParams(f"workspaceRoot is not a directory: {value!r}")
-    return path.resolve()
+    return checked(value)
 
 
 # --- agent/* -------------------------------------------------------------------------
