@@ -25,7 +25,6 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,7 @@ from agentd.acp.rpc import (
     read_lines,
 )
 from agentd.stdio import open_reader, open_writer
+from agentd.warmup import build_app_in_thread
 
 if TYPE_CHECKING:
     from agentd.acp.tools import AcpToolRunner
@@ -125,37 +125,13 @@ class AcpServer:
             return
         loop = asyncio.get_running_loop()
         self._app_future = loop.create_future()
-        options = dict(self.init_options)
-        create = self._create_app
-
-        def build() -> App:
-            # Off the event loop, as the LSP front end does: the imports (pydantic,
-            # httpx, the core), the settings, and the provider's HTTP client with its
-            # SSL context, which the first prompt would otherwise pay for (~100 ms).
-            from agentd.acp import handlers  # noqa: F401
-            from agentd.app import App
-
-            app = (create or App.create)(options)
-            app.provider.warm()
-            for module in ("anyio._backends._asyncio", "h11", "httpcore"):
-                try:
-                    __import__(module)  # what httpx imports on its first request
-                except ImportError:  # pragma: no cover - depends on httpx's backend
-                    pass
-            return app
-
-        def run() -> None:
-            fut: concurrent.futures.Future[App] = concurrent.futures.Future()
-            try:
-                fut.set_result(build())
-            except BaseException as exc:
-                fut.set_exception(exc)
-            try:
-                loop.call_soon_threadsafe(self._finish_warmup, fut)
-            except RuntimeError:
-                pass  # the loop closed first (stdin ended during the warm-up)
-
-        threading.Thread(target=run, name="agentd-warmup", daemon=True).start()
+        build_app_in_thread(
+            loop,
+            dict(self.init_options),
+            self._finish_warmup,
+            imports=("agentd.acp.handlers",),
+            create=self._create_app,
+        )
 
     def _finish_warmup(self, fut: concurrent.futures.Future[App]) -> None:
         assert self._app_future is not None

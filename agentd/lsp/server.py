@@ -24,6 +24,7 @@ from agentd import PROTOCOL_VERSION, __version__
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
 from agentd.lsp.transport import read_frames
 from agentd.stdio import open_reader, open_writer
+from agentd.warmup import build_app_in_thread
 
 if TYPE_CHECKING:
     from agentd.app import App
@@ -100,29 +101,12 @@ class AgentdServer(LanguageServer):
             return
         loop = asyncio.get_running_loop()
         self._app_future = loop.create_future()
-        options = dict(self.init_options)
-
-        def build() -> App:
-            # Off the event loop: imports (pydantic, httpx and its backends), the
-            # settings, and the HTTP client with its SSL context, which alone
-            # costs about 100 ms that the first prompt would otherwise pay.
-            import agentd.lsp.ext
-            import agentd.lsp.updates  # noqa: F401
-            from agentd.app import App
-
-            app = App.create(options)
-            app.provider.warm()
-            for module in ("anyio._backends._asyncio", "h11", "httpcore"):
-                try:
-                    __import__(module)
-                except ImportError:  # pragma: no cover - depends on httpx's backend
-                    pass
-            return app
-
-        def done(fut: concurrent.futures.Future[App]) -> None:
-            loop.call_soon_threadsafe(self._finish_warmup, fut)
-
-        threading.Thread(target=lambda: _run_into(build, done), daemon=True).start()
+        build_app_in_thread(
+            loop,
+            dict(self.init_options),
+            self._finish_warmup,
+            imports=("agentd.lsp.ext", "agentd.lsp.updates"),
+        )
 
     def _finish_warmup(self, fut: concurrent.futures.Future[App]) -> None:
         assert self._app_future is not None
@@ -267,15 +251,6 @@ class AgentdServer(LanguageServer):
                 log.warning("shutdown did not finish within 10 s")
         # Let cancelled request tasks write their replies before the pipe closes.
         await asyncio.sleep(0)
-
-
-def _run_into(fn: Any, done: Any) -> None:
-    fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    try:
-        fut.set_result(fn())
-    except BaseException as exc:
-        fut.set_exception(exc)
-    done(fut)
 
 
 class EditorLogHandler(logging.Handler):
