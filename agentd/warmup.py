@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentd.app import App
+
+log = logging.getLogger(__name__)
 
 # What httpx imports on its first request.
 _HTTP_BACKENDS = ("anyio._backends._asyncio", "h11", "httpcore")
@@ -27,12 +30,15 @@ _HTTP_BACKENDS = ("anyio._backends._asyncio", "h11", "httpcore")
 def build_app_in_thread(
     loop: asyncio.AbstractEventLoop,
     options: dict[str, Any],
-    on_built: Callable[[concurrent.futures.Future[App]], None],
+    result: asyncio.Future[App],
+    attach: Callable[[App], None],
     *,
     imports: tuple[str, ...] = (),
     create: Callable[[dict[str, Any]], App] | None = None,
 ) -> None:
-    """Build the App in a thread; `on_built(future)` then runs on `loop`."""
+    """Build the App in a thread, then on `loop`: `attach(app)` (the front end
+    wires its listeners) and resolve `result`; a failure is logged once and
+    set on `result`, so every request that needs the App reports it."""
 
     def build() -> App:
         for module in imports:
@@ -48,6 +54,18 @@ def build_app_in_thread(
                 pass
         return app
 
+    def finish(fut: concurrent.futures.Future[App]) -> None:
+        if result.done():
+            return
+        try:
+            app = fut.result()
+        except Exception as exc:
+            log.exception("start-up failed")
+            result.set_exception(exc)
+            return
+        attach(app)
+        result.set_result(app)
+
     def run() -> None:
         fut: concurrent.futures.Future[App] = concurrent.futures.Future()
         try:
@@ -55,7 +73,7 @@ def build_app_in_thread(
         except BaseException as exc:
             fut.set_exception(exc)
         try:
-            loop.call_soon_threadsafe(on_built, fut)
+            loop.call_soon_threadsafe(finish, fut)
         except RuntimeError:
             pass  # the loop closed first (stdin ended during the warm-up)
 

@@ -22,7 +22,6 @@ the core's, on `_agentd/session/reset` or `close`) into `stopReason:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import sys
 from collections.abc import Callable
@@ -128,26 +127,15 @@ class AcpServer:
         build_app_in_thread(
             loop,
             dict(self.init_options),
-            self._finish_warmup,
+            self._app_future,
+            self._attach,
             imports=("agentd.acp.handlers",),
             create=self._create_app,
         )
 
-    def _finish_warmup(self, fut: concurrent.futures.Future[App]) -> None:
-        assert self._app_future is not None
-        if self._app_future.done():
-            return
-        try:
-            app = fut.result()
-        except Exception as exc:  # reported to every request that needs the App
-            log.exception("start-up failed")
-            self._app_future.set_exception(exc)
-            return
-        listeners = getattr(app, "memory_listeners", None)
-        if isinstance(listeners, list):
-            listeners.append(self._memory_changed)
+    def _attach(self, app: App) -> None:
+        app.memory_listeners.append(self._memory_changed)
         self._app = app
-        self._app_future.set_result(app)
 
     def _memory_changed(self, root: Any, paths: list[Any]) -> None:
         self.conn.notify(

@@ -9,7 +9,6 @@ after the reply, and the first request that needs it awaits that warm-up.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import sys
@@ -104,26 +103,17 @@ class AgentdServer(LanguageServer):
         build_app_in_thread(
             loop,
             dict(self.init_options),
-            self._finish_warmup,
+            self._app_future,
+            self._attach,
             imports=("agentd.lsp.ext", "agentd.lsp.updates"),
         )
 
-    def _finish_warmup(self, fut: concurrent.futures.Future[App]) -> None:
-        assert self._app_future is not None
-        if self._app_future.done():
-            return
-        try:
-            app = fut.result()
-        except Exception as exc:  # reported to every request that needs the app
-            log.exception("start-up failed")
-            self._app_future.set_exception(exc)
-            return
-        app.memory_listeners.append(self._memory_changed)
+    def _attach(self, app: App) -> None:
         from agentd.lsp.progress import WorkDone
 
+        app.memory_listeners.append(self._memory_changed)
         app.progress_factory = lambda title: WorkDone(self, title)
         self._app = app
-        self._app_future.set_result(app)
 
     async def app(self) -> App:
         if self._app is not None:
