@@ -58,4 +58,3 @@ class Supervisor:
         _, still = await asyncio.wait(pending, timeout=timeout)
         for task in still:
             log.warning("task %s ignored cancellation; abandoning it", task.get_name())
-

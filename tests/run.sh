@@ -17,6 +17,7 @@ step "install ($VENV)"
 
 step "ruff"
 "$VENV/bin/ruff" check agentd tests bench
+"$VENV/bin/ruff" format --check agentd tests bench
 
 step "mypy --strict agentd"
 "$VENV/bin/mypy"

@@ -225,7 +225,6 @@ class AgentCore:
         )
 
 
-
 async def _sync(writer: TranscriptWriter) -> None:
     try:
         await asyncio.to_thread(writer.sync)

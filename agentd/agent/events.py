@@ -71,4 +71,3 @@ Update = (
     | UserMessage
 )
 Emit = Callable[[Update], None]
-
