@@ -54,7 +54,7 @@ describe('starting the daemon', () => {
     expect(made).toHaveLength(0);
     expect(daemon.state).toBe('failed');
     expect(window.showErrorMessage).toHaveBeenCalledWith(NOT_FOUND_MESSAGE, 'Open Settings', 'Show Output');
-    expect(NOT_FOUND_MESSAGE).toBe('agentd was not found: install it with `pip install agentd` or set agentd.command');
+    expect(NOT_FOUND_MESSAGE).toBe('agentd was not found: install it with `pipx install agentd-editor` or set agentd.command');
     expect(output.text()).toContain('agentd-not-installed-here');
     await vi.waitFor(() => expect(commands.executeCommand).toHaveBeenCalledWith('workbench.action.openSettings', 'agentd.command'));
   });

@@ -24,7 +24,7 @@ function M.check()
     local path = vim.fn.exepath(exe)
     if path == '' then
       health.error(('daemon %q not found on PATH'):format(exe), {
-        'install agentd (pip install agentd) or point cmd at it:',
+        'install agentd (pipx install agentd-editor, or pip install agentd-editor) or point cmd at it:',
         "vim.lsp.config('agentd', { cmd = { '/path/to/agentd', 'serve' } })",
       })
     else

@@ -7,7 +7,7 @@ import { multiplexNotifications, type AgentConnection } from '../protocol/connec
 import { CLIENT_TOOLS } from '../protocol/types';
 import { which } from '../common/which';
 
-export const NOT_FOUND_MESSAGE = 'agentd was not found: install it with `pip install agentd` or set agentd.command';
+export const NOT_FOUND_MESSAGE = 'agentd was not found: install it with `pipx install agentd-editor` or set agentd.command';
 
 export interface DaemonConfig {
   command: string;
