@@ -18,6 +18,7 @@ against the published ACP JSON Schema.
 | ToolCallUpdate cancelled    | `tool_call_update` `failed` (ACP v1 has no cancelled status)   |
 | MemoryDelivered             | `_agentd/memory` notification (extension)                      |
 | UsageReport                 | nothing (summed into the prompt result's `_meta.agentd.usage`) |
+| PromptEnded (replay)        | nothing (ACP shows no stop reason in a loaded session)         |
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from agentd.agent.events import (
     MemoryDelivered,
     MessageChunk,
+    PromptEnded,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
@@ -136,7 +138,7 @@ def to_acp(
             "tier": update.tier,
             "docs": list(update.docs),
         }
-    if isinstance(update, UsageReport):
+    if isinstance(update, UsageReport | PromptEnded):
         return None
     raise TypeError(f"unknown update {update!r}")
 

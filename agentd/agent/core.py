@@ -9,16 +9,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from agentd.agent.events import (
     Emit,
+    MemoryDelivered,
     MessageChunk,
+    Note,
+    PromptEnded,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
     Update,
+    UsageReport,
     UserMessage,
 )
 from agentd.agent.hooks import MemoryHooks, NoMemory
@@ -32,7 +36,13 @@ from agentd.agent.transcript import (
     sessions_dir,
     title_of,
 )
-from agentd.agent.turn import PromptOutcome, TurnContext, TurnLimits, run_prompt
+from agentd.agent.turn import (
+    CANCELLED_RESULT,
+    PromptOutcome,
+    TurnContext,
+    TurnLimits,
+    run_prompt,
+)
 from agentd.config import Settings
 from agentd.errors import SessionBusy, SessionNotFound
 from agentd.memory.layout import agentd_home
@@ -114,13 +124,26 @@ class AgentCore:
                 raise SessionNotFound(f"no stored session with id {session_id!r}")
             session = Session(loaded.session_id, loaded.workspace_root, client_tools)
             session.history = loaded.history
+            session.notes = loaded.notes
             session.turns = sum(1 for m in loaded.history if m.role == "user" and m.text)
+            # The session's token count goes on where it was (the limit too).
+            session.tokens_used = loaded.tokens_used
             session.title = title_of(loaded.history)
             self._track(session, offset=loaded.total)
         client_names = {s.name for s in client_tools.specs}
-        for update in replay(session.history, client_names):
+        for update in replay(session.history, client_names, session.notes):
             emit(update)
         return session
+
+    def _keep_note(self, session: Session, note: Note) -> None:
+        session.notes.append((len(session.history), note))
+        writer = self.writers.get(session.id)
+        if writer is None:
+            return
+        try:
+            writer.note(note)
+        except OSError as exc:
+            log.warning("cannot write a note to the transcript %s: %s", writer.path, exc)
 
     def _find_transcript(self, session_id: str, root: Path | None) -> Path | None:
         if not all(c.isalnum() or c in "-_" for c in session_id):
@@ -147,6 +170,7 @@ class AgentCore:
         if writer is not None:
             writer.reset()
         session.history.clear()
+        session.notes.clear()
         session.turns = 0
         session.tokens_used = 0
         session.surfaced.clear()
@@ -181,17 +205,31 @@ class AgentCore:
             raise SessionBusy(f"session {session_id} is already running a prompt")
         session.running = asyncio.current_task()
         closed = False
+        messages_before = len(session.history)
+        ended: PromptEnded | None = None
 
         def guarded(update: Update) -> None:
             # Nothing is reported for a prompt after it has ended.
-            if not closed:
-                emit(update)
+            if closed:
+                return
+            if isinstance(update, MemoryDelivered | UsageReport):
+                self._keep_note(session, update)
+            emit(update)
 
         try:
-            return await run_prompt(self._turn_context(), session, prompt, guarded)
+            outcome = await run_prompt(self._turn_context(), session, prompt, guarded)
+            ended = PromptEnded(outcome.stop_reason, outcome.error)
+            return outcome
+        except asyncio.CancelledError:
+            ended = PromptEnded("cancelled")
+            raise
         finally:
             closed = True
             session.running = None
+            # Only a prompt that reached the history has a turn to end in a
+            # replay (an early limit stop appends nothing).
+            if ended is not None and len(session.history) > messages_before:
+                self._keep_note(session, ended)
 
     def cancel(self, session_id: str) -> bool:
         return self.get(session_id).cancel_running()
@@ -232,9 +270,17 @@ async def _sync(writer: TranscriptWriter) -> None:
         log.error("cannot sync the transcript %s: %s", writer.path, exc)
 
 
-def replay(history: list[Message], client_names: set[str]) -> Iterator[Update]:
-    """A stored history as the updates a client would have seen live."""
-    for msg in history:
+def replay(
+    history: list[Message], client_names: set[str], notes: Sequence[tuple[int, Note]] = ()
+) -> Iterator[Update]:
+    """A stored history as the updates a client would have seen live: each
+    note comes right after the messages that preceded it."""
+    pending = iter(notes)
+    note = next(pending, None)
+    for index, msg in enumerate(history):
+        while note is not None and note[0] <= index:
+            yield note[1]
+            note = next(pending, None)
         for part in msg.parts:
             if isinstance(part, TextPart) and part.text:
                 yield UserMessage(part.text) if msg.role == "user" else MessageChunk(part.text)
@@ -246,6 +292,13 @@ def replay(history: list[Message], client_names: set[str]) -> Iterator[Update]:
                     c.id, c.name, c.arguments, "client" if c.name in client_names else "daemon"
                 )
             elif isinstance(part, ToolResultPart):
+                # A call the cancel cut short was shown "cancelled", not "failed".
+                if part.is_error and part.content == CANCELLED_RESULT:
+                    yield ToolCallUpdate(part.tool_call_id, "cancelled")
+                    continue
                 yield ToolCallUpdate(
                     part.tool_call_id, "failed" if part.is_error else "completed", part.content
                 )
+    while note is not None:
+        yield note[1]
+        note = next(pending, None)

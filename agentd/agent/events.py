@@ -61,6 +61,16 @@ class UserMessage:
     text: str
 
 
+@dataclass(slots=True)
+class PromptEnded:
+    """How a stored prompt ended; only emitted when a session is replayed
+    (live, the prompt's reply says it). `stop_reason` is a `StopReason` or
+    "cancelled"; `error` is the model error's detail for "error"."""
+
+    stop_reason: str
+    error: dict[str, Any] | None = None
+
+
 Update = (
     MessageChunk
     | ThoughtChunk
@@ -69,5 +79,9 @@ Update = (
     | MemoryDelivered
     | UsageReport
     | UserMessage
+    | PromptEnded
 )
+# Updates a session keeps beside its history (in the transcript as "note"
+# lines), so that a replay shows what the live view showed.
+Note = MemoryDelivered | UsageReport | PromptEnded
 Emit = Callable[[Update], None]

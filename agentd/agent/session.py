@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentd.agent.events import Note
 from agentd.agent.messages import Message, ToolCall, ToolResultPart
 from agentd.providers.base import ToolSpec
 
@@ -58,6 +59,10 @@ class Session:
     workspace_root: Path
     client_tools: ClientToolRunner
     history: list[Message] = field(default_factory=list)
+    # What the editor was shown beside the history (memory deliveries, token
+    # usage, how prompts ended), each after the first `n` messages: a replay
+    # shows them again.
+    notes: list[tuple[int, Note]] = field(default_factory=list)
     title: str = ""
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)

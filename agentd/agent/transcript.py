@@ -5,6 +5,13 @@ One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
     {"type": "session", "sessionId", "workspaceRoot", "createdAt"}      first line
     {"type": "message", "offset": n, "ts", "message": {...}}             one per message
     {"type": "reset", "offset": n, "ts"}                                 agent/resetSession
+    {"type": "note", "ts", "note": {"kind", ...}}                        what the view showed
+
+A note is something the editor was shown beside the messages and that a
+replay must show again: a memory delivery, a model step's token usage, how a
+prompt ended (a cancel, an error). It belongs after the message lines before
+it and counts no offset, so extraction, which reads messages only, never sees
+it.
 
 `offset` counts message lines from the start of the file and never goes
 back, resets included: it is the coordinate the extraction cursor
@@ -20,10 +27,11 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from agentd.agent.events import MemoryDelivered, Note, PromptEnded, UsageReport
 from agentd.agent.messages import Message, TextPart, message_from_json, message_to_json
 from agentd.memory.layout import agentd_home, project_slug
 
@@ -51,6 +59,10 @@ class LoadedTranscript:
     # Offset of history[0] in the file, and the number of message lines in all.
     history_start: int
     total: int
+    # Notes after the last reset, each with the number of history messages before it.
+    notes: list[tuple[int, Note]] = field(default_factory=list)
+    # The session's token count after its last model step (0 after a reset).
+    tokens_used: int = 0
 
 
 class TranscriptWriter:
@@ -103,6 +115,10 @@ class TranscriptWriter:
     def reset(self) -> None:
         self._open()
         self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
+
+    def note(self, note: Note) -> None:
+        self._open()
+        self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)})
 
     def sync(self) -> None:
         """Make what was written durable (end of a prompt)."""
@@ -157,12 +173,48 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return list(_iter_records(path))
 
 
+def note_to_json(note: Note) -> dict[str, Any]:
+    if isinstance(note, MemoryDelivered):
+        return {"kind": "memory", "point": note.point, "tier": note.tier, "docs": note.docs}
+    if isinstance(note, UsageReport):
+        return {
+            "kind": "usage",
+            "inputTokens": note.input_tokens,
+            "outputTokens": note.output_tokens,
+            "sessionTotalTokens": note.session_total_tokens,
+        }
+    out: dict[str, Any] = {"kind": "prompt_end", "stopReason": note.stop_reason}
+    if note.error is not None:
+        out["error"] = note.error
+    return out
+
+
+def note_from_json(data: dict[str, Any]) -> Note:
+    """Raises KeyError, ValueError or TypeError for a note it cannot read."""
+    kind = data["kind"]
+    if kind == "memory":
+        point = data["point"]
+        if point not in ("user_query", "tool_result"):
+            raise ValueError(f"unknown memory point {point!r}")
+        return MemoryDelivered(point, str(data["tier"]), [str(d) for d in data["docs"]])
+    if kind == "usage":
+        return UsageReport(
+            int(data["inputTokens"]), int(data["outputTokens"]), int(data["sessionTotalTokens"])
+        )
+    if kind == "prompt_end":
+        error = data.get("error")
+        return PromptEnded(str(data["stopReason"]), error if isinstance(error, dict) else None)
+    raise ValueError(f"unknown note kind {kind!r}")
+
+
 def load(path: Path) -> LoadedTranscript | None:
     records = _records(path)
     if not records or records[0].get("type") != "session":
         return None
     head = records[0]
     history: list[Message] = []
+    notes: list[tuple[int, Note]] = []
+    tokens = 0
     start = 0
     total = 0
     for record in records[1:]:
@@ -176,9 +228,19 @@ def load(path: Path) -> LoadedTranscript | None:
             total = int(record.get("offset", total)) + 1
         elif kind == "reset":
             history = []
+            notes = []
+            tokens = 0
             start = int(record.get("offset", total))
+        elif kind == "note":
+            try:
+                note = note_from_json(record["note"])
+            except (KeyError, ValueError, TypeError):
+                continue  # a note is for display only: a bad one is dropped
+            notes.append((len(history), note))
+            if isinstance(note, UsageReport):
+                tokens = note.session_total_tokens
     return LoadedTranscript(
-        str(head["sessionId"]), Path(head["workspaceRoot"]), history, start, total
+        str(head["sessionId"]), Path(head["workspaceRoot"]), history, start, total, notes, tokens
     )
 
 
@@ -216,10 +278,14 @@ def list_sessions(workspace_root: Path, home: Path | None = None) -> list[Transc
         loaded = load(path)
         if loaded is None:
             continue
-        all_msgs = [m for _, m in read_slice(path, 0)]
+        # The title is that of the history since the last reset: a reset
+        # session is a new conversation, as it is for the model.
         out.append(
             TranscriptInfo(
-                loaded.session_id, loaded.workspace_root, title_of(all_msgs), path.stat().st_mtime
+                loaded.session_id,
+                loaded.workspace_root,
+                title_of(loaded.history),
+                path.stat().st_mtime,
             )
         )
     out.sort(key=lambda i: i.updated_at, reverse=True)

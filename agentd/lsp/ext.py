@@ -257,6 +257,14 @@ class UserMessageUpdate(WireModel):
     text: str
 
 
+class PromptEndUpdate(WireModel):
+    kind: Literal["prompt_end"]
+    stop_reason: Literal[
+        "end_turn", "max_turns", "token_limit", "refusal", "max_tokens", "error", "cancelled"
+    ]
+    error: ErrorDetail | None = None
+
+
 AgentUpdate = Annotated[
     MessageChunkUpdate
     | ThoughtChunkUpdate
@@ -264,7 +272,8 @@ AgentUpdate = Annotated[
     | ToolCallStatusUpdate
     | MemoryUpdate
     | UsageUpdate
-    | UserMessageUpdate,
+    | UserMessageUpdate
+    | PromptEndUpdate,
     Field(discriminator="kind"),
 ]
 
@@ -312,6 +321,7 @@ UPDATE_KINDS = [
     "memory",
     "usage",
     "user_message",
+    "prompt_end",
 ]
 
 

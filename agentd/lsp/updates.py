@@ -12,6 +12,7 @@ from typing import Any
 from agentd.agent.events import (
     MemoryDelivered,
     MessageChunk,
+    PromptEnded,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
@@ -54,4 +55,9 @@ def update_to_wire(update: Update) -> dict[str, Any]:
         }
     if isinstance(update, UserMessage):
         return {"kind": "user_message", "text": update.text}
+    if isinstance(update, PromptEnded):
+        ended: dict[str, Any] = {"kind": "prompt_end", "stopReason": update.stop_reason}
+        if update.error is not None:
+            ended["error"] = update.error
+        return ended
     raise TypeError(f"unknown update {update!r}")

@@ -332,7 +332,15 @@ async def test_sessions_persist_list_and_load_after_restart(
         ]
         assert await c2.request("agent/loadSession", {"sessionId": sid}) == {}
         kinds = c2.kinds(sid)
-        assert kinds == ["user_message", "tool_call", "tool_call_update", "message_chunk"]
+        assert kinds == [
+            "user_message",
+            "tool_call",
+            "usage",
+            "tool_call_update",
+            "message_chunk",
+            "usage",
+            "prompt_end",
+        ]
         # The restored history goes to the model with the next prompt.
         await c2.prompt(sid, "and now?")
         messages = model_server.requests("main")[-1]["body"]["messages"]
@@ -378,3 +386,86 @@ async def test_anthropic_provider_end_to_end(
         assert last["content"][0]["tool_use_id"] == "tu1"
     finally:
         await c.lsp.shutdown_session()
+
+
+async def test_replay_shows_what_the_live_view_showed_and_the_token_count_goes_on(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    from tests.e2e.test_memory_prefetch import memory_folder, write_topic
+
+    topic = write_topic(
+        memory_folder(tmp_path, workspace),
+        "Deploy checklist",
+        "How we ship releases to production",
+        "Run the smoke tests, then deploy with make ship.",
+    )
+    env = daemon_env(model_server, tmp_path)
+    model_server.enqueue({"text": "Use make ship.", "usage": {"input": 10, "output": 5}})
+    model_server.enqueue({"chunks": [f"w{i} " for i in range(200)], "chunkDelay": 0.05})
+    c = await start_client(env)
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})  # index ready
+        await c.prompt(sid, "how do we deploy a release to production?")
+        task = asyncio.ensure_future(c.prompt(sid, "write a long essay", msg_id="long"))
+        await c.wait_for_update(lambda u: u["update"].get("text") == "w0 ")
+        c.cancel("long")
+        with pytest.raises(JsonRpcException):
+            await task
+    finally:
+        await c.lsp.shutdown_session()
+
+    c2 = await start_client(env)
+    try:
+        assert await c2.request("agent/loadSession", {"sessionId": sid}) == {}
+        replayed = [u["update"] for u in c2.updates if u["sessionId"] == sid]
+        assert [u["kind"] for u in replayed] == [
+            "user_message",
+            "memory",
+            "message_chunk",
+            "usage",
+            "prompt_end",
+            "user_message",
+            "message_chunk",
+            "prompt_end",
+        ]
+        assert replayed[1] == {
+            "kind": "memory",
+            "point": "user_query",
+            "tier": "local",
+            "docs": [str(topic)],
+        }
+        assert replayed[3] == {
+            "kind": "usage",
+            "inputTokens": 10,
+            "outputTokens": 5,
+            "sessionTotalTokens": 15,
+        }
+        assert replayed[4] == {"kind": "prompt_end", "stopReason": "end_turn"}
+        assert replayed[-1] == {"kind": "prompt_end", "stopReason": "cancelled"}
+        # The session total goes on from the restored session, not from zero.
+        model_server.enqueue({"text": "ok", "usage": {"input": 20, "output": 2}})
+        n = len(c2.updates)
+        await c2.prompt(sid, "and now?")
+        (usage,) = [u["update"] for u in c2.updates[n:] if u["update"]["kind"] == "usage"]
+        assert usage["sessionTotalTokens"] == 15 + 22
+
+        # After a reset the list shows the new conversation's title, and a
+        # replay shows only what came after the reset.
+        await c2.request("agent/resetSession", {"sessionId": sid})
+        listed = await c2.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert [s["title"] for s in listed["sessions"]] == ["(empty session)"]
+        await c2.prompt(sid, "a fresh start")
+        listed = await c2.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert [s["title"] for s in listed["sessions"]] == ["a fresh start"]
+    finally:
+        await c2.lsp.shutdown_session()
+
+    c3 = await start_client(env)
+    try:
+        await c3.request("agent/loadSession", {"sessionId": sid})
+        kinds = c3.kinds(sid)
+        assert kinds == ["user_message", "message_chunk", "usage", "prompt_end"]
+        assert c3.text(sid) == "Echo: a fresh start"
+    finally:
+        await c3.lsp.shutdown_session()

@@ -61,6 +61,10 @@ SAMPLES: list[events.Update] = [
     events.MemoryDelivered("user_query", "local", ["/m/a.md"]),
     events.UsageReport(1, 2, 3),
     events.UserMessage("hello"),
+    events.PromptEnded("cancelled"),
+    events.PromptEnded(
+        "error", {"kind": "http", "message": "The model answered 500.", "status": 500}
+    ),
 ]
 
 

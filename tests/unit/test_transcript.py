@@ -49,3 +49,86 @@ def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
     assert [m.text for _, m in read_slice(path, 0)] == ["kept"]
     loaded = load(path)
     assert loaded is not None and loaded.total == 1
+
+
+def test_notes_after_the_last_reset_are_loaded_in_place_with_the_token_count(
+    tmp_path: Path,
+) -> None:
+    from agentd.agent.events import MemoryDelivered, PromptEnded, UsageReport
+
+    path = tmp_path / "s.jsonl"
+    w = TranscriptWriter(path, "s", tmp_path)
+    w.append(msg("user", "before the reset"))
+    w.note(UsageReport(1, 1, 2))
+    w.reset()
+    w.append(msg("user", "q"))
+    w.note(MemoryDelivered("user_query", "local", ["/m/a.md"]))
+    w.append(msg("assistant", "a"))
+    w.note(UsageReport(10, 5, 15))
+    w.note(PromptEnded("cancelled"))
+    w.close()
+    with path.open("a") as f:
+        f.write('{"type":"note","ts":1,"note":{"kind":"unknown"}}\n')  # dropped, not fatal
+    loaded = load(path)
+    assert loaded is not None
+    assert loaded.notes == [
+        (1, MemoryDelivered("user_query", "local", ["/m/a.md"])),
+        (2, UsageReport(10, 5, 15)),
+        (2, PromptEnded("cancelled")),
+    ]
+    assert loaded.tokens_used == 15
+    # Notes take no offset: extraction cursors still count messages only.
+    assert loaded.total == 3 and [o for o, _ in read_slice(path, 0)] == [0, 1, 2]
+
+
+def test_replay_puts_notes_where_they_happened_and_cancelled_calls_stay_cancelled() -> None:
+    from agentd.agent.core import replay
+    from agentd.agent.events import (
+        MemoryDelivered,
+        MessageChunk,
+        PromptEnded,
+        ToolCallStarted,
+        ToolCallUpdate,
+        UsageReport,
+        UserMessage,
+    )
+    from agentd.agent.messages import ToolResultPart
+    from agentd.agent.turn import CANCELLED_RESULT
+
+    history = [
+        msg("user", "run it"),
+        Message("assistant", [ToolCallPart(ToolCall("c1", "run_command", {"command": "x"}))]),
+        Message("user", [ToolResultPart("c1", CANCELLED_RESULT, True)]),
+    ]
+    notes = [
+        (1, MemoryDelivered("user_query", "local", ["/m/a.md"])),
+        (2, UsageReport(3, 4, 7)),
+        (3, PromptEnded("cancelled")),
+    ]
+    assert list(replay(history, {"run_command"}, notes)) == [
+        UserMessage("run it"),
+        MemoryDelivered("user_query", "local", ["/m/a.md"]),
+        ToolCallStarted("c1", "run_command", {"command": "x"}, "client"),
+        UsageReport(3, 4, 7),
+        ToolCallUpdate("c1", "cancelled"),
+        PromptEnded("cancelled"),
+    ]
+    assert list(replay([msg("assistant", "hi")], set())) == [MessageChunk("hi")]
+
+
+def test_the_listed_title_is_that_of_the_conversation_since_the_last_reset(
+    tmp_path: Path,
+) -> None:
+    from agentd.agent.transcript import list_sessions, sessions_dir
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    path = sessions_dir(root, tmp_path) / "s1.jsonl"
+    w = TranscriptWriter(path, "s1", root)
+    w.append(msg("user", "the old question"))
+    w.reset()
+    w.sync()
+    assert [i.title for i in list_sessions(root, tmp_path)] == ["(empty session)"]
+    w.append(msg("user", "the new question"))
+    w.close()
+    assert [i.title for i in list_sessions(root, tmp_path)] == ["the new question"]
