@@ -33,7 +33,7 @@ rm -f "$RESULTS"
 npx vitest run || fail "tests"
 
 step "package"
-npx vsce package --no-dependencies --skip-license --allow-missing-repository -o dist/agentd-vscode.vsix || fail "package"
+npx vsce package --no-dependencies -o dist/agentd-vscode.vsix || fail "package"
 
 # The summary comes from vitest's JSON reporter; a run that crashed before
 # writing it counts as one failure.

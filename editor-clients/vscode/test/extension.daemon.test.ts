@@ -1,6 +1,7 @@
 // Extension logic with a mocked `vscode`: daemon start/failure messages,
 // restart, unexpected exits, the chat view's message handling, commands.
 
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
@@ -12,7 +13,9 @@ import { tmpDir } from './helpers/agentd';
 import { FakeDaemon, RpcError, fakeFactory } from './helpers/fakeDaemon';
 import { FakeWorkspace } from './helpers/fakeWorkspace';
 import { CancellationSource } from '../src/protocol/connection';
-import { __mock, chat, commands, Uri, window, workspace } from './mocks/vscode';
+import { __mock, chat, commands, LogLevel, Uri, window, workspace } from './mocks/vscode';
+import { TRACE_CHANNEL, TraceChannel } from '../src/vscode/trace';
+import { DENIED_EDIT } from '../src/tools/clientTools';
 
 const EXISTING = process.execPath; // any executable stands in for agentd
 
@@ -360,5 +363,131 @@ describe('activation and the chat view', () => {
     await vi.waitFor(() => expect(stream.markdown).toHaveBeenCalledWith('answer for slow'));
     source.cancel();
     expect(await pending).toEqual({});
+  });
+
+  it('a notice about the daemon being down is marked so the panel clears it when the daemon is back', async () => {
+    const { api, receive, flat } = await activated();
+    receive({ type: 'ready' });
+    await api.daemon.stop();
+    receive({ type: 'prompt', text: 'hello?' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'notice')).toBe(true));
+    expect(flat().find((e) => e.type === 'notice')).toMatchObject({ level: 'error', scope: 'daemon' });
+    await api.daemon.start();
+    expect(flat().filter((e) => e.type === 'daemon').at(-1)).toMatchObject({ state: 'ready' });
+  });
+
+  it('Accept in the panel answers the diff review; the edit is applied and its result goes to the daemon', async () => {
+    const { api, made, receive, flat, root } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'e1', name: 'edit_file', arguments: { path: 'f.txt', old_text: 'old', new_text: 'new' }, executor: 'client' },
+        });
+        return new Promise(() => {}); // the daemon waits for the tool result
+      });
+    });
+    fs.writeFileSync(path.join(root, 'f.txt'), 'old text\n');
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'edit it' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'toolState' && e.state === 'awaiting_approval')).toBe(true));
+    expect(flat().find((e) => e.type === 'toolState')).toMatchObject({ toolCallId: 'e1', review: true });
+    expect(api.reviews.waiting).toEqual(['e1']);
+    expect(__mock.tabs).toHaveLength(1); // the diff is open
+    receive({ type: 'review', toolCallId: 'e1', decision: 'accept' });
+    await vi.waitFor(() => expect(made[0].sent.some((m) => m.method === 'agent/toolResult')).toBe(true));
+    expect(made[0].sent.find((m) => m.method === 'agent/toolResult')?.params).toMatchObject({ toolCallId: 'e1', isError: false });
+    expect(fs.readFileSync(path.join(root, 'f.txt'), 'utf8')).toBe('new text\n');
+    expect(__mock.tabs).toHaveLength(0);
+    // The editor title's buttons are commands.
+    for (const id of ['agentd.acceptEdit', 'agentd.rejectEdit', 'agentd.acceptAllEdits']) expect(__mock.commandRegistry.has(id), id).toBe(true);
+  });
+
+  it('a denied edit ends its card as "denied", live and in a replay', async () => {
+    const { made, receive, flat, root } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'e2', name: 'write_file', arguments: { path: 'g.txt', content: 'x' }, executor: 'client' },
+        });
+        return new Promise(() => {});
+      });
+    });
+    void root;
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'write it' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'toolState' && e.state === 'awaiting_approval')).toBe(true));
+    receive({ type: 'review', toolCallId: 'e2', decision: 'reject' });
+    await vi.waitFor(() => expect(made[0].sent.some((m) => m.method === 'agent/toolResult')).toBe(true));
+    const states = flat().filter((e) => e.type === 'toolState').map((e) => (e as { state: string }).state);
+    expect(states).toEqual(['awaiting_approval', 'denied', 'denied']);
+    expect(made[0].sent.find((m) => m.method === 'agent/toolResult')?.params).toMatchObject({ content: DENIED_EDIT, isError: true });
+  });
+
+  it('replays a stored session as the live view showed it: memory, tokens, Cancelled, errors, denials', async () => {
+    const { receive, flat } = await activated((d) => {
+      d.handlers.set('agent/listSessions', () => ({ sessions: [{ sessionId: 'old2', title: 't', updatedAt: '2026-01-01T00:00:00Z' }] }));
+      d.handlers.set('agent/loadSession', (p) => {
+        const u = (update: unknown) => d.notify('agent/update', { sessionId: p.sessionId, update });
+        u({ kind: 'user_message', text: 'first' });
+        u({ kind: 'memory', point: 'user_query', tier: 'local', docs: ['/m/a.md'] });
+        u({ kind: 'tool_call', toolCallId: 'w', name: 'write_file', arguments: { path: 'a' }, executor: 'client' });
+        u({ kind: 'tool_call_update', toolCallId: 'w', status: 'failed', content: DENIED_EDIT });
+        u({ kind: 'message_chunk', text: 'ok' });
+        u({ kind: 'usage', inputTokens: 5, outputTokens: 1, sessionTotalTokens: 6 });
+        u({ kind: 'prompt_end', stopReason: 'end_turn' });
+        u({ kind: 'user_message', text: 'second' });
+        u({ kind: 'message_chunk', text: 'partial' });
+        u({ kind: 'prompt_end', stopReason: 'cancelled' });
+        u({ kind: 'user_message', text: 'third' });
+        u({ kind: 'prompt_end', stopReason: 'error', error: { kind: 'http', message: 'The model answered 500.' } });
+        return {};
+      });
+    });
+    window.showQuickPick.mockImplementationOnce(async (items: unknown) => (items as { sessionId: string }[])[0]);
+    receive({ type: 'ready' });
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'session' && e.sessionId === 'old2')).toBe(true));
+    const ends = flat().filter((e) => e.type === 'turnEnd');
+    expect(ends).toMatchObject([
+      { outcome: 'replayed', replay: true },
+      { outcome: 'cancelled', replay: true },
+      { outcome: 'error', replay: true, message: 'The model answered 500.' },
+    ]);
+    expect(flat().filter((e) => e.type === 'turnStart').map((e) => (e as { prompt: string }).prompt)).toEqual(['first', 'second', 'third']);
+    expect(flat().some((e) => e.type === 'update' && e.update.kind === 'memory')).toBe(true);
+    expect(flat().some((e) => e.type === 'update' && e.update.kind === 'usage' && e.update.sessionTotalTokens === 6)).toBe(true);
+    expect(flat().find((e) => e.type === 'toolState')).toMatchObject({ toolCallId: 'w', state: 'denied' });
+    // A replayed end does not touch the "prompt running" context of the Stop keybinding.
+    expect(commands.executeCommand).not.toHaveBeenCalledWith('setContext', 'agentd.promptRunning', false);
+  });
+});
+
+describe('agentd.trace.server', () => {
+  it('the trace channel reports Trace only while the setting traces, and follows changes of it', () => {
+    __mock.configuration.set('agentd.trace.server', 'off');
+    const channel = new TraceChannel();
+    const out = (window.createOutputChannel.mock.results.at(-1)!.value as { text(): string; name: string });
+    expect(out.name).toBe(TRACE_CHANNEL);
+    // A plain output channel: VS Code's log level does not filter what it shows.
+    expect(window.createOutputChannel.mock.calls.at(-1)).toEqual([TRACE_CHANNEL]);
+    expect(channel.logLevel).toBe(LogLevel.Off);
+    channel.trace('not shown');
+    const levels: LogLevel[] = [];
+    channel.onDidChangeLogLevel((l) => levels.push(l));
+    __mock.setConfiguration('agentd.trace.server', 'messages');
+    expect(channel.logLevel).toBe(LogLevel.Trace);
+    channel.trace("Sending request 'agent/newSession - (1)'.");
+    __mock.setConfiguration('agentd.trace.server', 'off');
+    __mock.setConfiguration('agentd.env', {});
+    expect(levels).toEqual([LogLevel.Trace, LogLevel.Off]);
+    expect(out.text()).not.toContain('not shown');
+    expect(out.text()).toContain("[trace] Sending request 'agent/newSession - (1)'.");
+    channel.dispose();
+  });
+
+  it('package.json, the README and the code name the same channel', () => {
+    const pkg = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../package.json'), 'utf8'));
+    expect(pkg.contributes.configuration.properties['agentd.trace.server'].description).toContain(`"${TRACE_CHANNEL}"`);
+    expect(fs.readFileSync(path.resolve(__dirname, '../README.md'), 'utf8')).toContain(`*${TRACE_CHANNEL}*`);
   });
 });

@@ -1,19 +1,23 @@
-// Client tools on the VS Code adapter (mocked `vscode`): WorkspaceEdits on
-// buffers, approvals (allow once / for the session / deny / dismissed) and
-// their failure modes, confinement, run_command.
+// Client tools on the VS Code adapter (mocked `vscode`): edits reviewed as
+// diffs (accept / reject / for the session, file by file, cancel), applied as
+// undoable WorkspaceEdits on buffers; commands approved in a modal dialog
+// whose close action is Deny, run in a terminal (shell integration, or a
+// pseudo-terminal) with their output captured; confinement.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ClientToolRunner, DENIED_COMMAND, DENIED_EDIT, type ToolCall } from '../src/tools/clientTools';
+import { EditReviews, PROPOSAL_SCHEME } from '../src/vscode/review';
+import { TerminalCommandRunner } from '../src/vscode/terminal';
 import { ALLOW_ONCE, ALLOW_SESSION_COMMANDS, ALLOW_SESSION_EDITS, DENY, VscodeWorkspace } from '../src/vscode/workspace';
 import { tmpDir } from './helpers/agentd';
-import { __mock, window, workspace } from './mocks/vscode';
+import { __mock, Uri, window, workspace, type MockTerminal } from './mocks/vscode';
 
 let root: string;
 let runner: ClientToolRunner;
+let reviews: EditReviews;
 let editApproval: 'ask' | 'always';
-let commandOutput: ReturnType<typeof __mock.outputChannel>;
 let n = 0;
 
 const call = (name: string, args: Record<string, unknown>, sessionId = 's1'): ToolCall => ({
@@ -23,35 +27,52 @@ const call = (name: string, args: Record<string, unknown>, sessionId = 's1'): To
   arguments: args,
 });
 const run = (c: ToolCall, signal = new AbortController().signal) => runner.run(c, signal);
+/** Answer the next modal dialogs by button title (undefined: dismissed). */
 const answer = (...choices: (string | undefined)[]) => {
-  for (const c of choices) window.showWarningMessage.mockImplementationOnce(async () => c);
+  for (const c of choices) {
+    window.showWarningMessage.mockImplementationOnce(async (...args: unknown[]) =>
+      (args.slice(2) as { title: string }[]).find((i) => i.title === c),
+    );
+  }
 };
+/** Wait until a diff review is open, then answer it as the editor title's buttons do. */
+async function decide(choice: 'once' | 'deny' | 'session'): Promise<void> {
+  await vi.waitFor(() => expect(reviews.waiting.length).toBeGreaterThan(0));
+  expect(await reviews.decide(undefined, choice)).toBe(true);
+}
+const diffTabs = () => __mock.tabs.filter((t) => t.input.modified.scheme === PROPOSAL_SCHEME);
 
 beforeEach(() => {
   __mock.reset();
   root = tmpDir('agentd-vsc-');
   editApproval = 'ask';
-  commandOutput = __mock.outputChannel('agentd: commands');
-  runner = new ClientToolRunner(new VscodeWorkspace(commandOutput as never), {
+  reviews = new EditReviews();
+  // No wait for shell integration unless a test plays one: the fallback runs at once.
+  runner = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner(0)), {
     workspaceRoot: () => root,
     editApproval: () => editApproval,
   });
 });
 
+afterEach(() => reviews.dispose());
+
 describe('edit_file', () => {
-  it('asks with a modal dialog and applies a WorkspaceEdit after "Allow once"', async () => {
+  it('shows the proposed change in the diff editor and applies it as an undoable WorkspaceEdit on Accept', async () => {
     const file = path.join(root, 'main.py');
     fs.writeFileSync(file, 'print("hi")\nprint("bye")\n');
-    answer(ALLOW_ONCE);
-    const res = await run(call('edit_file', { path: 'main.py', old_text: 'bye', new_text: 'ciao' }));
-    expect(res).toEqual({ content: 'Edited main.py: replaced 1 occurrence.', isError: false });
-    const [title, options, ...buttons] = window.showWarningMessage.mock.calls[0] as [string, { modal: boolean; detail: string }, ...string[]];
-    expect(title).toBe('agentd wants to edit main.py');
-    expect(options.modal).toBe(true);
-    expect(options.detail).toContain('bye');
-    expect(options.detail).toContain('ciao');
-    expect(buttons).toEqual([ALLOW_ONCE, ALLOW_SESSION_EDITS, DENY]);
-    // Applied as one undoable WorkspaceEdit replacing exactly the old text.
+    const pending = run(call('edit_file', { path: 'main.py', old_text: 'bye', new_text: 'ciao' }));
+    await vi.waitFor(() => expect(diffTabs()).toHaveLength(1));
+    const [tab] = diffTabs();
+    // Left: the file itself (its live buffer); right: the proposal, read-only.
+    expect(tab.input.original).toEqual(Uri.file(file));
+    expect(tab.input.modified).toMatchObject({ scheme: PROPOSAL_SCHEME, fsPath: file });
+    expect(__mock.content(tab.input.modified)).toBe('print("hi")\nprint("ciao")\n');
+    expect(tab.label).toBe("main.py: agentd's proposed change (review)");
+    expect(window.showWarningMessage).not.toHaveBeenCalled(); // no modal dialog for edits
+    expect(workspace.applyEdit).not.toHaveBeenCalled(); // nothing changes before the answer
+    await decide('once');
+    expect(await pending).toEqual({ content: 'Edited main.py: replaced 1 occurrence.', isError: false });
+    expect(diffTabs()).toEqual([]); // the review's diff is closed
     const edit = workspace.applyEdit.mock.calls[0][0];
     expect(edit.ops).toHaveLength(1);
     expect(edit.ops[0]).toMatchObject({ op: 'replace', text: 'ciao', range: { start: { line: 1, character: 7 }, end: { line: 1, character: 10 } } });
@@ -69,51 +90,101 @@ describe('edit_file', () => {
     editApproval = 'always';
     const res = await run(call('edit_file', { path: 'notes.txt', old_text: 'unsaved', new_text: 'edited' }));
     expect(res.isError).toBe(false);
-    expect(window.showWarningMessage).not.toHaveBeenCalled();
+    expect(diffTabs()).toEqual([]);
     expect(doc.getText()).toBe('buffer version, edited\n');
     expect(doc.isDirty).toBe(true);
     expect(doc.saves).toBe(0);
     expect(fs.readFileSync(file, 'utf8')).toBe('disk version\n');
   });
 
-  it('"Deny" refuses the edit and tells the model', async () => {
+  it('the proposal is computed on the unsaved buffer, which the diff shows on the left', async () => {
+    const file = path.join(root, 'u.txt');
+    fs.writeFileSync(file, 'disk\n');
+    __mock.openBuffer(file, 'unsaved alpha\n');
+    const pending = run(call('edit_file', { path: 'u.txt', old_text: 'alpha', new_text: 'beta' }));
+    await vi.waitFor(() => expect(diffTabs()).toHaveLength(1));
+    expect(__mock.content(diffTabs()[0].input.modified)).toBe('unsaved beta\n');
+    await decide('deny');
+    await pending;
+  });
+
+  it('Reject refuses the edit, says "denied" (not a failure) and tells the model', async () => {
     const file = path.join(root, 'a.txt');
     fs.writeFileSync(file, 'x = 1\n');
-    answer(DENY);
-    const res = await run(call('edit_file', { path: 'a.txt', old_text: '1', new_text: '2' }));
-    expect(res).toEqual({ content: DENIED_EDIT, isError: true });
+    const pending = run(call('edit_file', { path: 'a.txt', old_text: '1', new_text: '2' }));
+    await decide('deny');
+    expect(await pending).toEqual({ content: DENIED_EDIT, isError: true, denied: true });
     expect(workspace.applyEdit).not.toHaveBeenCalled();
+    expect(diffTabs()).toEqual([]);
     expect(fs.readFileSync(file, 'utf8')).toBe('x = 1\n');
   });
 
-  it('a dismissed dialog is a denial (fail closed)', async () => {
+  it('a cancel while the review is open closes it, answers "cancelled" and edits nothing', async () => {
     fs.writeFileSync(path.join(root, 'a.txt'), 'x = 1\n');
-    answer(undefined);
-    expect(await run(call('edit_file', { path: 'a.txt', old_text: '1', new_text: '2' }))).toEqual({ content: DENIED_EDIT, isError: true });
-    window.showWarningMessage.mockImplementationOnce(async () => {
-      throw new Error('dialog service unavailable');
-    });
-    expect(await run(call('edit_file', { path: 'a.txt', old_text: '1', new_text: '2' }))).toEqual({ content: DENIED_EDIT, isError: true });
+    const ac = new AbortController();
+    const pending = run(call('edit_file', { path: 'a.txt', old_text: '1', new_text: '2' }), ac.signal);
+    await vi.waitFor(() => expect(diffTabs()).toHaveLength(1));
+    ac.abort();
+    expect(await pending).toEqual({ content: 'The tool call was cancelled.', isError: true });
+    await vi.waitFor(() => expect(diffTabs()).toEqual([]));
+    expect(reviews.waiting).toEqual([]);
     expect(workspace.applyEdit).not.toHaveBeenCalled();
   });
 
-  it('"Allow all edits this session" stops asking in that session only', async () => {
+  it('several edits of a turn are reviewed one file at a time, each answerable from the panel by id', async () => {
+    fs.writeFileSync(path.join(root, 'a.txt'), 'aaa\n');
+    fs.writeFileSync(path.join(root, 'b.txt'), 'bbb\n');
+    const first = call('edit_file', { path: 'a.txt', old_text: 'aaa', new_text: 'AAA' });
+    const second = call('edit_file', { path: 'b.txt', old_text: 'bbb', new_text: 'BBB' });
+    const p1 = run(first);
+    const p2 = run(second);
+    await vi.waitFor(() => expect(reviews.waiting).toEqual([first.toolCallId, second.toolCallId]));
+    expect(diffTabs().map((t) => path.basename(t.input.modified.fsPath))).toEqual(['a.txt']);
+    // The panel rejects the second while the first is on screen.
+    expect(await reviews.decide(second.toolCallId, 'deny')).toBe(true);
+    expect((await p2).denied).toBe(true);
+    expect(diffTabs().map((t) => path.basename(t.input.modified.fsPath))).toEqual(['a.txt']);
+    // The editor title's Accept, pressed on the first diff (its URI is the argument).
+    expect(await reviews.decide(diffTabs()[0].input.modified as never, "once")).toBe(true);
+    expect((await p1).isError).toBe(false);
+    expect(fs.readFileSync(path.join(root, 'a.txt'), 'utf8')).toBe('AAA\n');
+    expect(fs.readFileSync(path.join(root, 'b.txt'), 'utf8')).toBe('bbb\n');
+    expect(diffTabs()).toEqual([]);
+    expect(await reviews.decide(undefined, 'once')).toBe(false); // nothing left to answer
+  });
+
+  it('the next review opens when the one on screen is answered', async () => {
+    fs.writeFileSync(path.join(root, 'a.txt'), 'aaa\n');
+    fs.writeFileSync(path.join(root, 'b.txt'), 'bbb\n');
+    const p1 = run(call('edit_file', { path: 'a.txt', old_text: 'aaa', new_text: 'AAA' }));
+    const p2 = run(call('edit_file', { path: 'b.txt', old_text: 'bbb', new_text: 'BBB' }));
+    await vi.waitFor(() => expect(reviews.waiting).toHaveLength(2));
+    await decide('once');
+    await p1;
+    await vi.waitFor(() => expect(diffTabs().map((t) => path.basename(t.input.modified.fsPath))).toEqual(['b.txt']));
+    await decide('once');
+    await p2;
+    expect(fs.readFileSync(path.join(root, 'b.txt'), 'utf8')).toBe('BBB\n');
+  });
+
+  it('"Accept all this session" stops asking about edits in that session only', async () => {
     fs.writeFileSync(path.join(root, 'a.txt'), 'one two three\n');
-    answer(ALLOW_SESSION_EDITS);
-    expect((await run(call('edit_file', { path: 'a.txt', old_text: 'one', new_text: '1' }, 's1'))).isError).toBe(false);
+    const p = run(call('edit_file', { path: 'a.txt', old_text: 'one', new_text: '1' }, 's1'));
+    await decide('session');
+    expect((await p).isError).toBe(false);
     expect((await run(call('write_file', { path: 'b.txt', content: 'new' }, 's1'))).isError).toBe(false);
-    expect(window.showWarningMessage).toHaveBeenCalledTimes(1);
     // Commands are a different permission.
     answer(DENY);
-    expect(await run(call('run_command', { command: 'true' }, 's1'))).toEqual({ content: DENIED_COMMAND, isError: true });
+    expect(await run(call('run_command', { command: 'true' }, 's1'))).toEqual({ content: DENIED_COMMAND, isError: true, denied: true });
     // Another session is asked again.
-    answer(DENY);
-    expect((await run(call('edit_file', { path: 'a.txt', old_text: 'two', new_text: '2' }, 's2'))).isError).toBe(true);
-    expect(window.showWarningMessage).toHaveBeenCalledTimes(3);
+    const other = run(call('edit_file', { path: 'a.txt', old_text: 'two', new_text: '2' }, 's2'));
+    await decide('deny');
+    expect((await other).isError).toBe(true);
     // Reset forgets the permission.
     runner.forgetSession('s1');
-    answer(DENY);
-    expect((await run(call('edit_file', { path: 'a.txt', old_text: 'three', new_text: '3' }, 's1'))).isError).toBe(true);
+    const again = run(call('edit_file', { path: 'a.txt', old_text: 'three', new_text: '3' }, 's1'));
+    await decide('deny');
+    expect((await again).isError).toBe(true);
     expect(fs.readFileSync(path.join(root, 'a.txt'), 'utf8')).toBe('1 two three\n');
   });
 
@@ -129,28 +200,33 @@ describe('edit_file', () => {
     });
     expect((await run(call('edit_file', { path: 'missing.txt', old_text: 'a', new_text: 'b' }))).content).toMatch(/does not exist/);
     expect((await run(call('edit_file', { path: 'dup.txt', new_text: 'b' }))).content).toMatch(/Missing or invalid argument "old_text"/);
-    expect(window.showWarningMessage).not.toHaveBeenCalled();
+    expect(diffTabs()).toEqual([]);
+    expect(reviews.waiting).toEqual([]);
   });
 
-  it('re-checks the buffer after the dialog: a change made meanwhile is not overwritten blindly', async () => {
+  it('re-checks the buffer after the review: a change made meanwhile is not overwritten blindly', async () => {
     const file = path.join(root, 'race.txt');
     fs.writeFileSync(file, 'alpha beta\n');
-    window.showWarningMessage.mockImplementationOnce(async () => {
-      __mock.openBuffer(file, 'the user rewrote everything\n');
-      return ALLOW_ONCE;
-    });
-    const res = await run(call('edit_file', { path: 'race.txt', old_text: 'beta', new_text: 'gamma' }));
-    expect(res).toEqual({ content: 'old_text was not found in race.txt.', isError: true });
+    const pending = run(call('edit_file', { path: 'race.txt', old_text: 'beta', new_text: 'gamma' }));
+    await vi.waitFor(() => expect(diffTabs()).toHaveLength(1));
+    __mock.openBuffer(file, 'the user rewrote everything\n');
+    await decide('once');
+    expect(await pending).toEqual({ content: 'old_text was not found in race.txt.', isError: true });
     expect(__mock.documents.get(file)!.getText()).toBe('the user rewrote everything\n');
   });
 });
 
 describe('write_file', () => {
-  it('creates a new file through a WorkspaceEdit (createFile + insert) and saves it', async () => {
-    answer(ALLOW_ONCE);
-    const res = await run(call('write_file', { path: 'src/new.ts', content: 'export const x = 1;\n' }));
-    expect(res).toEqual({ content: 'Created src/new.ts (20 characters).', isError: false });
-    expect(window.showWarningMessage.mock.calls[0][0]).toBe('agentd wants to create src/new.ts');
+  it('reviews a new file against an empty side, then creates it through a WorkspaceEdit (createFile + insert) and saves it', async () => {
+    const pending = run(call('write_file', { path: 'src/new.ts', content: 'export const x = 1;\n' }));
+    await vi.waitFor(() => expect(diffTabs()).toHaveLength(1));
+    const [tab] = diffTabs();
+    expect(tab.input.original.scheme).toBe(PROPOSAL_SCHEME);
+    expect(__mock.content(tab.input.original)).toBe('');
+    expect(__mock.content(tab.input.modified)).toBe('export const x = 1;\n');
+    expect(tab.label).toBe("new.ts: agentd's proposed new file (review)");
+    await decide('once');
+    expect(await pending).toEqual({ content: 'Created src/new.ts (20 characters).', isError: false });
     const ops = workspace.applyEdit.mock.calls[0][0].ops.map((o: { op: string }) => o.op);
     expect(ops).toEqual(['createFile', 'insert']);
     expect(fs.readFileSync(path.join(root, 'src/new.ts'), 'utf8')).toBe('export const x = 1;\n');
@@ -158,10 +234,11 @@ describe('write_file', () => {
 
   it('overwrites an existing file as one replace of the whole buffer', async () => {
     fs.writeFileSync(path.join(root, 'c.txt'), 'old\ncontent\n');
-    answer(ALLOW_ONCE);
-    const res = await run(call('write_file', { path: 'c.txt', content: 'fresh\n' }));
-    expect(res.content).toBe('Overwrote c.txt (6 characters).');
-    expect(window.showWarningMessage.mock.calls[0][0]).toBe('agentd wants to overwrite c.txt');
+    const pending = run(call('write_file', { path: 'c.txt', content: 'fresh\n' }));
+    await vi.waitFor(() => expect(diffTabs()).toHaveLength(1));
+    expect(diffTabs()[0].input.original).toEqual(Uri.file(path.join(root, 'c.txt')));
+    await decide('once');
+    expect((await pending).content).toBe('Overwrote c.txt (6 characters).');
     expect(fs.readFileSync(path.join(root, 'c.txt'), 'utf8')).toBe('fresh\n');
     __mock.documents.get(path.join(root, 'c.txt'))!.undo();
     expect(__mock.documents.get(path.join(root, 'c.txt'))!.getText()).toBe('old\ncontent\n');
@@ -182,6 +259,7 @@ describe('confinement', () => {
     }
     expect(fs.readFileSync(path.join(outside, 'secret.txt'), 'utf8')).toBe('secret');
     expect(window.showWarningMessage).not.toHaveBeenCalled();
+    expect(diffTabs()).toEqual([]);
   });
 
   it('says so when no folder is open', async () => {
@@ -203,39 +281,105 @@ describe('read_file', () => {
 });
 
 describe('run_command', () => {
-  it('is always asked for, even when edits are "always"; output and exit code come back', async () => {
+  const ptyTerminal = (): MockTerminal | undefined => __mock.terminals.find((t) => t.options.pty);
+
+  it('asks in a modal dialog whose close action is Deny (no extra Cancel), even when edits are "always"', async () => {
     editApproval = 'always';
     answer(ALLOW_ONCE);
     const res = await run(call('run_command', { command: 'echo hello; echo oops >&2; exit 2' }));
     expect(window.showWarningMessage).toHaveBeenCalledTimes(1);
-    const [title, opts, ...buttons] = window.showWarningMessage.mock.calls[0] as [string, { detail: string }, ...string[]];
+    const [title, opts, ...items] = window.showWarningMessage.mock.calls[0] as [string, { modal: boolean; detail: string }, ...{ title: string; isCloseAffordance?: boolean }[]];
     expect(title).toBe('agentd wants to run a command');
+    expect(opts.modal).toBe(true);
     expect(opts.detail).toContain('echo hello; echo oops >&2; exit 2');
-    expect(buttons).toEqual([ALLOW_ONCE, ALLOW_SESSION_COMMANDS, DENY]);
+    expect(items).toEqual([{ title: ALLOW_ONCE }, { title: ALLOW_SESSION_COMMANDS }, { title: DENY, isCloseAffordance: true }]);
     expect(res.content).toContain('hello');
     expect(res.content).toContain('oops');
     expect(res.content.endsWith('[exit code: 2]')).toBe(true);
     expect(res.isError).toBe(true);
-    expect(commandOutput.text()).toContain('$ echo hello');
-    expect(commandOutput.text()).toContain('hello\n');
   });
 
-  it('runs in a cwd inside the workspace only', async () => {
+  it('without shell integration runs in a pseudo-terminal in the workspace, showing the output there', async () => {
     fs.mkdirSync(path.join(root, 'sub'));
     answer(ALLOW_ONCE);
-    const res = await run(call('run_command', { command: 'pwd', cwd: 'sub' }));
-    expect(res.content).toContain(path.join(root, 'sub'));
+    const pending = run(call('run_command', { command: 'pwd; echo done', cwd: 'sub' }));
+    const res = await pending;
+    const shown = ptyTerminal()!;
+    expect(res.content).toBe(`${path.join(root, 'sub')}\ndone\n[exit code: 0]`);
     expect(res.isError).toBe(false);
+    // The terminal tried first (for shell integration) got the command's cwd and was closed.
+    expect(__mock.terminals[0]).toMatchObject({ options: { cwd: path.join(root, 'sub') }, disposed: true });
+    expect(shown.shown).toBeGreaterThan(0);
+    expect(shown.output).toContain('done\r\n');
+    expect(shown.output).toContain('[exit code 0]');
     const refused = await run(call('run_command', { command: 'pwd', cwd: '..' }));
     expect(refused.content).toMatch(/^Refused/);
+  });
+
+  it('with shell integration runs in the user\'s shell and captures the output without escape codes', async () => {
+    runner = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner(60_000)), {
+      workspaceRoot: () => root,
+      editApproval: () => editApproval,
+    });
+    const executed: string[] = [];
+    const execution = {
+      async *read() {
+        yield '\x1b]633;C\x07\x1b[32mok\x1b[0m\r\n';
+        yield 'line 2\r\n';
+      },
+    };
+    const integration = {
+      executeCommand: (cmd: string) => {
+        executed.push(cmd);
+        queueMicrotask(() => __mock.terminalEvents.end.fire({ terminal: __mock.terminals[0], execution, exitCode: 3 }));
+        return execution;
+      },
+    };
+    answer(ALLOW_ONCE);
+    const pending = run(call('run_command', { command: 'make test' }));
+    await vi.waitFor(() => expect(__mock.terminals).toHaveLength(1));
+    __mock.terminalEvents.integration.fire({ terminal: __mock.terminals[0], shellIntegration: integration });
+    const res = await pending;
+    expect(executed).toEqual(['make test']);
+    expect(res).toEqual({ content: 'ok\nline 2\n[exit code: 3]', isError: true });
+    expect(__mock.terminals[0].options).toMatchObject({ cwd: root, name: 'agentd: make test' });
+    expect(__mock.terminals[0].disposed).toBe(false); // the user can read it afterwards
+  });
+
+  it('a cancel while a shell-integrated command runs closes its terminal (which ends the command)', async () => {
+    runner = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner(60_000)), {
+      workspaceRoot: () => root,
+      editApproval: () => editApproval,
+    });
+    let release!: () => void;
+    const execution = {
+      async *read() {
+        yield 'started\r\n';
+        await new Promise<void>((r) => (release = r));
+      },
+    };
+    answer(ALLOW_ONCE);
+    const ac = new AbortController();
+    const pending = run(call('run_command', { command: 'sleep 100' }), ac.signal);
+    await vi.waitFor(() => expect(__mock.terminals).toHaveLength(1));
+    __mock.terminalEvents.integration.fire({ terminal: __mock.terminals[0], shellIntegration: { executeCommand: () => execution } });
+    await vi.waitFor(() => expect(release).toBeDefined());
+    ac.abort();
+    const res = await pending;
+    release();
+    expect(__mock.terminals[0].disposed).toBe(true);
+    expect(res.isError).toBe(true);
+    expect(res.content).toContain('started');
+    expect(res.content).toMatch(/killed by SIGHUP \(cancelled\)/);
   });
 
   it('deny and dismiss do not run the command', async () => {
     answer(DENY, undefined);
     const marker = path.join(root, 'ran');
-    expect(await run(call('run_command', { command: `touch ${marker}` }))).toEqual({ content: DENIED_COMMAND, isError: true });
-    expect(await run(call('run_command', { command: `touch ${marker}` }))).toEqual({ content: DENIED_COMMAND, isError: true });
+    expect(await run(call('run_command', { command: `touch ${marker}` }))).toEqual({ content: DENIED_COMMAND, isError: true, denied: true });
+    expect(await run(call('run_command', { command: `touch ${marker}` }))).toEqual({ content: DENIED_COMMAND, isError: true, denied: true });
     expect(fs.existsSync(marker)).toBe(false);
+    expect(__mock.terminals).toEqual([]);
   });
 
   it('"Allow all commands this session" runs later commands of the session without asking', async () => {
@@ -254,17 +398,9 @@ describe('run_command', () => {
     expect(fs.existsSync(path.join(root, 'should-not-exist'))).toBe(false);
 
     const ac2 = new AbortController();
-    window.showWarningMessage.mockImplementationOnce(async () => {
-      return ALLOW_ONCE;
-    });
-    const started = new Promise<void>((resolve) =>
-      commandOutput.append.mockImplementation((s: string) => {
-        if (s.includes('started')) resolve();
-        return commandOutput.lines.push(s);
-      }),
-    );
+    answer(ALLOW_ONCE);
     const long = run(call('run_command', { command: 'echo started; sleep 30; echo finished' }), ac2.signal);
-    await started;
+    await vi.waitFor(() => expect(ptyTerminal()?.output).toContain('started'));
     ac2.abort();
     const res = await long;
     expect(res.isError).toBe(true);

@@ -226,7 +226,7 @@ describe('chat webview in Chromium', () => {
     expect(problems).toEqual([]);
   });
 
-  it('sends prompts with Enter, keeps Shift+Enter for new lines, and posts the toolbar actions', async () => {
+  it('sends prompts with Enter, keeps Shift+Enter for new lines; session actions are not duplicated in the page', async () => {
     const box = page.locator('#prompt');
     await box.fill('first line');
     await box.press('Shift+Enter');
@@ -234,12 +234,99 @@ describe('chat webview in Chromium', () => {
     await box.press('Enter');
     expect((await posted()).filter((m) => m.type === 'prompt')).toEqual([{ type: 'prompt', text: 'first line\nsecond line' }]);
     expect(await box.inputValue()).toBe('');
-    await page.locator('#btn-new').click();
-    await page.locator('#btn-reset').click();
-    await page.locator('#btn-sessions').click();
-    expect((await posted()).slice(-3).map((m) => m.type)).toEqual(['newSession', 'reset', 'switchSession']);
+    // New / Sessions / Reset are the view's title-bar actions (package.json), not page buttons.
+    expect(await page.locator('button', { hasText: /^(New|Sessions|Reset)$/ }).count()).toBe(0);
+    const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+    expect(pkg.contributes.menus['view/title'].map((m: { command: string }) => m.command)).toEqual([
+      'agentd.newSession',
+      'agentd.switchSession',
+      'agentd.resetSession',
+    ]);
     await send([{ type: 'turnStart', turnId: 'a', sessionId: S, prompt: 'p' }, { type: 'cleared' }]);
     await page.waitForFunction(() => document.getElementById('transcript')!.childElementCount === 0);
+    expect(problems).toEqual([]);
+  });
+
+  it('notices about the daemon being down go away when it is ready again; others stay', async () => {
+    await send([
+      { type: 'daemon', state: 'stopped', message: 'agentd exited unexpectedly. Its last messages are in the agentd output.' },
+      { type: 'notice', level: 'error', text: 'agentd is not running. Use "agentd: Restart agentd" or fix agentd.command.', scope: 'daemon' },
+      { type: 'notice', level: 'warning', text: 'A prompt is still running: press Stop first.' },
+    ]);
+    await page.locator('.notice').nth(2).waitFor();
+    expect(await page.locator('.notice button', { hasText: 'Restart agentd' }).count()).toBe(1);
+    await send({ type: 'daemon', state: 'ready' });
+    await page.waitForFunction(() => document.querySelectorAll('.notice').length === 1);
+    expect(await page.locator('.notice').textContent()).toContain('A prompt is still running');
+    expect(await page.locator('#daemon-state').textContent()).toBe('agentd ready');
+    expect(problems).toEqual([]);
+  });
+
+  it('a proposed edit can be accepted or rejected from its card; a refusal reads "denied", not "failed"', async () => {
+    await send([
+      { type: 'turnStart', turnId: 'r1', sessionId: S, prompt: 'edit two files' },
+      { type: 'update', turnId: 'r1', update: { kind: 'tool_call', toolCallId: 'e1', name: 'edit_file', arguments: { path: 'a.py' }, executor: 'client' } },
+      { type: 'update', turnId: 'r1', update: { kind: 'tool_call', toolCallId: 'e2', name: 'edit_file', arguments: { path: 'b.py' }, executor: 'client' } },
+      { type: 'toolState', turnId: 'r1', toolCallId: 'e1', state: 'awaiting_approval', detail: 'agentd wants to edit a.py', review: true },
+      { type: 'toolState', turnId: 'r1', toolCallId: 'e2', state: 'awaiting_approval', detail: 'agentd wants to edit b.py', review: true },
+    ]);
+    const e1 = page.locator('.tool-card[data-tool-call-id="e1"]');
+    const e2 = page.locator('.tool-card[data-tool-call-id="e2"]');
+    await e2.locator('button', { hasText: 'Reject' }).waitFor();
+    await e1.locator('button', { hasText: 'Show diff' }).click();
+    await e1.locator('button', { hasText: /^Accept$/ }).click();
+    await e2.locator('button', { hasText: 'Reject' }).click();
+    expect((await posted()).filter((m) => m.type === 'review')).toEqual([
+      { type: 'review', toolCallId: 'e1', decision: 'show' },
+      { type: 'review', toolCallId: 'e1', decision: 'accept' },
+      { type: 'review', toolCallId: 'e2', decision: 'reject' },
+    ]);
+    expect(await e2.locator('button', { hasText: /^Accept$/ }).isDisabled()).toBe(true);
+    await send([
+      { type: 'toolState', turnId: 'r1', toolCallId: 'e1', state: 'done', detail: 'Edited a.py: replaced 1 occurrence.' },
+      { type: 'toolState', turnId: 'r1', toolCallId: 'e2', state: 'denied', detail: 'The user denied this edit.' },
+      // The daemon reports the refusal as a failed tool call.
+      { type: 'update', turnId: 'r1', update: { kind: 'tool_call_update', toolCallId: 'e2', status: 'failed', content: 'The user denied this edit.' } },
+      { type: 'update', turnId: 'r1', update: { kind: 'tool_call_update', toolCallId: 'e1', status: 'completed', content: 'Edited a.py: replaced 1 occurrence.' } },
+    ]);
+    await page.waitForFunction(() => document.querySelector('.tool-card[data-tool-call-id="e1"]')?.getAttribute('data-status') === 'completed');
+    expect(await e2.getAttribute('data-status')).toBe('denied');
+    expect(await e2.locator('.badge').textContent()).toBe('denied');
+    expect(await e1.locator('.tool-actions button').count()).toBe(0);
+    expect(await e2.locator('.tool-actions button').count()).toBe(0);
+    const [failedColour, deniedColour] = await page.evaluate(() => {
+      const denied = document.querySelector('.tool-card[data-tool-call-id="e2"] .badge')!;
+      const probe = document.createElement('div');
+      probe.className = 'tool-card';
+      probe.dataset.status = 'failed';
+      probe.innerHTML = '<span class="badge">failed</span>';
+      document.body.append(probe);
+      const failed = getComputedStyle(probe.querySelector('.badge')!).backgroundColor;
+      probe.remove();
+      return [failed, getComputedStyle(denied).backgroundColor];
+    });
+    expect(deniedColour).not.toBe(failedColour);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'review.png'), fullPage: true });
+    expect(problems).toEqual([]);
+  });
+
+  it('a replayed session shows its memory lines, token lines and Cancelled badges', async () => {
+    await send([
+      { type: 'turnStart', turnId: 'p1', sessionId: S, prompt: 'first', replay: true },
+      { type: 'update', turnId: 'p1', update: { kind: 'memory', point: 'user_query', tier: 'local', docs: ['/m/a.md'] } },
+      { type: 'update', turnId: 'p1', update: { kind: 'message_chunk', text: 'answer' } },
+      { type: 'update', turnId: 'p1', update: { kind: 'usage', inputTokens: 5, outputTokens: 1, sessionTotalTokens: 6 } },
+      { type: 'turnEnd', turnId: 'p1', outcome: 'replayed', replay: true },
+      { type: 'turnStart', turnId: 'p2', sessionId: S, prompt: 'second', replay: true },
+      { type: 'update', turnId: 'p2', update: { kind: 'message_chunk', text: 'part' } },
+      { type: 'turnEnd', turnId: 'p2', outcome: 'cancelled', replay: true },
+    ]);
+    await page.locator('section.turn[data-turn-id="p2"][data-state="cancelled"]').waitFor();
+    expect(await page.locator('section.turn[data-turn-id="p1"] .memory-note').textContent()).toBe('1 memory recalled at your question: a.md');
+    expect(await page.locator('section.turn[data-turn-id="p1"] .usage').textContent()).toBe('Tokens: 5 in, 1 out (session total 6)');
+    expect(await page.locator('section.turn[data-turn-id="p2"] .turn-footer').textContent()).toBe('Cancelled');
+    // Replayed turns never make the panel look busy.
+    expect(await page.locator('#btn-stop').isDisabled()).toBe(true);
     expect(problems).toEqual([]);
   });
 });

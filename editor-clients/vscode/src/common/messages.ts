@@ -9,14 +9,27 @@ export type TurnOutcome = 'completed' | 'cancelled' | 'error' | 'replayed';
 /** Local progress of a tool the editor runs, beyond the daemon's statuses. */
 export type ClientToolState = 'awaiting_approval' | 'running' | 'denied' | 'done' | 'failed';
 
+/** What the user can answer from the panel while a proposed edit is under review. */
+export type ReviewDecision = 'accept' | 'reject' | 'acceptSession' | 'show';
+
 export type ChatEvent =
   | { type: 'turnStart'; turnId: string; sessionId: string; prompt: string; replay?: boolean }
   | { type: 'update'; turnId: string; update: AgentUpdate }
-  | { type: 'toolState'; turnId: string; toolCallId: string; state: ClientToolState; detail?: string }
+  | {
+      type: 'toolState';
+      turnId: string;
+      toolCallId: string;
+      state: ClientToolState;
+      detail?: string;
+      /** Set with `awaiting_approval` when the change is shown as a diff the panel can accept or reject. */
+      review?: boolean;
+    }
   | {
       type: 'turnEnd';
       turnId: string;
       outcome: TurnOutcome;
+      /** The end of a turn replayed from a stored session (not a live prompt). */
+      replay?: boolean;
       stopReason?: StopReason;
       usage?: Usage;
       /** Human-readable reason for an error or an unusual stop. */
@@ -24,7 +37,8 @@ export type ChatEvent =
     }
   | { type: 'session'; sessionId: string | undefined; title?: string }
   | { type: 'cleared' }
-  | { type: 'notice'; level: 'info' | 'warning' | 'error'; text: string }
+  /** `scope: 'daemon'`: about the daemon being unavailable; cleared when it is ready again. */
+  | { type: 'notice'; level: 'info' | 'warning' | 'error'; text: string; scope?: 'daemon' }
   | { type: 'memory'; available: boolean; directory?: string; docs: MemoryDoc[]; message?: string }
   | { type: 'sessions'; sessions: SessionInfo[] }
   | { type: 'daemon'; state: 'starting' | 'ready' | 'stopped' | 'failed'; message?: string };
@@ -40,7 +54,8 @@ export type WebviewMessage =
   | { type: 'openFile'; path: string }
   | { type: 'refreshMemory' }
   | { type: 'openMemoryFolder' }
-  | { type: 'restart' };
+  | { type: 'restart' }
+  | { type: 'review'; toolCallId: string; decision: ReviewDecision };
 
 export function isWebviewMessage(v: unknown): v is WebviewMessage {
   if (!v || typeof v !== 'object') return false;
@@ -59,6 +74,10 @@ export function isWebviewMessage(v: unknown): v is WebviewMessage {
       return typeof m.text === 'string';
     case 'openFile':
       return typeof m.path === 'string';
+    case 'review': {
+      const r = v as { toolCallId?: unknown; decision?: unknown };
+      return typeof r.toolCallId === 'string' && ['accept', 'reject', 'acceptSession', 'show'].includes(r.decision as string);
+    }
     default:
       return false;
   }

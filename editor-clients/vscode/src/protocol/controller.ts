@@ -8,7 +8,7 @@
 // `$/cancelRequest`, and the late -32800 reply is absorbed.
 
 import type { ChatEvent } from '../common/messages';
-import type { ClientToolRunner, ToolCall } from '../tools/clientTools';
+import { DENIED_COMMAND, DENIED_EDIT, type ClientToolRunner, type ToolCall } from '../tools/clientTools';
 import { CancellationSource, errorCode, errorMessage, type AgentConnection, type Disposable } from './connection';
 import {
   ErrorCodes,
@@ -215,7 +215,7 @@ export class AgentController {
       const r = this.replay;
       this.replay = undefined;
       this.pendingReplaySession = undefined;
-      if (r?.turnId && !r.quiet) this.emit({ type: 'turnEnd', turnId: r.turnId, outcome: 'replayed' });
+      if (r?.turnId && !r.quiet) this.emit({ type: 'turnEnd', turnId: r.turnId, outcome: 'replayed', replay: true });
     }
   }
   private pendingReplaySession: string | undefined;
@@ -344,10 +344,15 @@ export class AgentController {
     if (u.kind === 'tool_call_update' && u.status === 'cancelled') turn.toolAborts.get(u.toolCallId)?.abort();
   }
 
+  /**
+   * A stored session replayed as turns, rendered as the live view rendered
+   * them: the daemon sends the notes it kept (memory deliveries, usage) in
+   * place, and `prompt_end` says how each prompt ended.
+   */
   private onReplayUpdate(sessionId: string, u: AgentUpdate, replay: NonNullable<typeof this.replay>): void {
     if (replay.quiet) return;
     if (u.kind === 'user_message') {
-      if (replay.turnId) this.emit({ type: 'turnEnd', turnId: replay.turnId, outcome: 'replayed' });
+      if (replay.turnId) this.emit({ type: 'turnEnd', turnId: replay.turnId, outcome: 'replayed', replay: true });
       replay.turnId = `r${++this.turnCounter}`;
       this.emit({ type: 'turnStart', turnId: replay.turnId, sessionId, prompt: u.text, replay: true });
       return;
@@ -356,7 +361,20 @@ export class AgentController {
       replay.turnId = `r${++this.turnCounter}`;
       this.emit({ type: 'turnStart', turnId: replay.turnId, sessionId, prompt: '', replay: true });
     }
-    this.emit({ type: 'update', turnId: replay.turnId, update: u });
+    const turnId = replay.turnId;
+    if (u.kind === 'prompt_end') {
+      replay.turnId = undefined;
+      if (u.stopReason === 'cancelled') this.emit({ type: 'turnEnd', turnId, outcome: 'cancelled', replay: true });
+      else if (u.stopReason === 'error') {
+        this.emit({ type: 'turnEnd', turnId, outcome: 'error', replay: true, message: u.error?.message ?? 'The model request failed.' });
+      } else this.emit({ type: 'turnEnd', turnId, outcome: 'replayed', replay: true, stopReason: u.stopReason, message: stopReasonText(u.stopReason) });
+      return;
+    }
+    this.emit({ type: 'update', turnId, update: u });
+    // The denials this client answered with read as denials again, not failures.
+    if (u.kind === 'tool_call_update' && u.status === 'failed' && (u.content === DENIED_EDIT || u.content === DENIED_COMMAND)) {
+      this.emit({ type: 'toolState', turnId, toolCallId: u.toolCallId, state: 'denied' });
+    }
   }
 
   private startTool(turn: Turn, u: Extract<AgentUpdate, { kind: 'tool_call' }>): void {
@@ -367,8 +385,8 @@ export class AgentController {
     const call: ToolCall = { sessionId: turn.sessionId, toolCallId: u.toolCallId, name: u.name, arguments: u.arguments ?? {} };
     const conn = this.conn;
     const run = (async () => {
-      const outcome = await this.tools.run(call, abort.signal, (state, detail) => {
-        if (!turn.ended) this.emit({ type: 'toolState', turnId: turn.id, toolCallId: u.toolCallId, state, detail });
+      const outcome = await this.tools.run(call, abort.signal, (state, detail, review) => {
+        if (!turn.ended) this.emit({ type: 'toolState', turnId: turn.id, toolCallId: u.toolCallId, state, detail, ...(review ? { review } : {}) });
       });
       turn.tools.signal.removeEventListener('abort', onTurnAbort);
       turn.toolAborts.delete(u.toolCallId);
@@ -377,7 +395,7 @@ export class AgentController {
           type: 'toolState',
           turnId: turn.id,
           toolCallId: u.toolCallId,
-          state: outcome.isError ? 'failed' : 'done',
+          state: outcome.denied ? 'denied' : outcome.isError ? 'failed' : 'done',
           detail: outcome.content,
         });
       }

@@ -70,6 +70,12 @@ export interface UserMessageUpdate {
   kind: 'user_message';
   text: string;
 }
+/** How a stored prompt ended; only sent while agent/loadSession replays. */
+export interface PromptEndUpdate {
+  kind: 'prompt_end';
+  stopReason: StopReason | 'cancelled';
+  error?: { kind: string; message: string; status?: number };
+}
 
 export type AgentUpdate =
   | MessageChunkUpdate
@@ -78,7 +84,8 @@ export type AgentUpdate =
   | ToolCallStatusUpdate
   | MemoryUpdate
   | UsageUpdate
-  | UserMessageUpdate;
+  | UserMessageUpdate
+  | PromptEndUpdate;
 
 export interface AgentUpdateParams {
   sessionId: string;

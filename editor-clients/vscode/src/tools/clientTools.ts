@@ -16,6 +16,8 @@ export interface ToolCall {
 export interface ToolOutcome {
   content: string;
   isError: boolean;
+  /** The user said no (shown as "denied", not as a failure). */
+  denied?: boolean;
 }
 
 /** "Allow once", "Allow for this session" or "Deny". No answer (a dismissed dialog) is a denial. */
@@ -24,11 +26,15 @@ export type ApprovalChoice = 'once' | 'session' | 'deny';
 export interface ApprovalRequest {
   kind: 'edit' | 'command';
   tool: string;
+  toolCallId: string;
   /** One line, e.g. "agentd wants to edit src/main.py". */
   title: string;
   /** The change or the command, shown in the dialog. */
   detail: string;
   path?: string;
+  /** For edits: the text now (undefined for a new file) and the text after the change, for a diff view. */
+  original?: string;
+  proposed?: string;
   command?: string;
   cwd?: string;
 }
@@ -36,7 +42,7 @@ export interface ApprovalRequest {
 export interface CommandResult {
   output: string;
   exitCode: number | null;
-  /** Set when the process was killed (by the cancel, or by a signal). */
+  /** Set when the process was killed (by the cancel, or by a signal); neither set: the shell did not say. */
   signal?: string | null;
 }
 
@@ -51,7 +57,7 @@ export interface WorkspaceAdapter {
   replaceText(absPath: string, start: number, end: number, newText: string, expected: string): Promise<boolean>;
   /** Create or overwrite the file, undoably where the editor can. */
   writeText(absPath: string, content: string): Promise<boolean>;
-  /** Ask the user. Resolve undefined when dismissed or when `signal` aborts. */
+  /** Ask the user (edits: as a reviewable diff). Resolve undefined when dismissed or when `signal` aborts. */
   approve(req: ApprovalRequest, signal: AbortSignal): Promise<ApprovalChoice | undefined>;
   /** Run a shell command in `cwd`, killed when `signal` aborts. */
   runCommand(command: string, cwd: string, signal: AbortSignal): Promise<CommandResult>;
@@ -64,7 +70,8 @@ export interface ClientToolOptions {
   maxOutputChars?: number;
 }
 
-export type ToolStateListener = (state: 'awaiting_approval' | 'running' | 'denied', detail?: string) => void;
+/** `review`: the approval is a diff the user can accept or reject (from the panel too). */
+export type ToolStateListener = (state: 'awaiting_approval' | 'running' | 'denied', detail?: string, review?: boolean) => void;
 
 export const DENIED_COMMAND = 'The user denied this command.';
 export const DENIED_EDIT = 'The user denied this edit.';
@@ -147,22 +154,27 @@ export class ClientToolRunner {
     if (oldText === '') throw new ToolFailure('old_text must not be empty (use write_file to create a file).');
     const abs = resolveInWorkspace(root, rel);
     // Check before asking, so the user is not asked about an edit that cannot apply.
-    locate(await this.ws.readText(abs), oldText, rel);
+    const before = await this.ws.readText(abs);
+    const at = locate(before, oldText, rel);
+    const original = before as string;
     const display = displayPath(root, abs);
     const ok = await this.approveIfNeeded(
       call,
       {
         kind: 'edit',
         tool: 'edit_file',
+        toolCallId: call.toolCallId,
         title: `agentd wants to edit ${display}`,
         detail: `Replace:\n${clip(oldText, 1500)}\n\nWith:\n${clip(newText, 1500)}`,
         path: abs,
+        original,
+        proposed: original.slice(0, at) + newText + original.slice(at + oldText.length),
       },
       this.options.editApproval() === 'always',
       signal,
       onState,
     );
-    if (!ok) return { content: signal.aborted ? CANCELLED : DENIED_EDIT, isError: true };
+    if (!ok) return signal.aborted ? { content: CANCELLED, isError: true } : { content: DENIED_EDIT, isError: true, denied: true };
     onState('running');
     // Read again: the buffer may have changed while the dialog was open.
     const current = await this.ws.readText(abs);
@@ -182,22 +194,26 @@ export class ClientToolRunner {
     const rel = str(args, 'path');
     const content = str(args, 'content', true);
     const abs = resolveInWorkspace(root, rel);
-    const exists = (await this.ws.readText(abs)) !== undefined;
+    const original = await this.ws.readText(abs);
+    const exists = original !== undefined;
     const display = displayPath(root, abs);
     const ok = await this.approveIfNeeded(
       call,
       {
         kind: 'edit',
         tool: 'write_file',
+        toolCallId: call.toolCallId,
         title: `agentd wants to ${exists ? 'overwrite' : 'create'} ${display}`,
         detail: clip(content, 3000),
         path: abs,
+        original,
+        proposed: content,
       },
       this.options.editApproval() === 'always',
       signal,
       onState,
     );
-    if (!ok) return { content: signal.aborted ? CANCELLED : DENIED_EDIT, isError: true };
+    if (!ok) return signal.aborted ? { content: CANCELLED, isError: true } : { content: DENIED_EDIT, isError: true, denied: true };
     onState('running');
     if (!(await this.ws.writeText(abs, content))) throw new ToolFailure(`The editor could not write ${rel}.`);
     return { content: `${exists ? 'Overwrote' : 'Created'} ${display} (${content.length} characters).`, isError: false };
@@ -220,6 +236,7 @@ export class ClientToolRunner {
       {
         kind: 'command',
         tool: 'run_command',
+        toolCallId: call.toolCallId,
         title: 'agentd wants to run a command',
         detail: `${command}\n\nin ${displayPath(root, cwd) || '.'}`,
         command,
@@ -229,12 +246,17 @@ export class ClientToolRunner {
       signal,
       onState,
     );
-    if (!ok) return { content: signal.aborted ? CANCELLED : DENIED_COMMAND, isError: true };
+    if (!ok) return signal.aborted ? { content: CANCELLED, isError: true } : { content: DENIED_COMMAND, isError: true, denied: true };
     onState('running');
     const res = await this.ws.runCommand(command, cwd, signal);
     const output = clipMiddle(res.output, this.options.maxOutputChars ?? 40_000);
+    // No exit code and no signal: the shell did not say how the command ended.
     const status =
-      res.exitCode !== null ? `exit code: ${res.exitCode}` : `killed by ${res.signal ?? 'a signal'}${signal.aborted ? ' (cancelled)' : ''}`;
+      res.exitCode !== null
+        ? `exit code: ${res.exitCode}`
+        : !res.signal && !signal.aborted
+          ? 'exit code unknown'
+          : `killed by ${res.signal ?? 'a signal'}${signal.aborted ? ' (cancelled)' : ''}`;
     return { content: `${output}${output && !output.endsWith('\n') ? '\n' : ''}[${status}]`, isError: res.exitCode !== 0 };
   }
 
@@ -247,7 +269,7 @@ export class ClientToolRunner {
   ): Promise<boolean> {
     const key = `${call.sessionId}\0${req.kind}`;
     if (preApproved || this.sessionAllows.has(key)) return true;
-    onState('awaiting_approval', req.title);
+    onState('awaiting_approval', req.title, req.kind === 'edit');
     let choice: ApprovalChoice | undefined;
     try {
       choice = await this.ws.approve(req, signal);

@@ -8,6 +8,7 @@ import { isWebviewMessage, type ChatEvent, type WebviewMessage } from '../common
 import { AgentController, NotSupportedError, explain } from '../protocol/controller';
 import { chatHtml, makeNonce } from '../webview/html';
 import type { DaemonManager } from './daemon';
+import type { EditReviews } from './review';
 
 export const VIEW_ID = 'agentd.chat';
 const MAX_HISTORY = 20_000;
@@ -29,6 +30,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
     readonly controller: AgentController,
     private readonly daemon: DaemonManager,
     private readonly workspaceRoot: () => string | undefined,
+    private readonly reviews?: Pick<EditReviews, 'decide' | 'show'>,
   ) {
     this.disposables.push(
       controller.onEvent((e) => this.onChatEvent(e)),
@@ -64,7 +66,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
 
   private onChatEvent(e: ChatEvent): void {
     if (e.type === 'turnStart' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', true);
-    if (e.type === 'turnEnd' && e.outcome !== 'replayed') void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', false);
+    if (e.type === 'turnEnd' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', false);
     if (e.type === 'update' && e.update.kind === 'memory') for (const p of e.update.docs) this.openable.add(p);
     if (e.type === 'memory') {
       this.memoryDirectory = e.directory;
@@ -101,7 +103,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
         }
         case 'prompt':
           if (!this.controller.connected) {
-            this.notice('error', 'agentd is not running. Use "agentd: Restart agentd" or fix agentd.command.');
+            this.notice('error', 'agentd is not running. Use "agentd: Restart agentd" or fix agentd.command.', 'daemon');
             return;
           }
           await this.controller.prompt(m.text);
@@ -130,14 +132,18 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
         case 'restart':
           await this.daemon.restart();
           break;
+        case 'review':
+          if (m.decision === 'show') await this.reviews?.show(m.toolCallId);
+          else await this.reviews?.decide(m.toolCallId, m.decision === 'accept' ? 'once' : m.decision === 'reject' ? 'deny' : 'session');
+          break;
       }
     } catch (err) {
       this.notice('error', explain(err));
     }
   }
 
-  notice(level: 'info' | 'warning' | 'error', text: string): void {
-    this.publish({ type: 'notice', level, text });
+  notice(level: 'info' | 'warning' | 'error', text: string, scope?: 'daemon'): void {
+    this.publish({ type: 'notice', level, text, ...(scope ? { scope } : {}) });
   }
 
   async switchSession(): Promise<void> {

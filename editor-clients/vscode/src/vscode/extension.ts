@@ -8,12 +8,16 @@ import { ChatViewProvider, VIEW_ID } from './chatView';
 import { DaemonManager, type ClientFactory } from './daemon';
 import { registerMemoryCommands } from './memory';
 import { registerChatParticipant } from './participant';
+import { EditReviews } from './review';
+import { TerminalCommandRunner } from './terminal';
+import { TraceChannel } from './trace';
 import { VscodeWorkspace } from './workspace';
 
 export interface ExtensionApi {
   daemon: DaemonManager;
   chat: ChatViewProvider;
   controller: AgentController;
+  reviews: EditReviews;
 }
 
 export function workspaceRoot(): string | undefined {
@@ -24,19 +28,19 @@ export function workspaceRoot(): string | undefined {
 /** `factory` is replaceable so tests can drive activation without spawning a LanguageClient. */
 export async function activate(context: vscode.ExtensionContext, factory?: ClientFactory): Promise<ExtensionApi> {
   const output = vscode.window.createOutputChannel('agentd', { log: true });
-  const trace = vscode.window.createOutputChannel('agentd (trace)', { log: true });
-  const commandOutput = vscode.window.createOutputChannel('agentd: commands');
-  context.subscriptions.push(output, trace, commandOutput);
+  const trace = new TraceChannel();
+  const reviews = new EditReviews();
+  context.subscriptions.push(output, trace, reviews);
 
   // Loaded lazily: only the real editor needs vscode-languageclient (tests pass a factory).
   const clientFactory = factory ?? (await import('./languageClient')).languageClientFactory(output, trace);
   const daemon = new DaemonManager(clientFactory, output);
-  const tools = new ClientToolRunner(new VscodeWorkspace(commandOutput), {
+  const tools = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner()), {
     workspaceRoot,
     editApproval: () => (vscode.workspace.getConfiguration('agentd').get<string>('approval.edits') === 'always' ? 'always' : 'ask'),
   });
   const controller = new AgentController(workspaceRoot, tools);
-  const chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot);
+  const chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot, reviews);
   context.subscriptions.push(
     daemon,
     chat,
@@ -48,6 +52,10 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
     vscode.commands.registerCommand('agentd.newSession', () => chat.onMessage({ type: 'newSession' })),
     vscode.commands.registerCommand('agentd.resetSession', () => chat.onMessage({ type: 'reset' })),
     vscode.commands.registerCommand('agentd.switchSession', () => chat.onMessage({ type: 'switchSession' })),
+    // From the diff editor's title (the proposal's URI is the argument) or the palette.
+    vscode.commands.registerCommand('agentd.acceptEdit', (uri?: vscode.Uri) => reviews.decide(uri, 'once')),
+    vscode.commands.registerCommand('agentd.rejectEdit', (uri?: vscode.Uri) => reviews.decide(uri, 'deny')),
+    vscode.commands.registerCommand('agentd.acceptAllEdits', (uri?: vscode.Uri) => reviews.decide(uri, 'session')),
     ...registerMemoryCommands(controller, workspaceRoot),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (['agentd.command', 'agentd.args', 'agentd.env'].some((k) => e.affectsConfiguration(k))) {
@@ -64,7 +72,7 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
   if (participant) context.subscriptions.push(participant, daemon.attach(participantController));
 
   void daemon.start();
-  return { daemon, chat, controller };
+  return { daemon, chat, controller, reviews };
 }
 
 export function deactivate(): void {

@@ -1,11 +1,12 @@
 // WorkspaceAdapter on VS Code: edits are WorkspaceEdits (undoable, applied to
-// open buffers with their unsaved changes), reads prefer dirty buffers,
-// approvals are modal dialogs (dismissed = denied), commands run through
-// child_process with their output echoed to an output channel.
+// open buffers with their unsaved changes), reads prefer dirty buffers, edits
+// are approved in a diff review (review.ts), commands in a modal dialog
+// (dismissed = denied) and run in a terminal (terminal.ts).
 
 import * as vscode from 'vscode';
 import type { ApprovalChoice, ApprovalRequest, CommandResult, WorkspaceAdapter } from '../tools/clientTools';
-import { runShellCommand } from '../tools/commandRunner';
+import type { EditReviews } from './review';
+import type { TerminalCommandRunner } from './terminal';
 
 export const ALLOW_ONCE = 'Allow once';
 export const ALLOW_SESSION_EDITS = 'Allow all edits this session';
@@ -22,7 +23,10 @@ function isNotFound(err: unknown): boolean {
 }
 
 export class VscodeWorkspace implements WorkspaceAdapter {
-  constructor(private readonly commandOutput: vscode.OutputChannel) {}
+  constructor(
+    private readonly reviews: EditReviews,
+    private readonly terminals: TerminalCommandRunner,
+  ) {}
 
   async readText(absPath: string): Promise<string | undefined> {
     const doc = openDocument(absPath);
@@ -79,9 +83,13 @@ export class VscodeWorkspace implements WorkspaceAdapter {
   }
 
   async approve(req: ApprovalRequest, signal: AbortSignal): Promise<ApprovalChoice | undefined> {
+    if (req.kind === 'edit' && req.proposed !== undefined && req.path) return this.reviews.review(req, signal);
     const always = req.kind === 'command' ? ALLOW_SESSION_COMMANDS : ALLOW_SESSION_EDITS;
-    const dialog = Promise.resolve(
-      vscode.window.showWarningMessage(req.title, { modal: true, detail: req.detail }, ALLOW_ONCE, always, DENY),
+    // Deny is the dialog's close action: VS Code then adds no Cancel button of
+    // its own, and Escape answers Deny.
+    const items: vscode.MessageItem[] = [{ title: ALLOW_ONCE }, { title: always }, { title: DENY, isCloseAffordance: true }];
+    const dialog = Promise.resolve(vscode.window.showWarningMessage(req.title, { modal: true, detail: req.detail }, ...items)).then(
+      (item) => item?.title,
     );
     // A cancelled prompt stops waiting for the answer (the dialog itself
     // cannot be closed from an extension; its late answer is ignored).
@@ -96,11 +104,7 @@ export class VscodeWorkspace implements WorkspaceAdapter {
     return undefined; // dismissed (Escape, Cancel, closed): the caller denies
   }
 
-  async runCommand(command: string, cwd: string, signal: AbortSignal): Promise<CommandResult> {
-    this.commandOutput.appendLine(`$ ${command}    (in ${cwd})`);
-    this.commandOutput.show(true);
-    const res = await runShellCommand(command, cwd, signal, (chunk) => this.commandOutput.append(chunk));
-    this.commandOutput.appendLine(res.exitCode !== null ? `[exit code ${res.exitCode}]` : `[killed by ${res.signal}]`);
-    return res;
+  runCommand(command: string, cwd: string, signal: AbortSignal): Promise<CommandResult> {
+    return this.terminals.run(command, cwd, signal);
   }
 }

@@ -42,12 +42,8 @@ export function chatHtml(o: ChatHtmlOptions): string {
 </head>
 <body>
 <div id="app">
-  <header id="toolbar">
-    <span id="daemon-state" class="pill" data-state="starting">starting…</span>
-    <span class="spacer"></span>
-    <button id="btn-new" class="icon" title="New session">New</button>
-    <button id="btn-sessions" class="icon" title="Switch session">Sessions</button>
-    <button id="btn-reset" class="icon" title="Reset this session (clears its history)">Reset</button>
+  <header id="status-bar">
+    <span id="daemon-state" class="pill status-item" data-state="starting">starting…</span>
   </header>
   <details id="memory">
     <summary>Memory <span id="memory-count"></span></summary>

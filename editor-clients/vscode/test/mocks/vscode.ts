@@ -36,9 +36,13 @@ export class Uri {
   constructor(
     readonly scheme: string,
     readonly fsPath: string,
+    readonly query = '',
   ) {}
   static file(p: string): Uri {
     return new Uri('file', path.resolve(p));
+  }
+  static from(c: { scheme: string; path: string; query?: string }): Uri {
+    return new Uri(c.scheme, c.path, c.query ?? '');
   }
   static joinPath(base: Uri, ...parts: string[]): Uri {
     return new Uri(base.scheme, path.join(base.fsPath, ...parts));
@@ -47,9 +51,55 @@ export class Uri {
     return this.fsPath;
   }
   toString(): string {
-    return `${this.scheme}://${this.fsPath}`;
+    return `${this.scheme}://${this.fsPath}${this.query ? `?${this.query}` : ''}`;
   }
 }
+
+export enum LogLevel {
+  Off = 0,
+  Trace = 1,
+  Debug = 2,
+  Info = 3,
+  Warning = 4,
+  Error = 5,
+}
+
+export class TabInputTextDiff {
+  constructor(
+    readonly original: Uri,
+    readonly modified: Uri,
+  ) {}
+}
+
+/** A tab per `vscode.diff` call, so tests can see which diffs are open and closed. */
+const tabs: { input: TabInputTextDiff; label: string }[] = [];
+const contentProviders = new Map<string, { provideTextDocumentContent(uri: Uri): string }>();
+const configListeners = new Set<(e: { affectsConfiguration(k: string): boolean }) => void>();
+
+/** A terminal as the extension sees it; the test plays the shell through `shell`. */
+export class MockTerminal {
+  shellIntegration: unknown = undefined;
+  disposed = false;
+  shown = 0;
+  readonly sent: string[] = [];
+  /** What a pseudo-terminal wrote, from its creation on. */
+  output = '';
+  constructor(readonly options: { name?: string; cwd?: string; pty?: { open(): void; onDidWrite(l: (s: string) => void): unknown } }) {
+    options.pty?.onDidWrite((s) => (this.output += s));
+  }
+  show(): void {
+    this.shown++;
+  }
+  sendText(text: string): void {
+    this.sent.push(text);
+  }
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    terminalEvents.close.fire(this);
+  }
+}
+const terminals: MockTerminal[] = [];
 
 export class Position {
   constructor(
@@ -154,6 +204,10 @@ const commandRegistry = new Map<string, (...args: unknown[]) => unknown>();
 
 export const workspace = {
   workspaceFolders: undefined as { uri: Uri; name: string; index: number }[] | undefined,
+  registerTextDocumentContentProvider: vi.fn((scheme: string, provider: { provideTextDocumentContent(uri: Uri): string }) => {
+    contentProviders.set(scheme, provider);
+    return new Disposable(() => contentProviders.delete(scheme));
+  }),
   get textDocuments(): MockTextDocument[] {
     return [...documents.values()];
   },
@@ -210,7 +264,10 @@ export const workspace = {
       return (configuration.has(full) ? configuration.get(full) : dflt) as T | undefined;
     },
   })),
-  onDidChangeConfiguration: vi.fn(() => new Disposable()),
+  onDidChangeConfiguration: vi.fn((l: (e: { affectsConfiguration(k: string): boolean }) => void) => {
+    configListeners.add(l);
+    return new Disposable(() => configListeners.delete(l));
+  }),
 };
 
 function outputChannel(name: string) {
@@ -232,8 +289,36 @@ function outputChannel(name: string) {
   };
 }
 
+const terminalEvents = {
+  integration: new EventEmitter<{ terminal: MockTerminal; shellIntegration: unknown }>(),
+  end: new EventEmitter<{ terminal: MockTerminal; execution: unknown; exitCode: number | undefined }>(),
+  close: new EventEmitter<MockTerminal>(),
+};
+
 export const window = {
-  showWarningMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
+  tabGroups: {
+    get all() {
+      return [{ tabs: [...tabs] }];
+    },
+    close: vi.fn(async (t: unknown) => {
+      for (const tab of Array.isArray(t) ? t : [t]) {
+        const i = tabs.indexOf(tab as (typeof tabs)[number]);
+        if (i >= 0) tabs.splice(i, 1);
+      }
+      return true;
+    }),
+  },
+  createTerminal: vi.fn((options: ConstructorParameters<typeof MockTerminal>[0]) => {
+    const t = new MockTerminal(options);
+    terminals.push(t);
+    // VS Code opens an extension's pseudo-terminal once it is created.
+    if (options.pty) queueMicrotask(() => options.pty!.open());
+    return t;
+  }),
+  onDidChangeTerminalShellIntegration: terminalEvents.integration.event,
+  onDidEndTerminalShellExecution: terminalEvents.end.event,
+  onDidCloseTerminal: terminalEvents.close.event,
+  showWarningMessage: vi.fn(async (..._args: unknown[]): Promise<unknown> => undefined),
   showErrorMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showInformationMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showQuickPick: vi.fn(async (..._args: unknown[]): Promise<unknown> => undefined),
@@ -247,7 +332,13 @@ export const commands = {
     commandRegistry.set(id, fn);
     return new Disposable(() => commandRegistry.delete(id));
   }),
-  executeCommand: vi.fn(async (id: string, ...args: unknown[]) => commandRegistry.get(id)?.(...args)),
+  executeCommand: vi.fn(async (id: string, ...args: unknown[]) => {
+    if (id === 'vscode.diff') {
+      tabs.push({ input: new TabInputTextDiff(args[0] as Uri, args[1] as Uri), label: args[2] as string });
+      return undefined;
+    }
+    return commandRegistry.get(id)?.(...args);
+  }),
 };
 
 export const chat = {
@@ -262,6 +353,18 @@ export const __mock = {
   configuration,
   commandRegistry,
   outputChannel,
+  tabs,
+  terminals,
+  terminalEvents,
+  /** The text a registered content provider serves for `uri` (what the diff's right side shows). */
+  content(uri: Uri): string | undefined {
+    return contentProviders.get(uri.scheme)?.provideTextDocumentContent(uri);
+  },
+  /** Change a setting as the Settings UI would, firing onDidChangeConfiguration. */
+  setConfiguration(key: string, value: unknown): void {
+    configuration.set(key, value);
+    for (const l of [...configListeners]) l({ affectsConfiguration: (k: string) => key === k || key.startsWith(`${k}.`) });
+  },
   /** Open a file as an editor buffer, optionally with unsaved text. */
   openBuffer(p: string, unsaved?: string): MockTextDocument {
     const doc = docFor(Uri.file(p));
@@ -275,8 +378,12 @@ export const __mock = {
     documents.clear();
     configuration.clear();
     commandRegistry.clear();
+    tabs.length = 0;
+    terminals.length = 0;
     workspace.workspaceFolders = undefined;
     vi.clearAllMocks();
+    // Answers a test queued but did not use must not leak into the next test.
+    for (const m of [window.showWarningMessage, window.showErrorMessage, window.showInformationMessage, window.showQuickPick]) m.mockReset();
     window.showWarningMessage.mockImplementation(async () => undefined);
     window.showErrorMessage.mockImplementation(async () => undefined);
     window.showInformationMessage.mockImplementation(async () => undefined);
