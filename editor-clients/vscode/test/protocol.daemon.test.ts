@@ -276,6 +276,24 @@ describe('sessions', () => {
     else expect(String((listed as Error).message)).toMatch(/does not support agent\/listSessions/);
   });
 
+  it('a stored session replays as it was shown: memory-less turns with token lines, a Cancelled badge, and denials', async () => {
+    h.ws.answers = ['deny'];
+    await h.controller.prompt('!tool run_command {"command": "touch nothing"}');
+    const pending = h.controller.prompt('!delay 0.2\n!chunks 50');
+    await h.next((e) => e.type === 'update' && e.update.kind === 'message_chunk' && e.turnId !== 't1' && !e.update.text.startsWith('Tool'));
+    h.controller.cancel();
+    await pending;
+    const sid = h.controller.currentSessionId!;
+    // Another surface (as after a daemon restart) loads the session and shows its replay.
+    const other = harness();
+    await other.controller.loadSession(sid);
+    const ends = other.events.filter((e) => e.type === 'turnEnd');
+    expect(ends.map((e) => (e as { outcome: string }).outcome)).toEqual(['replayed', 'cancelled']);
+    expect(ends.every((e) => (e as { replay?: boolean }).replay)).toBe(true);
+    expect(other.events.some((e) => e.type === 'update' && e.update.kind === 'usage')).toBe(true);
+    expect(other.events.find((e) => e.type === 'toolState')).toMatchObject({ state: 'denied' });
+  });
+
   it('a new session starts with an empty history', async () => {
     await h.controller.prompt('remember this');
     const first = h.controller.currentSessionId;
