@@ -38,7 +38,12 @@ rm -f "$RESULTS"
 npx vitest run || fail "tests"
 
 step "package"
-npx vsce package --no-dependencies -o dist/agentd-vscode.vsix || fail "package"
+# The Marketplace / Open VSX metadata must be complete: vsce may not warn.
+if npx vsce package --no-dependencies -o dist/agentd-vscode.vsix 2>&1 | tee test-artifacts/vsce.log; then
+  if grep -q "WARNING" test-artifacts/vsce.log; then fail "vsce package warned (see above)"; fi
+else
+  fail "package"
+fi
 
 rm -f "$E2E_RESULTS"
 if [ "${AGENTD_SKIP_CODE_SERVER:-0}" = 1 ]; then
