@@ -25,9 +25,13 @@ status, retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
 Content chunks (thinking pieces, text pieces, tool-argument fragments) are what
 `dropAfter`/`stallAfter`/`errorAfter` count. HTTP headers of a stream are sent
 at once; `ttft` delays everything after them, so `stallAfter: 0` is a stream
-that stalls right after its headers. A non-streaming answer has no chunks: with
-`dropAfter` it sends half its body and drops, with `stallAfter` only its
-headers; `malformed: bad_json` truncates its JSON, `error_event` makes it a 500.
+that stalls right after its headers. With `hold_headers` (`--hold-headers`)
+the server behaves like several OpenAI-compatible servers and proxies: a
+stream's status line and headers wait for its first chunk, so `ttft` delays
+them too (and `stallAfter: 0` stalls right after headers sent at `ttft`). A
+non-streaming answer has no chunks: with `dropAfter` it sends half its body
+and drops, with `stallAfter` only its headers; `malformed: bad_json`
+truncates its JSON, `error_event` makes it a 500.
 
 Log entries, in order (and as JSON lines in `log_path`):
     request      id, ts, purpose, api, path, headers (secrets redacted), body, replySource
@@ -129,10 +133,16 @@ class ModelServer:
     """The server, on the running event loop. Not thread-safe: see ModelServerThread."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, log_path: str | Path | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_path: str | Path | None = None,
+        *,
+        hold_headers: bool = False,
     ) -> None:
         self.host = _loopback_host(host)
         self.port = port
+        self.hold_headers = hold_headers
         self.log: list[dict[str, Any]] = []
         self._log_path = Path(log_path) if log_path is not None else None
         self._log_file: IO[str] | None = None
@@ -230,6 +240,10 @@ class ModelServer:
         if not isinstance(arguments, dict):
             raise ValueError("arguments must be an object")
         self._default_args[tool_name] = dict(arguments)
+
+    def set_hold_headers(self, hold: bool) -> None:
+        """Hold a stream's headers until its first chunk (True) or send them at once."""
+        self.hold_headers = bool(hold)
 
     def reset(self) -> None:
         """Forget queued replies, rules, latencies, default arguments and the log."""
@@ -619,8 +633,12 @@ class ModelServer:
         }
         # HTTP/1.0 has no chunked encoding: there the end of the stream is the close.
         chunked = request.version == "HTTP/1.1"
+        if self.hold_headers:
+            # Nothing at all, not even the status line, until the first token.
+            await conn.pause(ttft)
         await conn.start_stream(200, headers, keep_alive=request.keep_alive, chunked=chunked)
-        await conn.pause(ttft)
+        if not self.hold_headers:
+            await conn.pause(ttft)
         split = reply.malformed == "split_events"
         carry = b""
         for i, frame in enumerate(frames):
@@ -678,9 +696,14 @@ class ModelServerThread:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, log_path: str | Path | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_path: str | Path | None = None,
+        *,
+        hold_headers: bool = False,
     ) -> None:
-        self.server = ModelServer(host, port, log_path)
+        self.server = ModelServer(host, port, log_path, hold_headers=hold_headers)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -779,6 +802,9 @@ class ModelServerThread:
     def set_default_arguments(self, tool_name: str, arguments: dict[str, Any]) -> None:
         self._call(lambda: self.server.set_default_arguments(tool_name, arguments))
 
+    def set_hold_headers(self, hold: bool) -> None:
+        self._call(lambda: self.server.set_hold_headers(hold))
+
     def reset(self) -> None:
         self._call(self.server.reset)
 
@@ -813,6 +839,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--script", type=Path, help="a JSON list of {purpose?, reply} to enqueue at start"
+    )
+    parser.add_argument(
+        "--hold-headers",
+        action="store_true",
+        help="send a stream's headers only with its first chunk, as some servers do",
     )
     return parser
 
@@ -870,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
     """`agentd model-server`: print {"url", "port"} on one line, serve until SIGINT/SIGTERM."""
     args = _parser().parse_args(argv)
     try:
-        server = ModelServer(args.host, args.port, args.log)
+        server = ModelServer(args.host, args.port, args.log, hold_headers=args.hold_headers)
         _configure(server, args.latency, args.script)
     except (ValueError, OSError) as exc:
         print(f"agentd model-server: {exc}", file=sys.stderr)

@@ -477,6 +477,38 @@ async def test_disconnect_logged_when_client_closes_mid_stream(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("hold", [False, True], ids=["headers-at-once", "headers-held"])
+async def test_hold_headers_until_the_first_chunk(
+    server: ModelServer, client: httpx.AsyncClient, hold: bool
+) -> None:
+    """Held, the status line goes out with the first chunk (after ttft); otherwise
+    at once. The server writes headers and first chunk without yielding, so the
+    client sees the headers only once the first chunk is logged, if held."""
+    server.set_hold_headers(hold)
+    server.enqueue({"text": "late answer", "ttft": 0.5})
+    async with client.stream("POST", "/v1/chat/completions", json=openai_body(stream=True)) as resp:
+        assert resp.status_code == 200
+        first = [e for e in server.log if e["type"] == "first_chunk"]
+        assert bool(first) == hold
+        chunks = parse_sse(await resp.aread())
+    assert content_of([json.loads(d) for _, d in chunks if d != "[DONE]"]) == ["late ", "answer"]
+    # A client that leaves during the ttft, headers held or not, is logged as a disconnect.
+    server.enqueue({"text": "never", "ttft": 600})
+
+    async def leave_during_ttft() -> None:
+        async with client.stream("POST", "/v1/messages", json=anthropic_body(stream=True)):
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(leave_during_ttft())
+    await server.wait_for(of_type("request", 2))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gone = await server.wait_for(of_type("disconnect"))
+    assert gone["id"] == 2 and gone["chunksSent"] == 0
+
+
+@pytest.mark.asyncio
 async def test_disconnect_during_ttft(server: ModelServer, client: httpx.AsyncClient) -> None:
     server.enqueue({"text": "late", "ttft": 600})
     async with client.stream("POST", "/v1/messages", json=anthropic_body(stream=True)) as resp:
@@ -947,6 +979,7 @@ async def test_cli_prints_url_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentd.testing.model_server", "--port", "0",
         "--script", str(script), "--latency", "recall=0", "--log", str(tmp_path / "l.jsonl"),
+        "--hold-headers",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
