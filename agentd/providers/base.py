@@ -42,8 +42,10 @@ class ModelRequest:
     # on both APIs (OpenAI `tool_choice`, Anthropic `tool_choice: {type: tool}`).
     tool_choice: str | None = None
     temperature: float | None = None
-    # Called once the request has been sent and the response has started (its
-    # headers arrived): lets side queries wait until the main request is out.
+    # Called once, when the request body has been written to the connection
+    # (at the latest when the response's headers arrive, for transports that
+    # cannot tell): lets side queries wait until the main request is out
+    # without waiting for the first token.
     on_sent: Callable[[], None] | None = None
 
 

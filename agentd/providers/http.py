@@ -11,6 +11,13 @@ once a stream has started, a failure is final (replaying it would duplicate
 text the user has already seen). Every error message names the host and is
 scrubbed of credentials, including text copied from a response body.
 
+"Sent": a caller's `on_sent` fires once the request body has been written to
+the connection, reported by httpcore's `trace` extension
+(`http11.send_request_body.complete`, `http2.send_request_body.complete`),
+never from the response: several OpenAI-compatible servers send the headers
+only with the first token. A transport that does not trace (a mock, a custom
+one) falls back to the response's arrival, so it never fires later than that.
+
 Timeouts: `connect_timeout` and `read_idle_timeout` are httpx's own (httpx's
 read timeout applies to each read, which is the idle gap of a stream);
 `total_timeout` is a deadline on the event loop clock, applied to each await
@@ -184,9 +191,10 @@ class ModelHTTP:
         on_sent: Callable[[], None] | None = None,
     ) -> AsyncGenerator[SSEEvent, None]:
         deadline = asyncio.get_running_loop().time() + self.config.total_timeout
-        response = await self._open(url, content, headers, deadline)
-        if on_sent is not None:
-            on_sent()
+        sent = _Once(on_sent) if on_sent is not None else None
+        response = await self._open(url, content, headers, deadline, sent)
+        if sent is not None:
+            sent()  # the fallback: a no-op once the body's write was traced
         chunks = response.aiter_bytes()
         decoder = SSEDecoder()
         try:
@@ -208,17 +216,25 @@ class ModelHTTP:
             await response.aclose()
 
     async def _open(
-        self, url: str, content: bytes, headers: dict[str, str], deadline: float
+        self,
+        url: str,
+        content: bytes,
+        headers: dict[str, str],
+        deadline: float,
+        sent: _Once | None = None,
     ) -> httpx.Response:
         """Send until a 2xx event stream starts, retrying what may be retried."""
         client = self._get_client()
         loop = asyncio.get_running_loop()
+        extensions = {"trace": sent.trace} if sent is not None else None
         attempt = 0
         while True:
             cause: BaseException | None = None
             try:
                 async with asyncio.timeout_at(deadline):
-                    request = client.build_request("POST", url, content=content, headers=headers)
+                    request = client.build_request(
+                        "POST", url, content=content, headers=headers, extensions=extensions
+                    )
                     response = await client.send(request, stream=True)
             except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
                 cause, error = exc, self._error(exc)
@@ -257,6 +273,26 @@ class ModelHTTP:
 
     def _error(self, failure: httpx.Response | Exception, body: bytes = b"") -> ModelError:
         return to_model_error(failure, host=self.host, config=self.config, body=body)
+
+
+class _Once:
+    """A callback run at most once: by the `trace` of the body's write, else later
+    by the caller as a fallback."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback: Callable[[], None] | None = callback
+
+    def __call__(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        # httpcore prefixes its events with the protocol: "http11." or "http2.".
+        if event.endswith(".send_request_body.complete"):
+            self()
 
 
 def to_model_error(

@@ -6,16 +6,37 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from pygls.exceptions import JsonRpcException
 
 from agentd.testing.model_server import ModelServer
 from tests.e2e.conftest import AgentdClient, daemon_env, start_client
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest_asyncio.fixture
+async def model_server(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ModelServer]:
+    """The model server; `both_servers` runs a test against one that sends a
+    stream's headers at once and one that holds them until the first token (as
+    several OpenAI-compatible servers and proxies do)."""
+    hold = bool(getattr(request, "param", False))
+    log = tmp_path / "model-server.jsonl"
+    async with ModelServer(log_path=log, hold_headers=hold) as server:
+        yield server
+
+
+# For tests whose outcome depends on when the main request counts as sent.
+both_servers = pytest.mark.parametrize(
+    "model_server", [False, True], ids=["headers-at-once", "headers-held"], indirect=True
+)
 
 
 def memory_folder(tmp_path: Path, workspace: Path) -> Path:
@@ -96,6 +117,7 @@ async def new_memory_client(
     )
 
 
+@both_servers
 async def test_local_tier_delivers_at_the_user_query(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
@@ -130,6 +152,60 @@ async def test_local_tier_delivers_at_the_user_query(
         await c.lsp.shutdown_session()
 
 
+@both_servers
+async def test_side_query_starts_once_the_main_request_is_out(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    """The recall side query goes out once the main request's body is written,
+    not when its response starts: with the headers held until a first token
+    that is 600 s away, the side query still reaches the server, after the
+    main request, while the main request waits for its first token."""
+    model_server.enqueue({"text": "late", "ttft": 600})
+    c = await new_memory_client(model_server, tmp_path)
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        task = asyncio.ensure_future(c.prompt(sid, "how do we deploy a release?", msg_id="s1"))
+        recall = await model_server.wait_for(
+            lambda e: e["type"] == "request" and e["purpose"] == "recall"
+        )
+        (main,) = model_server.requests("main")
+        assert main["id"] < recall["id"]
+        assert not [
+            e for e in model_server.log if e["type"] == "first_chunk" and e["id"] == main["id"]
+        ]
+        c.cancel("s1")
+        with pytest.raises(JsonRpcException):
+            await task
+        await model_server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == main["id"])
+    finally:
+        await c.lsp.shutdown_session()
+
+
+@both_servers
+async def test_side_query_never_reaches_the_server_before_the_main_request(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    """Prompts of growing size (up to a main request body of about 1 MB): each
+    prompt's recall request is logged by the server after its main request."""
+    c = await new_memory_client(model_server, tmp_path)
+    try:
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        for i, size in enumerate((0, 10_000, 100_000, 1_000_000)):
+            marker = f"[n{i}]"
+            # A slow first token keeps the prompt open until its side query is out.
+            model_server.add_rule(marker, {"text": "done", "ttft": 0.3}, times=1)
+            sid = await c.new_session(workspace)
+            await c.prompt(sid, f"deploy the release {marker} " + "x" * size)
+            mains = [r for r in model_server.requests("main") if marker in str(r["body"])]
+            recalls = [r for r in model_server.requests("recall") if marker in str(r["body"])]
+            assert len(mains) == 1 and len(recalls) == 1, size
+            assert mains[0]["id"] < recalls[0]["id"], size
+    finally:
+        await c.lsp.shutdown_session()
+
+
+@both_servers
 async def test_model_tier_arrives_after_tool_results(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
@@ -216,6 +292,7 @@ async def test_memory_disabled_means_no_side_query(
         await c.lsp.shutdown_session()
 
 
+@both_servers
 async def test_cancel_closes_the_side_query(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
@@ -240,6 +317,7 @@ async def test_cancel_closes_the_side_query(
         await c.lsp.shutdown_session()
 
 
+@both_servers
 async def test_second_prompt_and_reset_abort_unsettled_side_queries(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
@@ -307,6 +385,7 @@ async def _wait_model_settled(c: AgentdClient, model_server: ModelServer, root: 
         await model_server.wait_for(lambda e: e["type"] == "complete")
 
 
+@both_servers
 async def test_anthropic_order_tool_results_then_memory(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:
@@ -347,6 +426,7 @@ async def test_anthropic_order_tool_results_then_memory(
         await c.lsp.shutdown_session()
 
 
+@both_servers
 async def test_slow_side_query_arrives_at_a_later_tool_result(
     model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
 ) -> None:

@@ -446,6 +446,86 @@ async def test_stops_reading_after_done() -> None:
     assert body.closed
 
 
+# --- when a request counts as sent -----------------------------------------------
+
+
+def sent_request(on_sent: Any) -> ModelRequest:
+    from agentd.agent.messages import user_text
+
+    return ModelRequest("m", "", [user_text("hi")], on_sent=on_sent)
+
+
+@pytest.mark.asyncio
+async def test_on_sent_fires_once_the_body_is_written_not_at_the_headers() -> None:
+    """A server that holds its headers until a first token that never comes:
+    on_sent still fires, as soon as the body is out, exactly once."""
+    from agentd.testing.model_server import ModelServer
+
+    async with ModelServer(hold_headers=True) as server:
+        server.enqueue({"text": "late", "ttft": 600})
+        config = ProviderConfig(base_url=server.openai_base_url, api_key=KEY, model="m")
+        p = OpenAIProvider(config)
+        sent = asyncio.Event()
+        calls: list[str] = []
+
+        def on_sent() -> None:
+            calls.append("sent")
+            sent.set()
+
+        async def consume() -> None:
+            async for _ in p.stream(sent_request(on_sent)):
+                pass
+
+        task = asyncio.create_task(consume())
+        try:
+            # The timeout only turns a regression (firing at the headers, 600 s
+            # away) into a failure instead of a hang.
+            await asyncio.wait_for(sent.wait(), 30)
+            req = await server.wait_for(lambda e: e["type"] == "request")
+            assert not [e for e in server.log if e["type"] == "first_chunk"]
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await p.aclose()
+        await server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == req["id"])
+        assert calls == ["sent"]
+
+
+@pytest.mark.asyncio
+async def test_on_sent_fires_once_over_retries_and_a_whole_stream() -> None:
+    from agentd.testing.model_server import ModelServer
+
+    async with ModelServer() as server:
+        server.enqueue({"status": 503})
+        server.enqueue({"text": "hi there"})
+        config = ProviderConfig(base_url=server.openai_base_url, api_key=KEY, model="m")
+        p = OpenAIProvider(config, sleep=Sleeps())
+        calls: list[str] = []
+        try:
+            async for event in p.stream(sent_request(lambda: calls.append("sent"))):
+                calls.append(type(event).__name__)
+        finally:
+            await p.aclose()
+        # Sent at the first attempt's body, never again, and before any event.
+        assert calls == ["sent", "TextDelta", "TextDelta", "StreamEnd"]
+        assert len(server.requests()) == 2
+
+
+@pytest.mark.asyncio
+async def test_on_sent_falls_back_to_the_response_without_a_tracing_transport() -> None:
+    # MockTransport reports no trace events: the response's arrival is the fallback.
+    server = Server(status(503), ok())
+    calls: list[str] = []
+    p = make(server)
+    try:
+        async for event in p.stream(sent_request(lambda: calls.append("sent"))):
+            calls.append(type(event).__name__)
+    finally:
+        await p.aclose()
+    assert calls == ["sent", "TextDelta", "StreamEnd"]
+
+
 # --- pieces -----------------------------------------------------------------
 
 
