@@ -115,10 +115,21 @@ class Updates:
         return [u for _, u in self.by_session.get(sid, []) if kind is None or u.get("kind") == kind]
 
 
+def baseline_daemon(env: dict[str, str], src: Path) -> tuple[list[str], dict[str, str]]:
+    """Command and environment of a daemon running the agentd package of `src` (a
+    checkout of another commit, for side-by-side runs). `-P` keeps the current
+    directory off sys.path, so PYTHONPATH decides which agentd is imported."""
+    args = [sys.executable, "-P", "-m", "agentd", "serve"]
+    return args, {**env, "PYTHONPATH": str(src.resolve())}
+
+
 async def start_agentd(
-    env: dict[str, str], options: dict[str, Any] | None = None, updates: Updates | None = None
+    env: dict[str, str],
+    options: dict[str, Any] | None = None,
+    updates: Updates | None = None,
+    args: list[str] | None = None,
 ) -> StdioClient:
-    client = await StdioClient.spawn(env, updates)
+    client = await StdioClient.spawn(env, updates, args=args)
     await client.initialize(options or {})
     return client
 

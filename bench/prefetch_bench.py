@@ -1,7 +1,9 @@
-"""Recall prefetch benchmark (issue 4): what memory costs and delivers per prompt.
+"""Recall prefetch benchmark (issues 4, 12): what memory costs and delivers per prompt.
 
     python bench/prefetch_bench.py [--prompts 200] [--latencies 0,0.5,3]
                                    [--tool-margin 0.2] [--concurrency 12]
+                                   [--headers both|at-once|held]
+                                   [--start-ttft 3] [--baseline-src DIR]
                                    [--json FILE] [--table]
 
 Configurations: memory off, and memory on (20 topic files, model tier on) with
@@ -23,7 +25,21 @@ Per configuration:
   message contains "<system-reminder>") among those the local tier matched
   (`memory/recall` on the same text); goal >= 99%;
 - share of tool-using prompts that received model-tier memory (an
-  `agent/update` memory with tier "model"), and `memory/status` deliveries.
+  `agent/update` memory with tier "model"), and `memory/status` deliveries;
+- main request -> recall side query at the model server, p50/p99 (both
+  `request` log entries, one clock), how many side queries reached the server
+  before their main request (goal: none) and how many were never sent.
+
+Model server behaviour (`--headers`, default both): headers of a stream sent
+at once, or held until the first token as several OpenAI-compatible servers
+do (`ModelServer(hold_headers=True)`); each configuration above runs with
+each. Side-query start (`--start-ttft S`, default 3, 0 skips): two more
+configurations (headers held / at once) where every prompt's main reply has
+a first token S seconds away and no prompt uses a tool, so the side query's
+start is measured while the main request waits for its first token. With
+`--baseline-src DIR` (a checkout of another commit, e.g. `git worktree add
+/tmp/base main`) those two also run against a daemon of that code, side by
+side in the same run.
 
 The configurations run side by side (a daemon and a model server each) and
 their prompts are interleaved, so that machine noise hits them alike. Prompts
@@ -54,6 +70,7 @@ from _common import (
     TOPICS,
     Updates,
     add_output_args,
+    baseline_daemon,
     daemon_env,
     emit,
     fmt,
@@ -77,22 +94,50 @@ REMINDER = "<system-reminder>"
 
 
 class Config:
-    def __init__(self, memory: bool, latency: float, model_tier: bool = True) -> None:
+    def __init__(
+        self,
+        memory: bool,
+        latency: float,
+        model_tier: bool = True,
+        *,
+        hold: bool = False,
+        main_ttft: float = 0.0,
+        baseline: Path | None = None,
+    ) -> None:
         self.memory = memory
         self.latency = latency
         self.model_tier = memory and model_tier
+        self.hold = hold  # the model server holds a stream's headers until its first token
+        self.main_ttft = main_ttft  # > 0: every main reply's first token this far away
+        self.baseline = baseline  # run the daemon of this source tree
 
     @property
     def name(self) -> str:
         if not self.memory:
-            return "off"
-        return f"on, recall {self.latency:g} s" if self.model_tier else "on, model tier off"
+            base = "off"
+        elif self.main_ttft:
+            base = f"on, main ttft {self.main_ttft:g} s"
+        else:
+            base = f"on, recall {self.latency:g} s" if self.model_tier else "on, model tier off"
+        held = ", headers held" if self.hold else ""
+        return f"{base}{held}{' [baseline]' if self.baseline else ''}"
 
     @property
     def key(self) -> str:
         if not self.memory:
-            return "memory_off"
-        return f"memory_on_recall_{self.latency:g}s" if self.model_tier else "memory_on_local_only"
+            base = "memory_off"
+        elif self.main_ttft:
+            base = f"memory_on_main_ttft_{self.main_ttft:g}s"
+        elif self.model_tier:
+            base = f"memory_on_recall_{self.latency:g}s"
+        else:
+            base = "memory_on_local_only"
+        return f"{base}{'_held' if self.hold else ''}{'_baseline' if self.baseline else ''}"
+
+    @property
+    def off_key(self) -> str:
+        """The memory-off configuration this one is compared with (same server)."""
+        return f"memory_off{'_held' if self.hold else ''}"
 
     @property
     def options(self) -> dict[str, Any]:
@@ -129,7 +174,7 @@ class Runner:
     ) -> None:
         self.tmp, self.cfg, self.n, self.wakes = tmp, cfg, n, wakes
         self.ttft = (cfg.latency if cfg.model_tier else 0.0) + margin
-        self.server = ModelServer()
+        self.server = ModelServer(hold_headers=cfg.hold)
         self.updates = Updates()
         self.client: StdioClient | None = None
         self.ws = tmp / "ws"
@@ -156,7 +201,10 @@ class Runner:
         self.server.set_default_arguments("select_memories", {"paths": [self.style]})
         options = self.cfg.options
         env = daemon_env(self.server.openai_base_url, self.tmp)
-        self.client = await start_agentd(env, options, self.updates)
+        args = None
+        if self.cfg.baseline is not None:
+            args, env = baseline_daemon(env, self.cfg.baseline)
+        self.client = await start_agentd(env, options, self.updates, args)
         client = self.client
         if self.cfg.memory:
             await client.request("memory/status", self.root)  # the index is built
@@ -184,11 +232,15 @@ class Runner:
         finally:
             self.slots.release()
 
+    def is_tool(self, i: int) -> bool:
+        return i % 2 == 1 and not self.cfg.main_ttft
+
     async def launch(self, i: int) -> None:
-        """Prompt i: timed up to its first main request; plain ones run to their end."""
+        """Prompt i: timed up to its first main request; plain ones without a
+        slow first token run to their end, the others in the background."""
         assert self.client is not None
         server = self.server
-        tool = i % 2 == 1
+        tool = self.is_tool(i)
         marker = f"[p{i}]"
         await self.slots.acquire()
         if tool:
@@ -200,6 +252,11 @@ class Runner:
                 },
                 times=1,
             )
+        elif self.cfg.main_ttft:
+            # Streams for a while after its first token: a side query that waits
+            # for the response still goes out (and is measured) before the end.
+            reply = {"chunks": ["o", "k"], "ttft": self.cfg.main_ttft, "chunkDelay": 0.3}
+            server.add_rule(marker, reply, times=1)
         await self.wakes.quiet()
         after = max((e["id"] for e in server.log if "id" in e), default=0)
         t0 = time.time()
@@ -217,8 +274,10 @@ class Runner:
         )
         self.latency_ms[i] = (req["ts"] - t0) * 1000
         self.first_requests[i] = req
-        if tool:
-            self.wakes.add(req["ts"] + self.ttft)
+        if tool or self.cfg.main_ttft:
+            self.wakes.add(req["ts"] + (self.ttft if tool else self.cfg.main_ttft))
+            if not tool:
+                self.wakes.add(req["ts"] + self.cfg.main_ttft + 0.3)
             if self.cfg.model_tier:
                 self.wakes.add(t0 + self.cfg.latency)
             task = asyncio.get_running_loop().create_task(self._finish(fut, i))
@@ -233,7 +292,7 @@ class Runner:
             await asyncio.gather(*self.background)
         n, cfg, style = self.n, self.cfg, self.style
         carried = [REMINDER in last_user_text(r["body"]) for r in self.first_requests]
-        tool_ids = [i for i in range(n) if i % 2 == 1]
+        tool_ids = [i for i in range(n) if self.is_tool(i)]
         mem = [self.updates.of(self.sessions[i], "memory") for i in tool_ids]
         model_got = [any(u.get("tier") == "model" for u in m) for m in mem]
         model_style = [
@@ -247,6 +306,11 @@ class Runner:
             "config": cfg.name,
             "memory": cfg.memory,
             "model_tier": cfg.model_tier,
+            "headers_held": cfg.hold,
+            "main_ttft_s": cfg.main_ttft,
+            "baseline_src": str(cfg.baseline) if cfg.baseline else None,
+            "off_key": cfg.off_key,
+            "side_query": self.side_query_start() if cfg.model_tier else None,
             "recall_latency_s": cfg.latency if cfg.model_tier else None,
             "prompts": n,
             "tool_prompts": len(tool_ids),
@@ -271,6 +335,34 @@ class Runner:
             "failure_count": len(self.failures),
         }
 
+    def side_query_start(self) -> dict[str, Any]:
+        """Each prompt's main request -> its recall side query, at the model server."""
+        log = self.server.log
+        position = {(e["type"], e.get("id")): k for k, e in enumerate(log)}
+        recalls: dict[str, dict[str, Any]] = {}
+        for r in self.server.requests("recall"):
+            text = last_user_text(r["body"])
+            for i in range(self.n):
+                if f"[p{i}]" in text:
+                    recalls.setdefault(f"[p{i}]", r)
+        gaps: list[float] = []
+        before = missing = before_first_token = 0
+        for i, main in enumerate(self.first_requests):
+            recall = recalls.get(f"[p{i}]")
+            if recall is None:
+                missing += 1
+                continue
+            gaps.append((recall["ts"] - main["ts"]) * 1000)
+            before += recall["id"] < main["id"]
+            first = position.get(("first_chunk", main["id"]), len(log))
+            before_first_token += position[("request", recall["id"])] < first
+        return {
+            "main_to_recall_ms": summary(gaps),
+            "recall_before_main": before,
+            "recall_before_main_first_token": before_first_token,
+            "recall_not_sent": missing,
+        }
+
     async def stop(self) -> None:
         if self.client is not None:
             await self.client.shutdown()
@@ -287,20 +379,22 @@ def ratio(k: int, n: int, share: float | None) -> str:
 
 def build_table(r: dict[str, Any]) -> str:
     configs = r["configs"]
-    off = configs["memory_off"]
-    off_s = off["prompt_to_request_ms"]
-    rows = [
-        [
-            "prompt -> first main request, memory off",
-            cell(off_s),
-            "baseline",
-            "-",
-        ]
-    ]
+    rows = []
+    for c in configs.values():
+        if not c["memory"]:
+            rows.append(
+                [
+                    f"prompt -> first main request, memory {c['config']}",
+                    cell(c["prompt_to_request_ms"]),
+                    "baseline",
+                    "-",
+                ]
+            )
     for c in configs.values():
         if not c["memory"]:
             continue
         s = c["prompt_to_request_ms"]
+        off_s = configs[c["off_key"]]["prompt_to_request_ms"]
         added = s["p99"] - off_s["p99"]
         rows.append(
             [
@@ -327,7 +421,7 @@ def build_table(r: dict[str, Any]) -> str:
         if not c["memory"]:
             continue
         share = c["model_share"]
-        if not c["model_tier"]:
+        if not c["model_tier"] or not c["tool_prompts"]:
             continue
         rows.append(
             [
@@ -337,9 +431,26 @@ def build_table(r: dict[str, Any]) -> str:
                 "info",
             ]
         )
+    for c in configs.values():
+        sq = c["side_query"]
+        if not sq:
+            continue
+        gap = sq["main_to_recall_ms"]
+        before = sq["recall_before_main"]
+        rows.append(
+            [
+                f"main request -> recall side query at the server, {c['config']}",
+                cell(gap) if gap.get("n") else "n/a",
+                "after the main request, within a few ms",
+                f"before main: {before}, before main's first token: "
+                f"{sq['recall_before_main_first_token']}/{gap.get('n', 0)}, "
+                f"never sent: {sq['recall_not_sent']} {'PASS' if before == 0 else 'FAIL'}",
+            ]
+        )
     fails = sum(c["failure_count"] for c in configs.values())
     note = (
-        f"\n{r['prompts']} prompts per configuration (half tool-using); failed prompts: {fails}; "
+        f"\n{r['prompts']} prompts per configuration (half tool-using, except with a main "
+        f"ttft); failed prompts: {fails}; "
         f"load average at start {r['machine']['loadavg_start']}, "
         f"at end {r['machine']['loadavg_end']}; "
         f"{r['elapsed_s']} s."
@@ -350,9 +461,24 @@ def build_table(r: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     load0 = [round(x, 2) for x in os.getloadavg()]
-    configs = [Config(False, 0.0)] + [Config(True, s) for s in args.latencies]
-    if not args.no_local_only:
-        configs.append(Config(True, 0.0, model_tier=False))
+    holds = {"at-once": [False], "held": [True], "both": [False, True]}[args.headers]
+    configs: list[Config] = []
+    for hold in holds:
+        configs.append(Config(False, 0.0, hold=hold))
+        configs += [Config(True, s, hold=hold) for s in args.latencies]
+        if not args.no_local_only:
+            configs.append(Config(True, 0.0, model_tier=False, hold=hold))
+    if args.start_ttft > 0:
+        for base in [None, args.baseline_src] if args.baseline_src else [None]:
+            for hold in (True, False):
+                configs.append(
+                    Config(True, 0.0, hold=hold, main_ttft=args.start_ttft, baseline=base)
+                )
+    # Each memory-on configuration is compared with memory off on the same server.
+    for off_key, hold in (("memory_off", False), ("memory_off_held", True)):
+        keys = {c.key for c in configs}
+        if off_key not in keys and any(c.off_key == off_key for c in configs):
+            configs.insert(0, Config(False, 0.0, hold=hold))
     wakes = Wakes()
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="agentd-prefetch-bench-") as tmp_s:
@@ -377,13 +503,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for r in runners:
                 await r.stop()
-    off_s = out["memory_off"]["prompt_to_request_ms"]
     for c in out.values():
         if c["memory"]:
+            off_s = out[c["off_key"]]["prompt_to_request_ms"]
             c["added_p99_ms"] = round(c["prompt_to_request_ms"]["p99"] - off_s["p99"], 3)
             c["added_p50_ms"] = round(c["prompt_to_request_ms"]["median"] - off_s["median"], 3)
     return {
         "prompts": args.prompts,
+        "headers": args.headers,
+        "start_ttft_s": args.start_ttft,
+        "baseline_src": str(args.baseline_src) if args.baseline_src else None,
         "tool_margin_s": args.tool_margin,
         "concurrency": args.concurrency,
         "machine": {
@@ -428,8 +557,30 @@ def main() -> int:
         action="store_true",
         help="skip the extra configuration memory on with the model tier off",
     )
+    parser.add_argument(
+        "--headers",
+        choices=["both", "at-once", "held"],
+        default="both",
+        help="the model server sends a stream's headers at once, holds them until the "
+        "first token, or each in turn (default both)",
+    )
+    parser.add_argument(
+        "--start-ttft",
+        type=float,
+        default=3.0,
+        help="side-query start configurations: main first token this far away (default 3 s; "
+        "0 skips them)",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        metavar="DIR",
+        help="also run the side-query start configurations with the daemon of this checkout",
+    )
     add_output_args(parser)
     args = parser.parse_args()
+    if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
+        parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
     if args.prompts < 2:
         parser.error("--prompts must be >= 2")
     if not 1 <= args.concurrency <= 14:
