@@ -11,6 +11,10 @@
 - In Japanese, particles sit where kana meet kanji or katakana
   (``コードレビューの基準``); bigrams that straddle such a boundary through a
   particle are dropped, while all-hiragana text keeps every bigram.
+- Function-word bigrams (``怎么``, ``です``, ``합니``) are dropped, and so are
+  the bigrams that overlap one by a character (``部署怎么做`` keeps ``部署``
+  only): they straddle a word boundary and mean nothing, yet would count as
+  words of the query that no note holds.
 """
 
 from __future__ import annotations
@@ -122,10 +126,13 @@ def _cjk_terms(run: str, out: list[str]) -> None:
         if run not in _JA_PARTICLES:
             out.append(run)
         return
-    for i in range(len(run) - 1):
-        a, b = run[i], run[i + 1]
-        gram = a + b
-        if gram in CJK_STOP_BIGRAMS or _boundary_particle(a, b):
+    grams = [run[i : i + 2] for i in range(len(run) - 1)]
+    stop = [gram in CJK_STOP_BIGRAMS for gram in grams]
+    last = len(grams) - 1
+    for i, gram in enumerate(grams):
+        if stop[i] or (i > 0 and stop[i - 1]) or (i < last and stop[i + 1]):
+            continue
+        if _boundary_particle(gram[0], gram[1]):
             continue
         out.append(gram)
 

@@ -41,7 +41,11 @@ def test_identifiers_split() -> None:
 
 def test_chinese_bigrams() -> None:
     assert terms("生产部署") == ["生产", "产部", "部署"]
-    assert terms("我们的部署") == ["们的", "的部", "部署"]  # 我们 is a stop bigram
+    # 我们 is a function-word bigram: it goes, and so does 们的, which overlaps it.
+    assert terms("我们的部署") == ["的部", "部署"]
+    # A question around one word keeps the word, not the bigrams into 怎么.
+    assert terms("部署怎么做") == ["部署"]
+    assert terms("확인합니다") == ["확인"]
 
 
 def test_japanese_particles_at_script_boundaries() -> None:
