@@ -9,6 +9,14 @@ than reweighing every doc, which is what keeps an edit O(doc size).
 
 Word terms (scripts with spaces) are kept in a sorted vocabulary as well, for
 prefix matching: "deploy" finds "deployment" and the reverse, at half weight.
+
+Ranking says which docs match best; `evidence` says whether a doc is about the
+query at all. It measures both in units of one informative term (a term found
+in a single doc weighs 1, a term in more docs its idf relative to that): the
+query's mass is the weight of its distinct terms, known to the index or not,
+and a doc's evidence is the weight of the query terms it holds, full when the
+term is in its name or description (what the note is about), half when only
+in its body. The recall tier compares the two (`agentd/memory/recall.py`).
 Only the event loop mutates an index; a full build happens on a fresh object
 (possibly in a worker thread) that is then swapped in.
 """
@@ -42,6 +50,9 @@ GENERIC_DF_RATIO = 0.5
 GENERIC_MIN_DOCS = 20
 # A long pasted prompt keeps this many of its rarest terms.
 MAX_QUERY_TERMS = 32
+# Evidence of a query term found only in a doc's body, relative to one found in
+# its name or description: a body mentions many things a note is not about.
+BODY_EVIDENCE = 0.5
 
 
 def _prefixable(term: str) -> bool:
@@ -60,7 +71,11 @@ class IndexedDoc:
     head: str
     content_hash: str
     lengths: tuple[int, int, int]
+    # Distinct terms, those of the name and description first (`_weights` adds
+    # fields in order), so that `terms[:about_count]` is what the note says it
+    # is about, at no extra memory per doc.
     terms: tuple[str, ...]
+    about_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,31 @@ class _TermPlan:
     bound: float
     strong: list[_Scaled]  # may create candidates (evidence)
     other: list[_Scaled]  # weak or generic: only add to candidates
+
+
+_Evidence = tuple[str, dict[int, float], float]  # index term, postings, weight in units
+
+
+@dataclass(frozen=True, slots=True)
+class QueryEvidence:
+    """A query's informative mass, and for each of its terms the variants that
+    give evidence, to weigh what a doc holds of the query against the mass."""
+
+    mass: float
+    variants: tuple[tuple[_Evidence, ...], ...]
+
+    def of(self, doc: IndexedDoc) -> float:
+        """The weight of the query terms ``doc`` holds (its best variant each):
+        in full in its name or description, `BODY_EVIDENCE` in its body only."""
+        about = doc.terms[: doc.about_count]
+        total = 0.0
+        for variants in self.variants:
+            best = 0.0
+            for term, postings, weight in variants:
+                if doc.id in postings:
+                    best = max(best, weight if term in about else weight * BODY_EVIDENCE)
+            total += best
+        return total
 
 
 def field_terms(doc: TopicDoc) -> Fields:
@@ -153,6 +193,7 @@ class InvertedIndex:
             content_hash=doc.content_hash,
             lengths=(len(fields[0]), len(fields[1]), len(fields[2])),
             terms=tuple(weights),
+            about_count=len(set(fields[0]) | set(fields[1])),
         )
         for term, weight in weights.items():
             postings = self._postings.get(term)
@@ -239,25 +280,52 @@ class InvertedIndex:
                 out.append((prefix, PREFIX_FACTOR))
         return out
 
-    def _plan(self, query_terms: Iterable[str]) -> list[_TermPlan]:
+    def _plan(self, query_terms: Iterable[str]) -> tuple[list[_TermPlan], QueryEvidence]:
+        """One pass over the query's distinct terms: how to score them (rarest
+        first, a very long query keeping its most telling terms) and the
+        evidence they can give, in units of one term found in a single doc.
+
+        A term no doc holds weighs a full unit of the query's mass: it is part of
+        what the user asks about that no note covers. Weak terms (a lone CJK
+        character) weigh nothing; generic ones (in more than half of a large
+        folder's docs) add their low idf to the mass but give no evidence."""
         n_docs = len(self._docs)
         generic_df = n_docs * GENERIC_DF_RATIO if n_docs >= GENERIC_MIN_DOCS else math.inf
+        unit = self._idf(1) or 1.0
+        mass = 0.0
         plans: list[_TermPlan] = []
+        evidence: list[tuple[_Evidence, ...]] = []
         for qterm in dict.fromkeys(query_terms):
             weak_term = is_weak(qterm)
             strong: list[_Scaled] = []
             other: list[_Scaled] = []
+            gives: list[_Evidence] = []
+            most_df = 0
             for term, factor in self._variants(qterm):
                 postings = self._postings[term]
-                scaled = (postings, self._idf(len(postings)) * factor)
-                (other if weak_term or len(postings) > generic_df else strong).append(scaled)
+                most_df = max(most_df, len(postings))
+                idf = self._idf(len(postings))
+                scaled = (postings, idf * factor)
+                if weak_term or len(postings) > generic_df:
+                    other.append(scaled)
+                else:
+                    strong.append(scaled)
+                    gives.append((term, postings, idf / unit * factor))
             if strong or other:
                 bound = max(scale for _, scale in (*strong, *other))
                 plans.append(_TermPlan(bound, strong, other))
-        # Terms that can create candidates first, rarest first; a very long
-        # query keeps its most telling terms.
+            if gives:
+                evidence.append(tuple(gives))
+            if not weak_term:
+                # A word's family (its prefix variants) is about as common as its
+                # most common member.
+                mass += self._idf(most_df) / unit if most_df else 1.0
         plans.sort(key=lambda p: (not p.strong, -p.bound))
-        return plans[:MAX_QUERY_TERMS]
+        return plans[:MAX_QUERY_TERMS], QueryEvidence(mass, tuple(evidence))
+
+    def evidence(self, query_terms: Iterable[str]) -> QueryEvidence:
+        """The query's mass and what each doc holds of it (see `QueryEvidence`)."""
+        return self._plan(query_terms)[1]
 
     def search(
         self, query_terms: Iterable[str], *, exclude: Iterable[str] = (), limit: int = 5
@@ -275,9 +343,15 @@ class InvertedIndex:
         left, those terms only update known candidates, and candidates that
         can no longer reach the top are dropped.
         """
+        return self.search_with_evidence(query_terms, exclude=exclude, limit=limit)[0]
+
+    def search_with_evidence(
+        self, query_terms: Iterable[str], *, exclude: Iterable[str] = (), limit: int = 5
+    ) -> tuple[list[Hit], QueryEvidence]:
+        """`search`, and the query's `QueryEvidence` from the same planning pass."""
         if not self._docs or limit <= 0:
-            return []
-        plans = self._plan(query_terms)
+            return [], QueryEvidence(0.0, ())
+        plans, evidence = self._plan(query_terms)
         excluded = {d.id for p in exclude if (d := self._by_path.get(p)) is not None}
         scores: dict[int, float] = {}
         rest = sum(p.bound for p in plans)
@@ -295,7 +369,7 @@ class InvertedIndex:
                 _add_term(plan, scores, create=False)
             if len(scores) >= limit:
                 threshold = heapq.nlargest(limit, scores.values())[-1]
-        return self._top(scores, limit)
+        return self._top(scores, limit), evidence
 
     def search_exhaustive(
         self, query_terms: Iterable[str], *, exclude: Iterable[str] = (), limit: int = 5
@@ -306,7 +380,7 @@ class InvertedIndex:
         excluded = {d.id for p in exclude if (d := self._by_path.get(p)) is not None}
         scores: dict[int, float] = {}
         evidence: set[int] = set()
-        for plan in self._plan(query_terms):
+        for plan in self._plan(query_terms)[0]:
             best: dict[int, float] = {}
             for postings, scale in (*plan.strong, *plan.other):
                 for doc_id, weight in postings.items():

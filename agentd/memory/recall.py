@@ -2,10 +2,24 @@
 
 Plain synchronous code over a prebuilt index (it runs on the event loop at
 the user-query point, so it must never await and must stay around a
-millisecond). The minimum-evidence rule keeps unrelated queries empty rather
-than padding the answer with filler: a doc needs a matched term that is not a
-stopword, not a lone CJK character and not generic across the folder, and a
-score of at least a fixed share of the best doc's.
+millisecond). Recall keeps unrelated prompts empty rather than padding the
+answer with notes that share a word with them ("write a haiku about the
+release of spring" is not about the release checklist). A doc is recalled
+only with enough evidence that it is about the query:
+
+- evidence comes from the query's distinct informative terms (not stopwords,
+  not a lone CJK character, not generic across a large folder), each weighed
+  by its idf relative to a term found in a single doc, in full when the doc's
+  name or description holds it and half when only its body does
+  (`InvertedIndex.evidence`);
+- it must reach `EVIDENCE_SHARE` of the query's own mass (the weight of all
+  its informative terms, including those no note holds), capped at
+  `EVIDENCE_CAP`: a short query must be mostly explained by the doc, a long
+  prompt by more than any single term can give (two terms of its name or
+  description, one and a body term, or three of its body);
+- and its score at least `RELATIVE_SCORE_FLOOR` of the best such doc's.
+
+The model tier's candidates (`rank`) skip these rules: the model judges them.
 """
 
 from __future__ import annotations
@@ -24,6 +38,10 @@ DOC_CHARS = 1_200
 DELIVERY_CHARS = 6_000
 # A doc scoring under this share of the best doc is filler, not a match.
 RELATIVE_SCORE_FLOOR = 0.25
+# A doc's evidence must reach this share of the query's informative mass...
+EVIDENCE_SHARE = 0.4
+# ... or, for a long prompt, this many terms' worth: more than one term can give.
+EVIDENCE_CAP = 1.5
 # Below this many characters left in the delivery budget, stop adding docs.
 MIN_USEFUL_CHARS = 200
 TRUNCATION_MARK = "\n[... truncated]"
@@ -119,16 +137,22 @@ def budgeted(
     return RecallResult(docs=tuple(docs), tier=tier)
 
 
-def rank(
-    index: InvertedIndex, query: str, *, exclude: Collection[str] = (), limit: int = MAX_DOCS
-) -> list[Hit]:
-    """Docs with evidence for ``query``, best first (no relative floor, no budget)."""
-    if limit <= 0 or not query.strip():
-        return []
+def query_terms(query: str) -> list[str]:
+    """The terms recall looks at: a huge query's start and end only."""
     if len(query) > MAX_QUERY_CHARS:
         half = MAX_QUERY_CHARS // 2
         query = query[:half] + "\n" + query[-half:]
-    return index.search(terms(query), exclude=exclude, limit=limit)
+    return terms(query)
+
+
+def rank(
+    index: InvertedIndex, query: str, *, exclude: Collection[str] = (), limit: int = MAX_DOCS
+) -> list[Hit]:
+    """Docs sharing a telling term with ``query``, best first (no evidence rule,
+    no relative floor, no budget): the candidates of the model tier."""
+    if limit <= 0 or not query.strip():
+        return []
+    return index.search(query_terms(query), exclude=exclude, limit=limit)
 
 
 def recall_index(
@@ -139,9 +163,19 @@ def recall_index(
     limit: int = MAX_DOCS,
     now: float | None = None,
 ) -> RecallResult:
-    hits = rank(index, query, exclude=exclude, limit=min(limit, MAX_DOCS))
+    if limit <= 0 or not query.strip():
+        return EMPTY
+    hits, evidence = index.search_with_evidence(
+        query_terms(query), exclude=exclude, limit=min(limit, MAX_DOCS)
+    )
     if not hits:
         return EMPTY
-    floor = hits[0].score * RELATIVE_SCORE_FLOOR
-    kept = [(h.doc, h.score) for h in hits if h.score >= floor]
+    need = min(EVIDENCE_CAP, EVIDENCE_SHARE * evidence.mass)
+    # The tolerance keeps exact ties (three single-doc body terms: 1.5) on the
+    # side the rule intends, whatever the float rounding of the idf units.
+    about = [h for h in hits if evidence.of(h.doc) >= need - 1e-9]
+    if not about:
+        return EMPTY
+    floor = about[0].score * RELATIVE_SCORE_FLOOR
+    kept = [(h.doc, h.score) for h in about if h.score >= floor]
     return budgeted(kept, tier=TIER_LOCAL, now=now)

@@ -4,17 +4,19 @@ import time
 from pathlib import Path
 
 from agentd.memory import RecalledDoc, RecallResult, render_recall
-from agentd.memory.index import InvertedIndex
+from agentd.memory.index import BODY_EVIDENCE, InvertedIndex
 from agentd.memory.recall import (
     DELIVERY_CHARS,
     DOC_CHARS,
     MAX_DOCS,
     age_text,
     excerpt,
+    rank,
     recall_index,
 )
 from agentd.memory.render import PREAMBLE
 from agentd.memory.store import TopicDoc, parse_topic
+from agentd.memory.tokenize import terms
 
 NOW = 1_700_000_000.0
 
@@ -92,6 +94,51 @@ def test_min_evidence_returns_nothing_for_unrelated_queries() -> None:
         "what is this about?",
     ]:
         assert recall_index(idx, query, now=NOW).docs == (), query
+
+
+def test_one_shared_word_is_not_evidence_for_a_longer_prompt() -> None:
+    idx = index_of(
+        doc("Release process", "Production deployment checklist", "Verify monitoring first."),
+        doc("Team ownership", "Platform team contacts", "Escalate storage issues."),
+        doc("Oncall board", "Grafana service dashboard", "Service response times and alerts."),
+    )
+    for query in [
+        "write a haiku about the release of spring",  # one title word of four
+        "how do you say 'our team won the match' in french?",
+        "what is the average response time of a human reaction?",  # two body words of five
+    ]:
+        assert recall_index(idx, query, now=NOW).docs == (), query
+        # The model tier's candidates keep them: the model judges.
+        assert [h.doc.info.name for h in rank(idx, query)], query
+    # The same notes, asked about.
+    assert names(recall_index(idx, "release process", now=NOW)) == ["Release process"]
+    assert names(recall_index(idx, "release", now=NOW)) == ["Release process"]
+    assert names(recall_index(idx, "who owns storage? which team?", now=NOW)) == ["Team ownership"]
+
+
+def test_evidence_is_field_aware_and_relative_to_the_query() -> None:
+    idx = index_of(
+        doc(
+            "Operational notes",
+            "Miscellaneous guidance",
+            "Emergency rollback needs owner approval.",
+        ),
+        doc("Style", "Concise answers", "Skip summaries."),
+    )
+    # A short query wholly found in a body is enough...
+    assert names(recall_index(idx, "owner approval", now=NOW)) == ["Operational notes"]
+    assert names(recall_index(idx, "rollback", now=NOW)) == ["Operational notes"]
+    # ... and so are three body words of a long prompt; two are not.
+    long_prompt = "the deploy broke checkout, we need an emergency rollback: whose approval?"
+    assert names(recall_index(idx, long_prompt, now=NOW)) == ["Operational notes"]
+    assert (
+        recall_index(idx, "emergency approval for the new office furniture budget", now=NOW).docs
+        == ()
+    )
+    ev = idx.evidence(terms("owner approval banana"))
+    assert ev.mass == 3.0  # two terms in one doc of two, and one no doc holds
+    note = idx.get("/mem/operational-notes.md")
+    assert note is not None and ev.of(note) == 2 * BODY_EVIDENCE
 
 
 def test_generic_terms_are_not_evidence() -> None:
