@@ -469,6 +469,84 @@ async def test_slow_side_query_arrives_at_a_later_tool_result(
         await c.lsp.shutdown_session()
 
 
+async def test_model_tier_delivers_what_no_lexical_tier_can(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The three `semantic-no-lexical` cases of qwen-code's eval share no word
+    with their note: the local tier recalls nothing for them, the side query
+    shows the model every note's header, and the note the model picks arrives
+    at the tool-result point, after the tool results."""
+    import json
+
+    eval_path = Path(__file__).resolve().parents[1] / "data" / "qwen-code-recall-eval.json"
+    data = json.loads(eval_path.read_text(encoding="utf-8"))
+    folder = memory_folder(tmp_path, workspace)
+    paths = {}
+    for d in data["docs"]:
+        paths[d["id"]] = folder / f"{d['id']}.md"
+        front = {"name": d["title"], "description": d["description"], "type": d["type"]}
+        # A JSON string is a valid YAML scalar.
+        head = "".join(f"{k}: {json.dumps(v, ensure_ascii=False)}\n" for k, v in front.items())
+        paths[d["id"]].write_text(f"---\n{head}---\n{d['body']}\n", encoding="utf-8")
+    cases = [c for c in data["cases"] if c["category"] == "semantic-no-lexical"]
+    assert len(cases) == 3
+    for case in cases:
+        (target,) = case["relevantIds"]
+        # The bundled server stands in for the fast model's judgement.
+        reply = {
+            "toolCalls": [{"name": "select_memories", "arguments": {"paths": [str(paths[target])]}}]
+        }
+        model_server.add_rule(case["query"], reply, purpose="recall", times=1)
+        model_server.add_rule(
+            case["query"],
+            {"toolCalls": [{"name": "run_command", "arguments": {"command": "ls"}}]},
+            times=1,
+        )
+    c = await new_memory_client(model_server, tmp_path)
+
+    async def run_after_recall(update: dict[str, Any]) -> tuple[str, bool]:
+        await _wait_model_settled(c, model_server, workspace)
+        return ("ok", False)
+
+    c.tool_handler = run_after_recall
+    try:
+        status = await c.request("memory/status", {"workspaceRoot": str(workspace)})
+        assert status["docCount"] == len(data["docs"])
+        for case in cases:
+            (target,) = case["relevantIds"]
+            doc = next(d for d in data["docs"] if d["id"] == target)
+            sid = await c.new_session(workspace)
+            result = await c.prompt(sid, case["query"])
+            assert result["stopReason"] == "end_turn"
+            assert memory_updates(c, sid) == [
+                {
+                    "kind": "memory",
+                    "point": "tool_result",
+                    "tier": "model",
+                    "docs": [str(paths[target])],
+                }
+            ], case["query"]
+            recall = next(
+                r
+                for r in model_server.requests("recall")
+                if case["query"] in r["body"]["messages"][-1]["content"]
+            )
+            shown = recall["body"]["messages"][-1]["content"]
+            assert all(str(p) in shown for p in paths.values())
+            mains = [
+                r
+                for r in model_server.requests("main")
+                if case["query"] in str(r["body"]["messages"])
+            ]
+            assert len(mains) == 2
+            assert "<system-reminder>" not in user_contents(mains[0])[-1]  # no local recall
+            last = mains[1]["body"]["messages"]
+            assert last[-2]["role"] == "tool" and last[-1]["role"] == "user"
+            assert doc["body"] in last[-1]["content"]
+    finally:
+        await c.lsp.shutdown_session()
+
+
 async def test_initial_indexing_of_a_large_folder_reports_progress(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
