@@ -22,8 +22,9 @@ from agentd.agent.tools import client_tool_specs
 from agentd.config import Settings, load_settings
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.memory.extraction import ExtractionService
+from agentd.messages import ToolSpec
 from agentd.providers import make_provider
-from agentd.providers.base import ModelProvider, ToolSpec
+from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,6 @@ from agentd.agent.events import (
     UserMessage,
 )
 from agentd.agent.hooks import MemoryHooks, NoMemory
-from agentd.agent.messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from agentd.agent.session import ClientToolRunner, Session
 from agentd.agent.transcript import (
     TranscriptInfo,
@@ -46,6 +45,7 @@ from agentd.agent.turn import (
 from agentd.config import Settings
 from agentd.errors import SessionBusy, SessionNotFound
 from agentd.memory.layout import agentd_home
+from agentd.messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
 

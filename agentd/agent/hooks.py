@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from agentd.agent.events import MemoryDelivered, MemoryPoint
-from agentd.agent.messages import ReminderPart
+from agentd.messages import ReminderPart
 
 if TYPE_CHECKING:
     from agentd.agent.session import Session

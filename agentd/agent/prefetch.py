@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd.agent.events import MemoryDelivered, MemoryPoint
-from agentd.agent.messages import Message, ReminderPart, TextPart
 from agentd.memory import InstructionFiles, MemoryManager, ProjectMemory, render_recall
 from agentd.memory.recall import RecallResult
-from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady, ToolSpec
+from agentd.messages import Message, ReminderPart, TextPart, ToolSpec
+from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady
 from agentd.tasks import Supervisor
 
 if TYPE_CHECKING:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd.agent.events import Note
-from agentd.agent.messages import Message, ToolCall, ToolResultPart
-from agentd.providers.base import ToolSpec
+from agentd.messages import Message, ToolCall, ToolResultPart, ToolSpec
 
 if TYPE_CHECKING:
     from agentd.agent.prefetch import PrefetchHandle

@@ -20,7 +20,7 @@ from typing import Any
 
 from agentd.agent.paths import open_inside, resolve_inside
 from agentd.errors import ToolError
-from agentd.providers.base import ToolSpec
+from agentd.messages import ToolSpec
 
 READ_LIMIT_BYTES = 512 * 1024
 SEARCH_MAX_HITS = 200

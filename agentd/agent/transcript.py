@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from agentd.agent.events import MemoryDelivered, Note, PromptEnded, UsageReport
-from agentd.agent.messages import Message, TextPart, message_from_json, message_to_json
 from agentd.memory.layout import agentd_home, project_slug
+from agentd.messages import Message, TextPart, message_from_json, message_to_json
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,10 @@ from agentd.agent.events import (
     UsageReport,
 )
 from agentd.agent.hooks import MemoryHooks
-from agentd.agent.messages import (
+from agentd.agent.session import Session
+from agentd.agent.tools import DAEMON_TOOL_SPECS, DaemonTools, truncate_result
+from agentd.errors import AgentdError, ModelError, ModelStreamInterrupted, ToolError
+from agentd.messages import (
     Message,
     Part,
     ReminderPart,
@@ -39,10 +42,8 @@ from agentd.agent.messages import (
     ToolCall,
     ToolCallPart,
     ToolResultPart,
+    ToolSpec,
 )
-from agentd.agent.session import Session
-from agentd.agent.tools import DAEMON_TOOL_SPECS, DaemonTools, truncate_result
-from agentd.errors import AgentdError, ModelError, ModelStreamInterrupted, ToolError
 from agentd.providers.base import (
     ModelProvider,
     ModelRequest,
@@ -50,7 +51,6 @@ from agentd.providers.base import (
     TextDelta,
     ThinkingDelta,
     ToolCallReady,
-    ToolSpec,
     Usage,
 )
 

@@ -19,7 +19,6 @@ from agentd.providers.base import (
     ThinkingDelta,
     ToolCallReady,
     ToolCallStarted,
-    ToolSpec,
     Usage,
 )
 from agentd.providers.config import ProviderConfig
@@ -36,7 +35,6 @@ __all__ = [
     "ThinkingDelta",
     "ToolCallReady",
     "ToolCallStarted",
-    "ToolSpec",
     "Usage",
     "make_provider",
 ]

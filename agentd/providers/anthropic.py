@@ -6,8 +6,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd.agent.messages import Message, ReminderPart, TextPart, ToolCall, render_reminder
 from agentd.errors import ModelError
+from agentd.messages import Message, ReminderPart, TextPart, ToolCall, render_reminder
 from agentd.providers.base import (
     ModelRequest,
     StopReason,

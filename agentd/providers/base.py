@@ -14,20 +14,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from agentd.agent.messages import Message, ToolCall
+from agentd.messages import Message, ToolCall, ToolSpec
 
 Purpose = Literal["main", "recall", "extract"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
-
-
-@dataclass(slots=True)
-class ToolSpec:
-    name: str
-    description: str
-    # JSON Schema of the arguments object.
-    parameters: dict[str, Any]
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from agentd.acp.server import AcpServer
 from agentd.agent.core import AgentCore
-from agentd.agent.messages import Message, TextPart
+from agentd.messages import Message, TextPart
 from agentd.testing.model_server import ModelServer
 from tests.acp.harness import check_golden, daemon_env, schema_errors
 

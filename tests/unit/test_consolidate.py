@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from agentd.agent.messages import Message, TextPart, ToolCall
 from agentd.agent.transcript import TranscriptWriter, load, sessions_dir
 from agentd.memory.extraction import ExtractionService
 from agentd.memory.extraction import consolidate as dream
@@ -20,6 +19,7 @@ from agentd.memory.extraction.apply import Plan, Snap
 from agentd.memory.extraction.writer import TEMP_PREFIX
 from agentd.memory.layout import memory_dir
 from agentd.memory.manager import MemoryManager
+from agentd.messages import Message, TextPart, ToolCall
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
 from agentd.tasks import Supervisor
 

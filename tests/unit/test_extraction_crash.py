@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd.agent.messages import Message, TextPart
 from agentd.agent.transcript import TranscriptWriter, sessions_dir
 from agentd.memory.layout import memory_dir
+from agentd.messages import Message, TextPart
 
 OLD = "---\nname: deploy\ndescription: old\ntype: project\n---\n\nWe deploy with make ship.\n"
 NEW_BODY = "We deploy with make release now; make ship was retired in June."
@@ -31,7 +31,7 @@ GONE = "---\nname: gone\ndescription: obsolete\ntype: project\n---\n\nObsolete n
 SCRIPT = r"""
 import asyncio, sys
 from pathlib import Path
-from agentd.agent.messages import ToolCall
+from agentd.messages import ToolCall
 from agentd.memory.extraction import ExtractionService
 from agentd.memory.manager import MemoryManager
 from agentd.providers.base import StreamEnd, ToolCallReady, Usage

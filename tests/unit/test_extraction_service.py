@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentd.agent.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.agent.transcript import TranscriptWriter, sessions_dir
 from agentd.errors import ModelHTTPError
 from agentd.memory.extraction import ExtractionService
 from agentd.memory.extraction.cursor import load_cursors
 from agentd.memory.manager import MemoryManager
+from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
 from agentd.tasks import Supervisor
 

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentd.agent.messages import (
+from agentd.errors import ModelError, ModelHTTPError, ModelStreamInterrupted
+from agentd.messages import (
     Message,
     ReminderPart,
     TextPart,
@@ -17,9 +18,9 @@ from agentd.agent.messages import (
     ToolCall,
     ToolCallPart,
     ToolResultPart,
+    ToolSpec,
     user_text,
 )
-from agentd.errors import ModelError, ModelHTTPError, ModelStreamInterrupted
 from agentd.providers import (
     ModelRequest,
     ProviderConfig,
@@ -29,7 +30,6 @@ from agentd.providers import (
     ThinkingDelta,
     ToolCallReady,
     ToolCallStarted,
-    ToolSpec,
     Usage,
 )
 from agentd.providers.anthropic import AnthropicProvider

@@ -121,7 +121,7 @@ def make(
 
 
 def request() -> ModelRequest:
-    from agentd.agent.messages import user_text
+    from agentd.messages import user_text
 
     return ModelRequest("m", "", [user_text("hi")])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.agent.messages import Message, TextPart, ToolCall, ToolCallPart
 from agentd.agent.transcript import TranscriptWriter, load, read_slice
+from agentd.messages import Message, TextPart, ToolCall, ToolCallPart
 
 
 def msg(role: str, text: str) -> Message:

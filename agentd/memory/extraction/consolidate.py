@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.agent.messages import Message, TextPart
 from agentd.memory.extraction.apply import Plan, Snap, apply_ops, plan, sync_index
 from agentd.memory.extraction.extractor import EXTRACT_TIMEOUT, MIN_BODY_CHARS, Op
 from agentd.memory.extraction.secrets import redact
@@ -47,7 +46,8 @@ from agentd.memory.extraction.writer import (
     write_atomic,
 )
 from agentd.memory.store import TOPIC_TYPES
-from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady, ToolSpec
+from agentd.messages import Message, TextPart, ToolSpec
+from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady
 
 log = logging.getLogger(__name__)
 

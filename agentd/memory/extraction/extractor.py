@@ -19,18 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.agent.messages import (
+from agentd.agent.paths import is_within
+from agentd.memory.extraction.secrets import redact
+from agentd.memory.extraction.writer import RefusedPath, topic_name
+from agentd.memory.store import TOPIC_TYPES
+from agentd.messages import (
     Message,
     ReminderPart,
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    ToolSpec,
 )
-from agentd.agent.paths import is_within
-from agentd.memory.extraction.secrets import redact
-from agentd.memory.extraction.writer import RefusedPath, topic_name
-from agentd.memory.store import TOPIC_TYPES
-from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady, ToolSpec
+from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady
 
 CHUNK_CHARS = 30_000
 TOOL_OUTPUT_CHARS = 2_000

@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentd.agent.messages import Message
 from agentd.agent.transcript import read_slice, sessions_dir
 from agentd.errors import AgentdError
 from agentd.memory.extraction import consolidate as dream
@@ -42,6 +41,7 @@ from agentd.memory.extraction.writer import RefusedPath, check_root, clean_temps
 from agentd.memory.layout import canonical_root
 from agentd.memory.manager import MemoryManager
 from agentd.memory.project import ProjectMemory
+from agentd.messages import Message
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
 

@@ -1,10 +1,16 @@
-"""Provider-neutral conversation history.
+"""The core's vocabulary: conversation history, tool calls and tool specs.
+
+The leaf of agentd's import graph: it imports nothing of agentd, and every
+layer (providers, memory, the turn engine, the front ends) speaks it, so no
+two of them need to import each other for their shared words
+(`tests/unit/test_architecture.py` checks it).
 
 A session's history is a list of `Message`s. Each message is a role and an
 ordered list of parts. Providers translate this shape into their own wire
 format (OpenAI chat messages, Anthropic content blocks) and own the ordering
 rules their APIs impose: a user message that carries `ToolResultPart`s is sent
-with the tool results first and any text or reminders after them.
+with the tool results first and any text or reminders after them. A
+`ToolSpec` is what the model is told about a tool it may call.
 
 Plain dataclasses, no pydantic: these are built on every stream chunk path and
 must stay cheap to construct and to import.
@@ -40,6 +46,14 @@ class ReminderPart:
 
     text: str
     source: str = ""  # e.g. "memory", "instructions"; for logs and tests
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    # JSON Schema of the arguments object.
+    parameters: dict[str, Any]
 
 
 @dataclass(slots=True)
