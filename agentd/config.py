@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.alias_generators import to_camel
 
+from agentd.layout import user_config_dir
 from agentd.providers.config import ProviderConfig
 
 
@@ -97,15 +98,6 @@ ENV_FIELDS = {
     "AGENTD_FAST_MODEL": "fastModel",
     "AGENTD_LOG_LEVEL": "logLevel",
 }
-
-
-def user_config_dir() -> Path:
-    override = os.environ.get("AGENTD_CONFIG_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("agentd"))
 
 
 def _read_config_file(path: Path, problems: list[str]) -> dict[str, Any]:

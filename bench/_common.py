@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.memory.layout import memory_dir
+from agentd.layout import memory_dir
 from agentd.testing.stdio_client import StdioClient
 
 BENCH_DIR = Path(__file__).resolve().parent

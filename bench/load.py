@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.memory.layout import memory_dir
+from agentd.layout import memory_dir
 from agentd.testing.model_server import ModelServer
 from bench._common import daemon_env, pct, rss_mib
 

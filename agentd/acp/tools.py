@@ -36,11 +36,11 @@ from typing import Any, Protocol
 from agentd.acp.caps import ClientCaps
 from agentd.acp.rpc import RpcError
 from agentd.acp.updates import SESSION_UPDATE, text_content, tool_locations, tool_title
-from agentd.agent.paths import resolve_inside
 from agentd.agent.session import Session
 from agentd.agent.tools import CLIENT_TOOL_SPECS
 from agentd.errors import ToolError
 from agentd.messages import ToolCall, ToolResultPart, ToolSpec
+from agentd.paths import resolve_inside
 
 log = logging.getLogger("agentd.acp")
 

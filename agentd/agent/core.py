@@ -27,14 +27,6 @@ from agentd.agent.events import (
 )
 from agentd.agent.hooks import MemoryHooks, NoMemory
 from agentd.agent.session import ClientToolRunner, Session
-from agentd.agent.transcript import (
-    TranscriptInfo,
-    TranscriptWriter,
-    list_sessions,
-    load,
-    sessions_dir,
-    title_of,
-)
 from agentd.agent.turn import (
     CANCELLED_RESULT,
     PromptOutcome,
@@ -44,10 +36,18 @@ from agentd.agent.turn import (
 )
 from agentd.config import Settings
 from agentd.errors import SessionBusy, SessionNotFound
-from agentd.memory.layout import agentd_home
+from agentd.layout import agentd_home
 from agentd.messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
+from agentd.transcript import (
+    TranscriptInfo,
+    TranscriptWriter,
+    list_sessions,
+    load,
+    sessions_dir,
+    title_of,
+)
 
 log = logging.getLogger(__name__)
 

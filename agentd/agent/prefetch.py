@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd.agent.events import MemoryDelivered, MemoryPoint
+from agentd.layout import user_config_dir
 from agentd.memory import InstructionFiles, MemoryManager, ProjectMemory, render_recall
 from agentd.memory.recall import RecallResult
 from agentd.messages import Message, ReminderPart, TextPart, ToolSpec
@@ -199,8 +200,6 @@ class MemoryRecall:
         root = session.workspace_root
         files = self._instructions.get(root)
         if files is None:
-            from agentd.config import user_config_dir
-
             files = InstructionFiles(root, self.config_dir or user_config_dir())
             self._instructions[root] = files
         return files.render()

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentd.agent.paths import open_inside, resolve_inside
 from agentd.errors import ToolError
 from agentd.messages import ToolSpec
+from agentd.paths import open_inside, resolve_inside
 
 READ_LIMIT_BYTES = 512 * 1024
 SEARCH_MAX_HITS = 200

@@ -58,7 +58,7 @@ def is_loopback(host: str) -> bool:
 
 
 def default_token_file() -> Path:
-    from agentd.config import user_config_dir
+    from agentd.layout import user_config_dir
 
     return user_config_dir() / "tcp-token"
 

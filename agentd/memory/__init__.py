@@ -1,8 +1,8 @@
 """Project memory: markdown topic files on disk, indexed, watched and recalled.
 
-Modules, from pure to stateful:
+Where memory lives (AGENTD_HOME, project slug, team folder) is
+`agentd.layout`'s, shared with the transcripts. Modules, from pure to stateful:
 
-    layout        where memory lives (AGENTD_HOME, project slug, team folder)
     frontmatter   the small YAML subset of a topic file's header
     store         reading topic files defensively (budgets, binary, symlinks)
     tokenize      text -> index terms (NFKC, words, CJK bigrams, stopwords)
@@ -15,11 +15,12 @@ Modules, from pure to stateful:
     instructions  AGENTS.md / AGENTD.md for the system prompt
     cli           ``agentd memory dir|list|recall|status``
 
-Nothing here imports the wire layer (pygls / lsprotocol).
+Nothing here imports the wire layer (pygls / lsprotocol) or the turn engine
+(`agentd.agent`, which drives memory through its hooks).
 """
 
+from agentd.layout import agentd_home, memory_dir, project_slug, team_memory_dir
 from agentd.memory.instructions import InstructionFiles
-from agentd.memory.layout import agentd_home, memory_dir, project_slug, team_memory_dir
 from agentd.memory.manager import MemoryManager
 from agentd.memory.project import ProjectMemory
 from agentd.memory.recall import RecalledDoc, RecallResult

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentd.memory.layout import memory_dir
+from agentd.layout import memory_dir
 from agentd.memory.project import ProjectMemory
 from agentd.memory.recall import MAX_DOCS, RecallResult
 from agentd.memory.render import render_recall
@@ -144,8 +144,8 @@ async def _consolidate(workspace: Path, as_json: bool, out: TextIO) -> int:
     """One consolidation pass, under the folder lock, with the daemon's provider settings."""
     # Heavy imports (pydantic, httpx) only for the one command that asks a model.
     from agentd.config import load_settings
+    from agentd.layout import agentd_home
     from agentd.memory.extraction import ExtractionService
-    from agentd.memory.layout import agentd_home
     from agentd.memory.manager import MemoryManager
     from agentd.providers import make_provider
     from agentd.tasks import Supervisor

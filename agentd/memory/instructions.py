@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentd.memory.layout import canonical_root
+from agentd.layout import canonical_root
 from agentd.memory.store import BINARY_SNIFF_BYTES, decode
 
 INSTRUCTION_NAMES = ("AGENTS.md", "AGENTD.md")

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from agentd.memory.layout import agentd_home, canonical_root
+from agentd.layout import agentd_home, canonical_root
 from agentd.memory.project import ProjectMemory
 
 

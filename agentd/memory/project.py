@@ -23,13 +23,13 @@ from typing import Any
 
 from watchfiles import Change
 
-from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
-from agentd.memory.layout import (
+from agentd.layout import (
     INDEX_FILE,
     canonical_root,
     memory_dir,
     team_memory_dir,
 )
+from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
 from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, budgeted, rank, recall_index
 from agentd.memory.store import (
     MAX_TOPIC_BYTES,

@@ -17,8 +17,8 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from agentd.layout import INDEX_FILE, TOPIC_SUFFIX
 from agentd.memory.frontmatter import parse_front_matter
-from agentd.memory.layout import INDEX_FILE, TOPIC_SUFFIX
 
 TOPIC_TYPES = ("user", "feedback", "project", "reference")
 # Read at most this much of a topic file; the rest is not indexed (and flagged).

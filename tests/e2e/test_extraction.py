@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentd.memory.layout import memory_dir
+from agentd.layout import memory_dir
 from agentd.testing.model_server import ModelServer
 from tests.e2e.conftest import AgentdClient, daemon_env, start_client
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from agentd.agent.transcript import TranscriptWriter, load, sessions_dir
+from agentd.layout import memory_dir
 from agentd.memory.extraction import ExtractionService
 from agentd.memory.extraction import consolidate as dream
 from agentd.memory.extraction.apply import Plan, Snap
 from agentd.memory.extraction.writer import TEMP_PREFIX
-from agentd.memory.layout import memory_dir
 from agentd.memory.manager import MemoryManager
 from agentd.messages import Message, TextPart, ToolCall
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
 from agentd.tasks import Supervisor
+from agentd.transcript import TranscriptWriter, load, sessions_dir
 
 SID = "session-1"
 DEPLOY = "The project deploys with make ship after the smoke tests pass on CI."

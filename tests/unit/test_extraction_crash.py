@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd.agent.transcript import TranscriptWriter, sessions_dir
-from agentd.memory.layout import memory_dir
+from agentd.layout import memory_dir
 from agentd.messages import Message, TextPart
+from agentd.transcript import TranscriptWriter, sessions_dir
 
 OLD = "---\nname: deploy\ndescription: old\ntype: project\n---\n\nWe deploy with make ship.\n"
 NEW_BODY = "We deploy with make release now; make ship was retired in June."

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from agentd.agent.transcript import TranscriptWriter, sessions_dir
 from agentd.errors import ModelHTTPError
 from agentd.memory.extraction import ExtractionService
 from agentd.memory.extraction.cursor import load_cursors
@@ -21,6 +20,7 @@ from agentd.memory.manager import MemoryManager
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
 from agentd.tasks import Supervisor
+from agentd.transcript import TranscriptWriter, sessions_dir
 
 SID = "session-1"
 
@@ -88,7 +88,7 @@ class Env:
 
     @staticmethod
     def _offset(path: Path) -> int:
-        from agentd.agent.transcript import load
+        from agentd.transcript import load
 
         loaded = load(path) if path.exists() else None
         return loaded.total if loaded is not None else 0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd.agent.paths import is_within, open_inside, resolve_inside
 from agentd.agent.tools import DaemonTools, client_tool_specs, truncate_result
 from agentd.errors import PathOutsideWorkspace, ToolError
+from agentd.paths import is_within, open_inside, resolve_inside
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_symlink_inside_is_fine(root: Path) -> None:
 
 def test_descriptor_checked_after_open(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A swap between the check and the open: the opened fd points outside.
-    import agentd.agent.paths as paths
+    import agentd.paths as paths
 
     real_open = os.open
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.agent.transcript import TranscriptWriter, load, read_slice
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart
+from agentd.transcript import TranscriptWriter, load, read_slice
 
 
 def msg(role: str, text: str) -> Message:
@@ -92,7 +92,7 @@ def test_replay_puts_notes_where_they_happened_and_cancelled_calls_stay_cancelle
         UsageReport,
         UserMessage,
     )
-    from agentd.agent.messages import ToolResultPart
+    from agentd.messages import ToolResultPart
     from agentd.agent.turn import CANCELLED_RESULT
 
     history = [
@@ -119,7 +119,7 @@ def test_replay_puts_notes_where_they_happened_and_cancelled_calls_stay_cancelle
 def test_the_listed_title_is_that_of_the_conversation_since_the_last_reset(
     tmp_path: Path,
 ) -> None:
-    from agentd.agent.transcript import list_sessions, sessions_dir
+    from agentd.transcript import list_sessions, sessions_dir
 
     root = tmp_path / "ws"
     root.mkdir()

@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentd.layout import INDEX_FILE
 from agentd.memory.extraction import index_file
 from agentd.memory.extraction.extractor import HEADER_EXCERPT_CHARS, Header, Op, render_topic
 from agentd.memory.extraction.writer import (
@@ -27,7 +28,6 @@ from agentd.memory.extraction.writer import (
     read_current,
     write_atomic,
 )
-from agentd.memory.layout import INDEX_FILE
 from agentd.memory.store import MAX_TOPIC_BYTES, decode, list_topics, parse_topic
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.agent.paths import is_within
 from agentd.memory.extraction.secrets import redact
 from agentd.memory.extraction.writer import RefusedPath, topic_name
 from agentd.memory.store import TOPIC_TYPES
@@ -31,6 +30,7 @@ from agentd.messages import (
     ToolResultPart,
     ToolSpec,
 )
+from agentd.paths import is_within
 from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady
 
 CHUNK_CHARS = 30_000

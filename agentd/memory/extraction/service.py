@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentd.agent.transcript import read_slice, sessions_dir
 from agentd.errors import AgentdError
+from agentd.layout import canonical_root
 from agentd.memory.extraction import consolidate as dream
 from agentd.memory.extraction import extractor
 from agentd.memory.extraction.apply import Plan, Snap, apply_ops, plan, sync_index
@@ -38,12 +38,12 @@ from agentd.memory.extraction.cursor import load_cursors, save_cursors
 from agentd.memory.extraction.lock import FolderLock
 from agentd.memory.extraction.scheduler import SingleFlight
 from agentd.memory.extraction.writer import RefusedPath, check_root, clean_temps, describe
-from agentd.memory.layout import canonical_root
 from agentd.memory.manager import MemoryManager
 from agentd.memory.project import ProjectMemory
 from agentd.messages import Message
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
+from agentd.transcript import read_slice, sessions_dir
 
 log = logging.getLogger(__name__)
 

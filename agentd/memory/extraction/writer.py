@@ -30,7 +30,7 @@ import stat
 from collections import Counter
 from pathlib import Path
 
-from agentd.memory.layout import INDEX_FILE, TOPIC_SUFFIX
+from agentd.layout import INDEX_FILE, TOPIC_SUFFIX
 
 KILL_ENV = "AGENTD_TEST_KILL_AT"
 STEPS = (

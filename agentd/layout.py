@@ -1,9 +1,14 @@
-"""Where memory lives on disk.
+"""Where agentd keeps its files.
 
-Per project: ``$AGENTD_HOME/projects/<slug>/memory/``. The slug keeps the last
-components of the workspace path for a human reading the folder listing, and a
-hash of the resolved absolute path so that two different roots never collide.
-Nothing here creates directories.
+    $AGENTD_HOME/projects/<slug>/memory/     a project's memory (MEMORY.md + topic files)
+    $AGENTD_HOME/projects/<slug>/sessions/   its session transcripts (`agentd.transcript`)
+    <workspace>/.agentd/memory/              optional team memory, shared through git
+    <user config dir>/                       config.toml, AGENTS.md, the TCP token
+
+The slug keeps the last components of the workspace path for a human reading
+the folder listing, and a hash of the resolved absolute path so that two
+different roots never collide. Nothing here creates directories. Below the
+memory, the transcripts and the settings, which all need these places.
 """
 
 from __future__ import annotations
@@ -35,8 +40,12 @@ def agentd_home() -> Path:
 
 
 def user_config_dir() -> Path:
-    """The per-user config directory (holds the user-level ``AGENTS.md``)."""
-    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    """The per-user config directory (``config.toml``, the user-level ``AGENTS.md``);
+    ``$AGENTD_CONFIG_DIR`` overrides it."""
+    override = os.environ.get("AGENTD_CONFIG_DIR")
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_config_dir(APP_NAME))
 
 
 def canonical_root(workspace_root: Path) -> Path:

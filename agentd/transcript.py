@@ -18,6 +18,10 @@ back, resets included: it is the coordinate the extraction cursor
 (`processedOffset`) points into, so after a restart the cursor still points
 into a history that exists. A torn last line (a crash mid-write) is ignored
 on reading.
+
+Written by the core (`agentd.agent.core`), read back by `session/load` and by
+memory extraction (`agentd.memory.extraction`): it lives below both, so that
+neither imports the other.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agentd.agent.events import MemoryDelivered, Note, PromptEnded, UsageReport
-from agentd.memory.layout import agentd_home, project_slug
+from agentd.layout import agentd_home, project_slug
 from agentd.messages import Message, TextPart, message_from_json, message_to_json
 
 log = logging.getLogger(__name__)
