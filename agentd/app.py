@@ -150,8 +150,8 @@ class App:
             "prefetch": [
                 {"sessionId": s.id, "tier": h.tier, "settled": h.settled, "consumed": h.consumed}
                 for s in self.core.sessions.values()
-                if s.workspace_root == pm.workspace_root
-                for h in s.prefetch
+                if s.workspace_root == pm.workspace_root and self.recall is not None
+                for h in self.recall.handles(s.id)
             ],
         }
 

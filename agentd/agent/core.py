@@ -173,7 +173,6 @@ class AgentCore:
         session.notes.clear()
         session.turns = 0
         session.tokens_used = 0
-        session.surfaced.clear()
         session.title = ""
 
     async def close(self, session_id: str) -> None:

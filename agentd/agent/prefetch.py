@@ -17,6 +17,9 @@ skipped with zero wait. `prompt_ended` aborts whatever is left, so no side
 query outlives its prompt, and cancelling a prompt cancels its handles
 (reported as aborted, never as failures). There is no hard deadline on the
 side query, only a generous safety limit (`memory.recallTimeout`).
+
+A session's handles and surfaced docs are kept here, by session id
+(`SessionRecall`): the session itself knows nothing of memory.
 """
 
 from __future__ import annotations
@@ -93,6 +96,15 @@ class PrefetchHandle:
         return True
 
 
+@dataclass(eq=False)
+class SessionRecall:
+    """One session's recall state."""
+
+    handles: list[PrefetchHandle] = field(default_factory=list)
+    # Memory docs (absolute paths) already shown to the model in this session.
+    surfaced: set[str] = field(default_factory=set)
+
+
 @dataclass
 class RecallStats:
     """Counts per point, for `memory/status` and the benchmarks."""
@@ -134,6 +146,15 @@ class MemoryRecall:
         self.stats = RecallStats()
         self._instructions: dict[Path, InstructionFiles] = {}
         self._seen_projects: set[Path] = set()
+        self._sessions: dict[str, SessionRecall] = {}
+
+    def handles(self, session_id: str) -> list[PrefetchHandle]:
+        """The session's live prefetch handles (for `memory/status`)."""
+        state = self._sessions.get(session_id)
+        return list(state.handles) if state is not None else []
+
+    def _state(self, session: Session) -> SessionRecall:
+        return self._sessions.setdefault(session.id, SessionRecall())
 
     # --- seams -----------------------------------------------------------------------
 
@@ -143,36 +164,40 @@ class MemoryRecall:
         self._abort_all(session, "replaced")
         if not query.strip():
             return
-        exclude = frozenset(session.surfaced)
+        state = self._state(session)
+        exclude = frozenset(state.surfaced)
         handles = [
             self._spawn(session, "local", self._local(session.workspace_root, query, exclude))
         ]
         if self.model_tier:
             handles.append(self._spawn(session, "model", self._model(session, query, exclude)))
-        session.prefetch = handles
+        state.handles = handles
 
     def take_nowait(
         self, session: Session, point: MemoryPoint
     ) -> list[tuple[ReminderPart, MemoryDelivered]]:
         out: list[tuple[ReminderPart, MemoryDelivered]] = []
-        for handle in list(session.prefetch):
+        state = self._sessions.get(session.id)
+        if state is None:
+            return out
+        for handle in list(state.handles):
             if handle.consumed:
                 continue
             if not handle.settled:
                 self.stats.bump(f"{point}.{handle.tier}.notSettled")
                 continue
             handle.consumed = True
-            session.prefetch.remove(handle)
+            state.handles.remove(handle)
             docs = [
                 d
                 for d in (handle.result.docs if handle.result else ())
-                if str(d.path) not in session.surfaced
+                if str(d.path) not in state.surfaced
             ]
             if not docs:
                 self.stats.bump(f"{point}.{handle.tier}.empty")
                 continue
             for doc in docs:
-                session.surfaced.add(str(doc.path))
+                state.surfaced.add(str(doc.path))
             text = render_recall(RecallResult(tuple(docs), handle.tier))
             self.stats.bump(f"{point}.{handle.tier}.delivered")
             out.append(
@@ -188,9 +213,12 @@ class MemoryRecall:
 
     def session_reset(self, session: Session) -> None:
         self._abort_all(session, "reset")
+        # A reset history has shown the model nothing yet.
+        self._sessions.pop(session.id, None)
 
     def session_closed(self, session: Session) -> None:
         self._abort_all(session, "closed")
+        self._sessions.pop(session.id, None)
 
     def after_reply(self, session: Session) -> None:
         if self.after_reply_hook is not None:
@@ -314,9 +342,12 @@ class MemoryRecall:
         return result
 
     def _abort_all(self, session: Session, why: str) -> None:
-        for handle in session.prefetch:
+        state = self._sessions.get(session.id)
+        if state is None:
+            return
+        for handle in state.handles:
             if handle.abort():
                 self.stats.bump(f"aborted.{why}.{handle.tier}")
             elif not handle.consumed:
                 self.stats.bump(f"unconsumed.{why}.{handle.tier}")
-        session.prefetch = []
+        state.handles = []

@@ -12,13 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from agentd.agent.events import Note
 from agentd.messages import Message, ToolCall, ToolResultPart, ToolSpec
-
-if TYPE_CHECKING:
-    from agentd.agent.prefetch import PrefetchHandle
 
 
 class ClientToolRunner(Protocol):
@@ -69,9 +66,6 @@ class Session:
     tokens_used: int = 0
     running: asyncio.Task[Any] | None = None
     pending_tools: dict[str, asyncio.Future[ToolResultPart]] = field(default_factory=dict)
-    # Memory docs (absolute paths) already shown to the model in this session.
-    surfaced: set[str] = field(default_factory=set)
-    prefetch: list[PrefetchHandle] = field(default_factory=list)
     closed: bool = False
     # Set once the current prompt's first model request is out: side queries
     # wait for it so that they never delay the request the user waits on.

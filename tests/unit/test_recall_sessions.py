@@ -1,0 +1,57 @@
+"""`MemoryRecall` keeps each session's recall state (handles, surfaced docs) by
+session id, and drops it when the session is reset or closed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentd.agent.prefetch import MemoryRecall
+from agentd.agent.session import AwaitClientResult, Session
+from agentd.layout import memory_dir
+from agentd.memory import MemoryManager
+from agentd.providers import ProviderConfig, make_provider
+from agentd.tasks import Supervisor
+
+
+async def delivered(recall: MemoryRecall, session: Session, query: str) -> list[str]:
+    """The docs the user-query point delivers for `query`, once the local tier settled."""
+    recall.prompt_started(session, query)
+    for handle in recall.handles(session.id):
+        await handle.task
+    docs = [d for _, delivery in recall.take_nowait(session, "user_query") for d in delivery.docs]
+    recall.prompt_ended(session, cancelled=False)
+    return docs
+
+
+async def test_surfaced_docs_are_per_session_and_forgotten_on_reset_and_close(
+    tmp_path: Path,
+) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    folder = memory_dir(workspace, home)
+    folder.mkdir(parents=True)
+    (folder / "deploy.md").write_text(
+        "---\nname: Deploy checklist\ndescription: How we ship releases\ntype: project\n---\n"
+        "Run the smoke tests, then tag.\n"
+    )
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=False)
+    one = Session("one", workspace, AwaitClientResult([]))
+    two = Session("two", workspace, AwaitClientResult([]))
+    try:
+        assert await delivered(recall, one, "deploy checklist") == [str(folder / "deploy.md")]
+        # Surfaced in `one`: not again there, but a session of its own sees it.
+        assert await delivered(recall, one, "deploy checklist") == []
+        assert await delivered(recall, two, "deploy checklist") == [str(folder / "deploy.md")]
+        recall.session_reset(one)
+        assert await delivered(recall, one, "deploy checklist") == [str(folder / "deploy.md")]
+        recall.session_closed(two)
+        assert recall.handles("two") == []
+        # A session that reuses the id (a reload) starts from nothing surfaced.
+        assert await delivered(recall, two, "deploy checklist") == [str(folder / "deploy.md")]
+    finally:
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
