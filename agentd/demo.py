@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentd.errors import REQUEST_CANCELLED
 from agentd.testing.model_server import ModelServer
 from agentd.testing.stdio_client import RpcError, StdioClient
 
@@ -183,7 +184,7 @@ async def _demo(workspace: Path | None) -> int:
                     f"-> cancelled: error {exc.code} "
                     f"after {(time.perf_counter() - t1) * 1000:.1f} ms"
                 )
-                ok = ok and exc.code == -32800
+                ok = ok and exc.code == REQUEST_CANCELLED
             await server.wait_for(lambda e: e["type"] == "disconnect")
             _out("   the model server saw the stream closed")
         status = await client.request("memory/status", {"workspaceRoot": str(ws)})

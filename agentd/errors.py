@@ -1,10 +1,10 @@
-"""agentd's exceptions, and the JSON-RPC code each one maps to.
+"""agentd's exceptions, the JSON-RPC code each one maps to, and the codes by name.
 
     AgentdError                      base of everything agentd raises on purpose
     ├── ProtocolError                maps to a JSON-RPC error reply (has .code)
-    │   ├── InvalidParams            -32602, names the bad field(s)
-    │   ├── SessionNotFound          -32001
-    │   └── SessionBusy              -32003 (a prompt already runs on the session)
+    │   ├── InvalidParams            -32602 INVALID_PARAMS, names the bad field(s)
+    │   ├── SessionNotFound          -32001 SESSION_NOT_FOUND (ACP: RESOURCE_NOT_FOUND)
+    │   └── SessionBusy              -32003 SESSION_BUSY (a prompt already runs on the session)
     ├── ModelError                   a model request failed; becomes stopReason "error"
     │   ├── ModelHTTPError           the endpoint answered with an error status
     │   ├── ModelTimeout             connect / idle / total time limit reached
@@ -14,14 +14,32 @@
     │   └── PathOutsideWorkspace
     └── ConfigError                  configuration that cannot be used
 
-The wire layer (`agentd/lsp/`) is the only place that turns these into
-JSON-RPC replies; the providers are the only place that turn httpx's
-exceptions into `ModelError`s. Messages never contain API keys.
+The front ends (`agentd/lsp/`, `agentd/acp/`) are the only places that turn
+these into JSON-RPC replies, each in one function (`lsp/handlers.py`
+`_map_error`, `acp/handlers.py` `dispatch`); the providers are the only place
+that turn httpx's exceptions into `ModelError`s. Messages never contain API
+keys. Imports nothing of agentd: every layer may raise these.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# JSON-RPC 2.0
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# LSP
+SERVER_NOT_INITIALIZED = -32002
+REQUEST_CANCELLED = -32800
+# ACP (its schema's `ErrorCode`)
+AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
+# agentd's own, the same on both wires
+SESSION_NOT_FOUND = -32001
+SESSION_BUSY = -32003
 
 
 class AgentdError(Exception):
@@ -29,7 +47,7 @@ class AgentdError(Exception):
 
 
 class ProtocolError(AgentdError):
-    code: int = -32603
+    code: int = INTERNAL_ERROR
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -38,15 +56,15 @@ class ProtocolError(AgentdError):
 
 
 class InvalidParams(ProtocolError):
-    code = -32602
+    code = INVALID_PARAMS
 
 
 class SessionNotFound(ProtocolError):
-    code = -32001
+    code = SESSION_NOT_FOUND
 
 
 class SessionBusy(ProtocolError):
-    code = -32003
+    code = SESSION_BUSY
 
 
 class ModelError(AgentdError):

@@ -1,36 +1,14 @@
-"""What each side can do, known before the core is imported (stdlib only).
+"""What the client can do, known from `initialize` (stdlib only).
 
-`initialize` is answered before pydantic, httpx and the turn engine are
-imported (cold start), yet its result must say whether `session/load` and
-the memory extension methods exist. `core_methods` answers that by reading
-the names of the methods defined in `agentd/agent/core.py` and
-`agentd/app.py` without importing them; after the warm-up, handlers check
-the real objects with `hasattr`, so a method advertised by mistake is still
-answered `-32601`.
+`ClientCaps` is read from `initialize.clientCapabilities`; it decides which
+client tools the model is offered. What agentd itself can do is advertised
+from the handler table (`handlers.HANDLERS`) by the server.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
-
-_METHOD = re.compile(r"^    (?:async )?def ([A-Za-z]\w*)\(", re.MULTILINE)
-
-
-@cache
-def core_methods() -> frozenset[str]:
-    """Method names defined in the core's and the App's modules (without importing them)."""
-    package = Path(__file__).resolve().parent.parent
-    names: set[str] = set()
-    for source in (package / "agent" / "core.py", package / "app.py"):
-        try:
-            names.update(_METHOD.findall(source.read_text(encoding="utf-8")))
-        except OSError:
-            continue
-    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)

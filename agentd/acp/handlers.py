@@ -1,48 +1,66 @@
 """Thin ACP handlers: validate params, call the core, convert the result.
 
-Imported by the warm-up thread, after `initialize` has been answered, so it
-may import pydantic and the core at module level. `dispatch` is the one place
-that maps agentd's `ProtocolError`s to ACP error codes:
+`HANDLERS` at the bottom is the one table of the methods agentd answers: the
+server routes by it and advertises from it (`session/load`, the `_agentd/*`
+extension methods), so adding a method is a function here, a line in the
+table and a params model in `params.py`.
+
+Each handler takes `(server, app, request, p)`, `p` annotated with its params
+model; `dispatch` validates the params against that model (`agentd.params`)
+and is the one place that maps agentd's `ProtocolError`s to ACP error codes:
 
 | agentd            | ACP                                   |
 | ----------------- | ------------------------------------- |
 | `InvalidParams`   | `-32602`, naming the field            |
 | `SessionNotFound` | `-32002` (ACP's "resource not found") |
 | `SessionBusy`     | `-32003` (agentd's, as over LSP)      |
+
+Imported before `initialize` is answered (the server routes by the table),
+so at run time this module needs only the stdlib and agentd's light modules:
+the params models, pydantic and the App are imported for type checking only
+and are in memory by the time a handler runs (the warm-up imports them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from agentd.acp import params as wire
-from agentd.acp.rpc import (
-    INTERNAL_ERROR,
-    METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
-    RpcError,
-)
+from agentd.acp.rpc import RpcError
 from agentd.acp.updates import to_acp
 from agentd.agent.events import ToolCallUpdate, Update
-from agentd.agent.turn import prompt_text
-from agentd.app import App
-from agentd.errors import InvalidParams, ProtocolError, SessionNotFound
-from agentd.params import validate_params, workspace_path
+from agentd.errors import (
+    INTERNAL_ERROR,
+    RESOURCE_NOT_FOUND,
+    InvalidParams,
+    ProtocolError,
+    SessionNotFound,
+)
+from agentd.params import params_model, prompt_text, validate_params, workspace_path
 
 if TYPE_CHECKING:
+    from agentd.acp.params import (
+        AuthenticateParams,
+        ContentBlock,
+        LoadSessionParams,
+        NewSessionParams,
+        PromptParams,
+        RecallParams,
+        SessionParams,
+        WorkspaceParams,
+    )
     from agentd.acp.server import AcpServer, Request
+    from agentd.app import App
 
 log = logging.getLogger("agentd.acp")
 
-M = TypeVar("M", bound=BaseModel)
-Handler = Callable[["AcpServer", App, "Request"], Awaitable[Any]]
+Handler = Callable[["AcpServer", "App", "Request", Any], Awaitable[Any]]
+# Where the params models live; imported by the warm-up thread.
+MODELS = "agentd.acp.params"
 
 # agentd's stop reasons -> ACP's (an "error" outcome is an error reply instead).
 STOP_REASONS = {
@@ -55,77 +73,67 @@ STOP_REASONS = {
 
 
 async def dispatch(server: AcpServer, app: App, request: Request) -> Any:
-    from agentd.acp.server import REQUESTS
-
-    name, needs = REQUESTS[request.method]
-    if needs and not any(_offers(app, n) for n in needs):
-        raise RpcError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
-    handler: Handler = globals()[name]
+    handler = HANDLERS[request.method]
     try:
-        return await handler(server, app, request)
+        model = params_model(handler, importlib.import_module(MODELS))
+        p = validate_params(request.method, model, request.params)
+        return await handler(server, app, request, p)
     except ProtocolError as exc:
         code = RESOURCE_NOT_FOUND if isinstance(exc, SessionNotFound) else exc.code
         raise RpcError(code, exc.message, exc.data) from None
 
 
-def _offers(app: App, name: str) -> bool:
-    return callable(getattr(app.core, name, None)) or callable(getattr(app, name, None))
-
-
-def validate(method: str, model: type[M], params: Any) -> M:
-    return validate_params(method, model, params)
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
 # --- initialization and sessions --------------------------------------------------------
 
 
-async def authenticate(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
+async def authenticate(
+    server: AcpServer, app: App, request: Request, p: AuthenticateParams
+) -> dict[str, Any]:
     # No auth methods are advertised: the key comes from the environment or config file.
-    validate(request.method, wire.AuthenticateParams, request.params)
     return {}
 
 
-async def new_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
-    p = validate(request.method, wire.NewSessionParams, request.params)
+async def new_session(
+    server: AcpServer, app: App, request: Request, p: NewSessionParams
+) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd")
     session = app.core.new_session(root, server.runner)
-    if getattr(app, "recall", None) is not None:
+    if app.recall is not None:
         # Index the project's memory now, so that it is ready by the first prompt.
         app.supervisor.spawn(app.project_memory(root), name=f"memory-start:{root.name}")
     return {"sessionId": session.id}
 
 
-async def load_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
-    p = validate(request.method, wire.LoadSessionParams, request.params)
+async def load_session(
+    server: AcpServer, app: App, request: Request, p: LoadSessionParams
+) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd")
 
     def emit(update: Update) -> None:
         _send(server, p.session_id, update, root)
 
     # The core restores the session and replays its history through `emit`.
-    loader = app.core.load_session
-    await _maybe_await(loader(p.session_id, server.runner, emit, root))
+    app.core.load_session(p.session_id, server.runner, emit, root)
     return {}
 
 
-async def list_sessions(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
-    root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
-    return app.list_sessions(root)
+async def list_sessions(
+    server: AcpServer, app: App, request: Request, p: WorkspaceParams
+) -> dict[str, Any]:
+    return app.list_sessions(_workspace(p))
 
 
-async def reset_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
-    p = validate(request.method, wire.SessionParams, request.params)
+async def reset_session(
+    server: AcpServer, app: App, request: Request, p: SessionParams
+) -> dict[str, Any]:
     await app.core.reset(p.session_id)
     server.runner.forget(p.session_id)
     return {}
 
 
-async def close_session(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
-    p = validate(request.method, wire.SessionParams, request.params)
+async def close_session(
+    server: AcpServer, app: App, request: Request, p: SessionParams
+) -> dict[str, Any]:
     await app.core.close(p.session_id)
     server.runner.forget(p.session_id)
     return {}
@@ -143,9 +151,9 @@ def _send(server: AcpServer, session_id: str, update: Update, root: Path) -> Non
         runner.display.pop(update.tool_call_id, None)
 
 
-def flatten_prompt(blocks: list[Any]) -> str:
+def flatten_prompt(blocks: list[ContentBlock]) -> str:
     for i, block in enumerate(blocks):
-        if isinstance(block, wire.ImageBlock | wire.AudioBlock):
+        if block.type in ("image", "audio"):
             raise InvalidParams(
                 f"Invalid params for session/prompt: prompt.{i}: {block.type} content is not "
                 f"supported (promptCapabilities.{block.type} is false)",
@@ -154,8 +162,7 @@ def flatten_prompt(blocks: list[Any]) -> str:
     return prompt_text([b.model_dump(by_alias=True, exclude_none=True) for b in blocks])
 
 
-async def prompt(server: AcpServer, app: App, request: Request) -> dict[str, Any]:
-    p = validate(request.method, wire.PromptParams, request.params)
+async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams) -> dict[str, Any]:
     text = flatten_prompt(p.prompt)
     sid = p.session_id
     session = app.core.get(sid)
@@ -196,7 +203,7 @@ async def prompt(server: AcpServer, app: App, request: Request) -> dict[str, Any
 # The results are those of the LSP `memory/*` requests, built by the App.
 
 
-def _workspace(p: wire.WorkspaceParams) -> Path:
+def _workspace(p: WorkspaceParams) -> Path:
     value = p.workspace_root if p.workspace_root is not None else p.cwd
     if value is None:
         raise InvalidParams(
@@ -206,16 +213,35 @@ def _workspace(p: wire.WorkspaceParams) -> Path:
     return workspace_path(value, "workspaceRoot" if p.workspace_root is not None else "cwd")
 
 
-async def memory_list(server: AcpServer, app: App, request: Request) -> Any:
-    root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
-    return await app.memory_list(root)
+async def memory_list(
+    server: AcpServer, app: App, request: Request, p: WorkspaceParams
+) -> dict[str, Any]:
+    return await app.memory_list(_workspace(p))
 
 
-async def memory_recall(server: AcpServer, app: App, request: Request) -> Any:
-    p = validate(request.method, wire.RecallParams, request.params)
+async def memory_recall(
+    server: AcpServer, app: App, request: Request, p: RecallParams
+) -> dict[str, Any]:
     return await app.memory_recall(_workspace(p), p.query, p.limit)
 
 
-async def memory_status(server: AcpServer, app: App, request: Request) -> Any:
-    root = _workspace(validate(request.method, wire.WorkspaceParams, request.params))
-    return await app.memory_status(root)
+async def memory_status(
+    server: AcpServer, app: App, request: Request, p: WorkspaceParams
+) -> dict[str, Any]:
+    return await app.memory_status(_workspace(p))
+
+
+# Every request agentd answers besides `initialize` (the server's own, as it
+# starts the warm-up). Methods starting with `_` are ACP extension methods.
+HANDLERS: dict[str, Handler] = {
+    "authenticate": authenticate,
+    "session/new": new_session,
+    "session/load": load_session,
+    "session/prompt": prompt,
+    "_agentd/session/list": list_sessions,
+    "_agentd/session/reset": reset_session,
+    "_agentd/session/close": close_session,
+    "_agentd/memory/status": memory_status,
+    "_agentd/memory/list": memory_list,
+    "_agentd/memory/recall": memory_recall,
+}

@@ -1,7 +1,8 @@
 """Newline-delimited JSON-RPC 2.0, the wire of the Agent Client Protocol.
 
-Stdlib only: this module is imported before `initialize` is answered, and
-start-up must stay cheap. It knows nothing of ACP's methods.
+Stdlib only (and agentd's error codes): this module is imported before
+`initialize` is answered, and start-up must stay cheap. It knows nothing of
+ACP's methods.
 
 - `read_lines` splits a byte stream into messages (one JSON value a line),
   caps a line at `MAX_LINE` and skips the rest of an oversized one, so a bad
@@ -20,27 +21,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from agentd.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
+from agentd.stdio import ReadFn
 
 log = logging.getLogger("agentd.acp")
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-# ACP's own codes (schema `ErrorCode`).
-AUTH_REQUIRED = -32000
-RESOURCE_NOT_FOUND = -32002
-REQUEST_CANCELLED = -32800
-# agentd's, shared with the LSP front end.
-SESSION_BUSY = -32003
-
 MAX_LINE = 256 * 1024 * 1024
 READ_SIZE = 64 * 1024
-
-ReadFn = Callable[[int], Awaitable[bytes]]
 
 
 class RpcError(Exception):

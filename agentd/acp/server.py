@@ -1,15 +1,20 @@
 """The ACP daemon over stdio: read loop, dispatch, lifecycle.
 
-Start-up is kept cheap: only the stdlib and agentd's light ACP modules
-(`rpc`, `caps`) are imported before `initialize` is answered. The rest
-(pydantic, httpx, the turn engine, `handlers`) is imported, and the `App`
-built with its provider's HTTP client, in a warm-up thread started right
-after that reply; the first request that needs it awaits the warm-up, as
-the LSP front end does.
+Start-up is kept cheap: only the stdlib and agentd's light modules (`rpc`,
+`caps`, the `handlers` table) are imported before `initialize` is answered.
+The rest (pydantic, httpx, the turn engine) is imported, and the `App` built
+with its provider's HTTP client, by the shared `Warmup` right after that
+reply; the first request that needs it awaits the warm-up, as the LSP front
+end does.
+
+Routing: `handlers.HANDLERS` is the one table of methods; the server knows
+only `initialize` (it starts the warm-up) and the `session/cancel`
+notification, and advertises `session/load` and the extension methods from
+the table.
 
 Every request is answered exactly once: by its handler's result, by the
 error it raised (`RpcError` as is, agentd's `ProtocolError`s mapped in
-`handlers.map_error`, anything else `-32603`, logged), or, when the daemon
+`handlers.dispatch`, anything else `-32603`, logged), or, when the daemon
 shuts down under it, by `-32800`. A handler failure never stops the loop.
 
 Cancellation: `session/cancel` marks the session's prompt (registered when
@@ -26,11 +31,14 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd import PROTOCOL_VERSION, __version__
-from agentd.acp.caps import ClientCaps, core_methods
-from agentd.acp.rpc import (
+from agentd.acp.caps import ClientCaps
+from agentd.acp.handlers import HANDLERS, dispatch
+from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
+from agentd.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -38,13 +46,9 @@ from agentd.acp.rpc import (
     PARSE_ERROR,
     REQUEST_CANCELLED,
     SESSION_BUSY,
-    Connection,
-    RpcError,
-    parse_message,
-    read_lines,
 )
-from agentd.stdio import open_reader, open_writer
-from agentd.warmup import build_app_in_thread
+from agentd.stdio import ReadFn, open_reader, open_writer
+from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
     from agentd.acp.tools import AcpToolRunner
@@ -58,21 +62,6 @@ ACP_VERSION = 1
 DRAIN_TIMEOUT = 5.0
 SHUTDOWN_TIMEOUT = 10.0
 
-_MEMORY = ("memory_status", "project_memory")
-# method -> (handler name in agentd.acp.handlers, methods of the core or the App it
-# needs, any one of them; empty: always available)
-REQUESTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "authenticate": ("authenticate", ()),
-    "session/new": ("new_session", ()),
-    "session/load": ("load_session", ("load_session",)),
-    "session/prompt": ("prompt", ()),
-    "_agentd/session/list": ("list_sessions", ("list_sessions",)),
-    "_agentd/session/reset": ("reset_session", ()),
-    "_agentd/session/close": ("close_session", ()),
-    "_agentd/memory/status": ("memory_status", _MEMORY),
-    "_agentd/memory/list": ("memory_list", _MEMORY),
-    "_agentd/memory/recall": ("memory_recall", _MEMORY),
-}
 NOTIFICATIONS_SENT = ["_agentd/memory", "_agentd/memory/changed"]
 
 
@@ -97,58 +86,28 @@ class Request:
 
 
 class AcpServer:
-    def __init__(
-        self,
-        write: Callable[[bytes], None],
-        create_app: Callable[[dict[str, Any]], App] | None = None,
-    ) -> None:
+    def __init__(self, write: Callable[[bytes], None]) -> None:
         self.conn = Connection(write)
-        # How the App is built after the warm-up (tests pass their own).
-        self._create_app = create_app
         self.initialized = False
         self.caps = ClientCaps()
-        self.init_options: dict[str, Any] = {}
+        # The App, built off the critical path; its params models are loaded with it.
+        self.warmup = Warmup(imports=("agentd.acp.params",))
+        self.warmup.listeners.append(self._attach)
         self.prompts: dict[str, PromptState] = {}
         # Set when the daemon stops: a cancel from then on is not the user's.
         self.closing = False
         self._abandoned: dict[str, set[asyncio.Future[Any]]] = {}
         self._tasks: dict[asyncio.Task[None], Request] = {}
-        self._app: App | None = None
-        self._app_future: asyncio.Future[App] | None = None
         self._runner: AcpToolRunner | None = None
-
-    # --- the App, built off the critical path ----------------------------------------
-
-    def start_warmup(self) -> None:
-        if self._app_future is not None:
-            return
-        loop = asyncio.get_running_loop()
-        self._app_future = loop.create_future()
-        build_app_in_thread(
-            loop,
-            dict(self.init_options),
-            self._app_future,
-            self._attach,
-            imports=("agentd.acp.handlers",),
-            create=self._create_app,
-        )
 
     def _attach(self, app: App) -> None:
         app.memory_listeners.append(self._memory_changed)
-        self._app = app
 
-    def _memory_changed(self, root: Any, paths: list[Any]) -> None:
+    def _memory_changed(self, root: Path, paths: list[Path]) -> None:
         self.conn.notify(
             "_agentd/memory/changed",
             {"workspaceRoot": str(root), "paths": [str(p) for p in paths]},
         )
-
-    async def app(self) -> App:
-        if self._app is not None:
-            return self._app
-        self.start_warmup()
-        assert self._app_future is not None
-        return await asyncio.shield(self._app_future)
 
     @property
     def runner(self) -> AcpToolRunner:
@@ -208,14 +167,14 @@ class AcpServer:
             except RpcError as exc:
                 self.conn.respond_error(msg_id, exc)
                 return
-            self.start_warmup()
+            self.warmup.start()
             return
         if not self.initialized:
             self.conn.respond_error(
                 msg_id, RpcError(INVALID_REQUEST, f"{method} before initialize")
             )
             return
-        if method not in REQUESTS:
+        if method not in HANDLERS:
             self.conn.respond_error(
                 msg_id, RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
             )
@@ -255,10 +214,8 @@ class AcpServer:
 
     async def _run_request(self, request: Request) -> None:
         try:
-            app = await self.app()
-            from agentd.acp import handlers
-
-            result = await handlers.dispatch(self, app, request)
+            app = await self.warmup.wait()
+            result = await dispatch(self, app, request)
         except RpcError as exc:
             self._reply_error(request, exc)
         except Exception as exc:
@@ -295,8 +252,9 @@ class AcpServer:
         if state is None or state.cancel_requested:
             return
         state.cancel_requested = True
-        if state.started and self._app is not None:
-            self._app.core.cancel(sid)
+        app = self.warmup.get()
+        if state.started and app is not None:
+            app.core.cancel(sid)
 
     # --- initialize (no heavy imports here) ---------------------------------------------
 
@@ -317,19 +275,13 @@ class AcpServer:
         if isinstance(options, dict):
             # The same settings an LSP editor passes as initializationOptions;
             # client tools come from clientCapabilities instead.
-            self.init_options = {k: v for k, v in options.items() if k != "clientTools"}
+            self.warmup.options = {k: v for k, v in options.items() if k != "clientTools"}
         self.initialized = True
-        core = core_methods()
-        ext_methods = [
-            method
-            for method, (_, needs) in REQUESTS.items()
-            if method.startswith("_") and (not needs or any(n in core for n in needs))
-        ]
         return {
             # We speak version 1 only; a client asking for another gets our latest.
             "protocolVersion": ACP_VERSION,
             "agentCapabilities": {
-                "loadSession": "load_session" in core,
+                "loadSession": "session/load" in HANDLERS,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": False, "sse": False},
                 "_meta": {
@@ -338,7 +290,7 @@ class AcpServer:
                         "protocolVersion": PROTOCOL_VERSION,
                         "clientTools": self.caps.tool_names(),
                         "daemonTools": ["read_file", "list_dir", "search"],
-                        "extMethods": ext_methods,
+                        "extMethods": [m for m in HANDLERS if m.startswith("_")],
                         "extNotifications": NOTIFICATIONS_SENT,
                     }
                 },
@@ -350,7 +302,7 @@ class AcpServer:
 
     # --- the main loop -------------------------------------------------------------------
 
-    async def serve(self, read: Any) -> int:
+    async def serve(self, read: ReadFn) -> int:
         async for line in read_lines(read):
             try:
                 self.handle_line(line)
@@ -373,11 +325,7 @@ class AcpServer:
             if late:
                 await asyncio.wait(late, timeout=SHUTDOWN_TIMEOUT)
         self.conn.close()
-        if self._app is not None:
-            try:
-                await asyncio.wait_for(self._app.aclose(), timeout=SHUTDOWN_TIMEOUT)
-            except TimeoutError:
-                log.warning("shutdown did not finish within %s s", SHUTDOWN_TIMEOUT)
+        await self.warmup.aclose()
 
 
 def _bad_param(name: str, message: str) -> RpcError:

@@ -93,28 +93,6 @@ class TurnContext:
     max_tokens: int = 8192
 
 
-def prompt_text(blocks: list[dict[str, Any]] | str) -> str:
-    """Flatten prompt content blocks (text, resource links, embedded resources)."""
-    if isinstance(blocks, str):
-        return blocks
-    out: list[str] = []
-    for block in blocks:
-        kind = block.get("type")
-        if kind == "text":
-            out.append(str(block.get("text", "")))
-        elif kind == "resource_link":
-            out.append(f"[{block.get('name') or block.get('uri')}]({block.get('uri')})")
-        elif kind == "resource":
-            res = block.get("resource") or {}
-            uri = res.get("uri", "")
-            text = res.get("text")
-            if isinstance(text, str):
-                out.append(f'<context uri="{uri}">\n{text}\n</context>')
-            else:
-                out.append(f"[{uri}]")
-    return "\n\n".join(out)
-
-
 async def run_prompt(ctx: TurnContext, session: Session, prompt: str, emit: Emit) -> PromptOutcome:
     """Run one prompt to its end. Raises `CancelledError` when cancelled."""
     usage = Usage()

@@ -1,41 +1,61 @@
 """Thin handlers: validate params, call the core, convert the result.
 
-Registered at start-up, but light: pydantic models and the core are imported
-inside the handlers, after `await ls.app()` has finished the warm-up.
+`REQUESTS` and `NOTIFICATIONS` at the bottom are the method tables
+`register` installs on the server. Each handler takes `(ls, app, p)`, `p`
+annotated with its params model from `ext.py` (the models of the schema,
+`ext.REQUESTS`; a test keeps the two in step).
+
+Registered at start-up, but light: the models, pydantic and the core are
+imported for type checking only, and are in memory by the time a handler
+runs (after `await ls.warmup.wait()`, the warm-up has imported them).
 Each handler is wrapped by `_request` / `_notification`, the one place that
-maps validation errors to -32602 naming the fields, agentd's ProtocolErrors
-to their codes, and anything unexpected to -32603 (logged; the daemon keeps
-serving).
+validates params (`agentd.params`), maps validation errors to -32602 naming
+the fields, agentd's ProtocolErrors to their codes, and anything unexpected
+to -32603 (logged; the daemon keeps serving).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
+from agentd.errors import ProtocolError
+from agentd.params import params_model, prompt_text, validate_params, workspace_path
+
 if TYPE_CHECKING:
+    from agentd.agent.events import Update
     from agentd.app import App
+    from agentd.lsp.ext import (
+        Empty,
+        LoadSessionParams,
+        NewSessionParams,
+        PromptParams,
+        RecallParams,
+        SessionParams,
+        ToolResultParams,
+        WorkspaceParams,
+    )
     from agentd.lsp.server import AgentdServer
 
 log = logging.getLogger("agentd.lsp")
 
-Impl = Callable[["AgentdServer", "App", Any], Awaitable[Any]]
+Handler = Callable[["AgentdServer", "App", Any], Awaitable[Any]]
+# Where the params models live; imported by the warm-up thread.
+MODELS = "agentd.lsp.ext"
 
 
-def _validate(method: str, model: Any, params: Any) -> Any:
-    from agentd.params import validate_params
-
-    return validate_params(method, model, params)
+def _validate(method: str, impl: Handler, params: Any) -> Any:
+    return validate_params(method, params_model(impl, importlib.import_module(MODELS)), params)
 
 
 def _map_error(method: str, exc: Exception) -> JsonRpcException:
-    from agentd.errors import ProtocolError
-
     if isinstance(exc, JsonRpcException):
         return exc
     if isinstance(exc, ProtocolError):
@@ -44,14 +64,11 @@ def _map_error(method: str, exc: Exception) -> JsonRpcException:
     return JsonRpcInternalError(message=f"Internal error in {method}: {type(exc).__name__}: {exc}")
 
 
-def _request(server: AgentdServer, method: str, impl: Impl, params_model: str) -> None:
+def _request(server: AgentdServer, method: str, impl: Handler) -> None:
     async def handler(ls: AgentdServer, params: Any) -> Any:
         try:
-            app = await ls.app()
-            from agentd.lsp import ext
-
-            model = getattr(ext, params_model)
-            return await impl(ls, app, _validate(method, model, params))
+            app = await ls.warmup.wait()
+            return await impl(ls, app, _validate(method, impl, params))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -60,13 +77,11 @@ def _request(server: AgentdServer, method: str, impl: Impl, params_model: str) -
     server.feature(method)(handler)
 
 
-def _notification(server: AgentdServer, method: str, impl: Impl, params_model: str) -> None:
+def _notification(server: AgentdServer, method: str, impl: Handler) -> None:
     async def handler(ls: AgentdServer, params: Any) -> None:
         try:
-            app = await ls.app()
-            from agentd.lsp import ext
-
-            await impl(ls, app, _validate(method, getattr(ext, params_model), params))
+            app = await ls.warmup.wait()
+            await impl(ls, app, _validate(method, impl, params))
         except Exception as exc:
             # A notification has no reply; say what was wrong in the log.
             log.warning("%s ignored: %s", method, getattr(exc, "message", exc))
@@ -74,16 +89,10 @@ def _notification(server: AgentdServer, method: str, impl: Impl, params_model: s
     server.feature(method)(handler)
 
 
-def workspace_path(value: str) -> Path:
-    from agentd.params import workspace_path as checked
-
-    return checked(value)
-
-
 # --- agent/* -------------------------------------------------------------------------
 
 
-async def new_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def new_session(ls: AgentdServer, app: App, p: NewSessionParams) -> dict[str, Any]:
     from agentd.agent.session import AwaitClientResult
 
     root = workspace_path(p.workspace_root)
@@ -99,8 +108,7 @@ async def _start_memory(ls: AgentdServer, app: App, root: Path) -> None:
     await app.project_memory(root, progress)
 
 
-async def prompt(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
-    from agentd.agent.turn import prompt_text
+async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:
     from agentd.lsp.updates import update_to_wire
 
     text = prompt_text(
@@ -109,7 +117,7 @@ async def prompt(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
     sid = p.session_id
     notify = ls.agentd_protocol.notify
 
-    def emit(update: Any) -> None:
+    def emit(update: Update) -> None:
         notify("agent/update", {"sessionId": sid, "update": update_to_wire(update)})
 
     app.core.get(sid)  # unknown session -> -32001 before anything runs
@@ -127,28 +135,28 @@ async def prompt(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
     return result
 
 
-async def reset_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def reset_session(ls: AgentdServer, app: App, p: SessionParams) -> dict[str, Any]:
     await app.core.reset(p.session_id)
     return {}
 
 
-async def close_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def close_session(ls: AgentdServer, app: App, p: SessionParams) -> dict[str, Any]:
     await app.core.close(p.session_id)
     return {}
 
 
-async def list_sessions(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def list_sessions(ls: AgentdServer, app: App, p: WorkspaceParams) -> dict[str, Any]:
     return app.list_sessions(workspace_path(p.workspace_root))
 
 
-async def load_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict[str, Any]:
     from agentd.agent.session import AwaitClientResult
     from agentd.lsp.updates import update_to_wire
 
     sid = p.session_id
     notify = ls.agentd_protocol.notify
 
-    def emit(update: Any) -> None:
+    def emit(update: Update) -> None:
         notify("agent/update", {"sessionId": sid, "update": update_to_wire(update)})
 
     root = workspace_path(p.workspace_root) if p.workspace_root else None
@@ -156,11 +164,11 @@ async def load_session(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
     return {}
 
 
-async def cancel(ls: AgentdServer, app: App, p: Any) -> None:
+async def cancel(ls: AgentdServer, app: App, p: SessionParams) -> None:
     app.core.cancel(p.session_id)
 
 
-async def tool_result(ls: AgentdServer, app: App, p: Any) -> None:
+async def tool_result(ls: AgentdServer, app: App, p: ToolResultParams) -> None:
     content = p.content if isinstance(p.content, str) else "".join(b.text for b in p.content)
     if not app.core.tool_result(p.session_id, p.tool_call_id, content, p.is_error):
         log.info("late or unknown tool result %s ignored", p.tool_call_id)
@@ -169,36 +177,44 @@ async def tool_result(ls: AgentdServer, app: App, p: Any) -> None:
 # --- memory/* ---------------------------------------------------------------------------
 
 
-async def memory_list(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def memory_list(ls: AgentdServer, app: App, p: WorkspaceParams) -> dict[str, Any]:
     return await app.memory_list(workspace_path(p.workspace_root))
 
 
-async def memory_recall(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def memory_recall(ls: AgentdServer, app: App, p: RecallParams) -> dict[str, Any]:
     return await app.memory_recall(workspace_path(p.workspace_root), p.query, p.limit)
 
 
-async def memory_status(ls: AgentdServer, app: App, p: Any) -> dict[str, Any]:
+async def memory_status(ls: AgentdServer, app: App, p: WorkspaceParams) -> dict[str, Any]:
     return await app.memory_status(workspace_path(p.workspace_root))
 
 
-async def _test_fail(ls: AgentdServer, app: App, p: Any) -> None:
+async def _test_fail(ls: AgentdServer, app: App, p: Empty) -> None:
     raise RuntimeError("injected handler failure")
 
 
-def register(server: AgentdServer) -> None:
-    import os
+REQUESTS: dict[str, Handler] = {
+    "agent/newSession": new_session,
+    "agent/prompt": prompt,
+    "agent/resetSession": reset_session,
+    "agent/closeSession": close_session,
+    "agent/listSessions": list_sessions,
+    "agent/loadSession": load_session,
+    "memory/list": memory_list,
+    "memory/recall": memory_recall,
+    "memory/status": memory_status,
+}
+NOTIFICATIONS: dict[str, Handler] = {
+    "agent/cancel": cancel,
+    "agent/toolResult": tool_result,
+}
 
+
+def register(server: AgentdServer) -> None:
     if os.environ.get("AGENTD_TEST_FAULTS") == "1":
         # A handler that always raises, so tests can prove -32603 and survival.
-        _request(server, "agentd/_fail", _test_fail, "Empty")
-    _request(server, "agent/newSession", new_session, "NewSessionParams")
-    _request(server, "agent/prompt", prompt, "PromptParams")
-    _request(server, "agent/resetSession", reset_session, "SessionParams")
-    _request(server, "agent/closeSession", close_session, "SessionParams")
-    _request(server, "agent/listSessions", list_sessions, "WorkspaceParams")
-    _request(server, "agent/loadSession", load_session, "LoadSessionParams")
-    _request(server, "memory/list", memory_list, "WorkspaceParams")
-    _request(server, "memory/recall", memory_recall, "RecallParams")
-    _request(server, "memory/status", memory_status, "WorkspaceParams")
-    _notification(server, "agent/cancel", cancel, "SessionParams")
-    _notification(server, "agent/toolResult", tool_result, "ToolResultParams")
+        _request(server, "agentd/_fail", _test_fail)
+    for method, impl in REQUESTS.items():
+        _request(server, method, impl)
+    for method, impl in NOTIFICATIONS.items():
+        _notification(server, method, impl)

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException
 from pygls.protocol import (
     JsonRPCNotification,
     JsonRPCRequestMessage,
@@ -30,6 +30,8 @@ from pygls.protocol import (
     default_converter,
     lsp_method,
 )
+
+from agentd.errors import INVALID_PARAMS, INVALID_REQUEST, SERVER_NOT_INITIALIZED
 
 log = logging.getLogger(__name__)
 
@@ -70,46 +72,58 @@ class AgentdProtocol(LanguageServerProtocol):
     def dispatch(self, data: Any) -> None:
         """Validate one decoded JSON value as JSON-RPC and hand it to pygls."""
         if not isinstance(data, dict):
-            self.reply_error(None, -32600, "Invalid Request: a message must be a JSON object")
+            self.reply_error(
+                None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object"
+            )
             return
         msg_id = data.get("id")
         has_id = "id" in data
         bad_id = isinstance(msg_id, bool) or not isinstance(msg_id, str | int)
         if has_id and bad_id and (msg_id is not None or "method" in data):
-            self.reply_error(None, -32600, "Invalid Request: id must be a string or an integer")
+            self.reply_error(
+                None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer"
+            )
             return
         if data.get("jsonrpc") != "2.0":
             self.reply_error(
-                msg_id if has_id else None, -32600, 'Invalid Request: jsonrpc must be "2.0"'
+                msg_id if has_id else None,
+                INVALID_REQUEST,
+                'Invalid Request: jsonrpc must be "2.0"',
             )
             return
         method = data.get("method")
         if "method" in data and not isinstance(method, str):
             self.reply_error(
-                msg_id if has_id else None, -32600, "Invalid Request: method must be a string"
+                msg_id if has_id else None,
+                INVALID_REQUEST,
+                "Invalid Request: method must be a string",
             )
             return
         params = data.get("params")
         if params is not None and not isinstance(params, dict | list):
             if has_id and method is not None:
                 self.reply_error(
-                    msg_id, -32602, "Invalid params: params must be an object or array"
+                    msg_id, INVALID_PARAMS, "Invalid params: params must be an object or array"
                 )
             return
         if method is None:
             if not has_id:
-                self.reply_error(None, -32600, "Invalid Request: no method")
+                self.reply_error(None, INVALID_REQUEST, "Invalid Request: no method")
                 return
             self._dispatch_response(data)
             return
         if has_id:
             if not self.initialized and method not in _LIFECYCLE_OK_BEFORE_INIT:
                 self.reply_error(
-                    msg_id, -32002, f"Server not initialized: {method} before initialize"
+                    msg_id,
+                    SERVER_NOT_INITIALIZED,
+                    f"Server not initialized: {method} before initialize",
                 )
                 return
             if self._shutdown:
-                self.reply_error(msg_id, -32600, f"Invalid Request: {method} after shutdown")
+                self.reply_error(
+                    msg_id, INVALID_REQUEST, f"Invalid Request: {method} after shutdown"
+                )
                 return
         elif self._shutdown and method != types.EXIT:
             return
@@ -121,7 +135,7 @@ class AgentdProtocol(LanguageServerProtocol):
         except JsonRpcException as exc:
             if has_id:
                 self.reply_error(
-                    msg_id, JsonRpcInvalidParams.CODE, f"Invalid params for {method}: {exc.message}"
+                    msg_id, INVALID_PARAMS, f"Invalid params for {method}: {exc.message}"
                 )
             return
         self.handle_message(message)

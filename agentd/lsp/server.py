@@ -2,7 +2,7 @@
 
 Start-up is kept as cheap as a bare pygls server: only pygls, lsprotocol and
 the stdlib are imported before `initialize` is answered. The rest of agentd
-(pydantic, httpx, the turn engine) is imported in a warm-up thread right
+(pydantic, httpx, the turn engine) is imported by the shared `Warmup` right
 after the reply, and the first request that needs it awaits that warm-up.
 """
 
@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from lsprotocol import types
@@ -20,10 +21,18 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import lsp_method
 
 from agentd import PROTOCOL_VERSION, __version__
+from agentd.errors import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SESSION_BUSY,
+    SESSION_NOT_FOUND,
+)
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
 from agentd.lsp.transport import read_frames
-from agentd.stdio import open_reader, open_writer
-from agentd.warmup import build_app_in_thread
+from agentd.stdio import ReadFn, open_reader, open_writer
+from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
     from agentd.app import App
@@ -32,6 +41,14 @@ log = logging.getLogger("agentd.lsp")
 
 DAEMON_TOOLS = ["read_file", "list_dir", "search"]
 _LSP_LEVELS = {"error": 1, "warning": 2, "info": 3, "debug": 4}
+# Errors that answer a bad request: the client's doing, not agentd's.
+_CLIENT_ERRORS = (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    INVALID_PARAMS,
+    SESSION_NOT_FOUND,
+    SESSION_BUSY,
+)
 
 
 class ServerProtocol(AgentdProtocol):
@@ -42,7 +59,7 @@ class ServerProtocol(AgentdProtocol):
         options = (
             params.initialization_options if isinstance(params.initialization_options, dict) else {}
         )
-        server.init_options = options
+        server.warmup.options = options
         declared = options.get("clientTools") or []
         names = [
             d if isinstance(d, str) else d.get("name")
@@ -63,7 +80,7 @@ class ServerProtocol(AgentdProtocol):
         self.initialized = True
         server.set_editor_log_level(options.get("logLevel"))
         msg_id = self.msg_id
-        self.after_reply(msg_id, server.start_warmup)
+        self.after_reply(msg_id, server.warmup.start)
         pid = params.process_id
         if pid:
             self.after_reply(msg_id, lambda: server.watch_editor(pid))
@@ -79,9 +96,9 @@ class AgentdServer(LanguageServer):
             converter_factory=agentd_converter,
             text_document_sync_kind=types.TextDocumentSyncKind.None_,
         )
-        self.init_options: dict[str, Any] = {}
-        self._app: App | None = None
-        self._app_future: asyncio.Future[App] | None = None
+        # The App, built off the critical path, with the modules its handlers need.
+        self.warmup = Warmup(imports=("agentd.lsp.ext", "agentd.lsp.updates"))
+        self.warmup.listeners.append(self._attach)
         self._stop: asyncio.Event | None = None
         self._editor_level = 2
         self._watchdog: asyncio.Task[None] | None = None
@@ -93,37 +110,15 @@ class AgentdServer(LanguageServer):
         assert isinstance(proto, ServerProtocol)
         return proto
 
-    # --- the App, built off the critical path -------------------------------------
-
-    def start_warmup(self) -> None:
-        if self._app_future is not None:
-            return
-        loop = asyncio.get_running_loop()
-        self._app_future = loop.create_future()
-        build_app_in_thread(
-            loop,
-            dict(self.init_options),
-            self._app_future,
-            self._attach,
-            imports=("agentd.lsp.ext", "agentd.lsp.updates"),
-        )
+    # --- the App's notifications ---------------------------------------------------
 
     def _attach(self, app: App) -> None:
         from agentd.lsp.progress import WorkDone
 
         app.memory_listeners.append(self._memory_changed)
         app.progress_factory = lambda title: WorkDone(self, title)
-        self._app = app
 
-    async def app(self) -> App:
-        if self._app is not None:
-            return self._app
-        if self._app_future is None:
-            self.start_warmup()
-        assert self._app_future is not None
-        return await asyncio.shield(self._app_future)
-
-    def _memory_changed(self, root: Any, paths: list[Any]) -> None:
+    def _memory_changed(self, root: Path, paths: list[Path]) -> None:
         self.agentd_protocol.notify(
             "memory/changed", {"workspaceRoot": str(root), "paths": [str(p) for p in paths]}
         )
@@ -158,7 +153,7 @@ class AgentdServer(LanguageServer):
         # Never a pop-up (pygls' default is window/showMessage). Errors that
         # answer a bad request are the client's, not ours: debug level.
         code = getattr(error, "code", None)
-        level = logging.DEBUG if code in (-32600, -32601, -32602, -32001, -32003) else logging.ERROR
+        level = logging.DEBUG if code in _CLIENT_ERRORS else logging.ERROR
         log.log(level, "%s: %s", getattr(source, "__name__", source), error)
 
     # --- editor process watchdog ---------------------------------------------------------
@@ -189,7 +184,7 @@ class AgentdServer(LanguageServer):
         read = await open_reader(loop, stdin, prefix)
         return await self.serve_stream(read, writer)
 
-    async def serve_stream(self, read: Any, writer: Any) -> int:
+    async def serve_stream(self, read: ReadFn, writer: Any) -> int:
         """Serve one connection: `read(n)` returns bytes (b"" at EOF), `writer`
         has pygls' writer interface (`write`, `close`). Shared by stdio and TCP."""
         loop = asyncio.get_running_loop()
@@ -210,14 +205,14 @@ class AgentdServer(LanguageServer):
         await self._cleanup()
         return self.exit_code if self.exit_code is not None else 1
 
-    async def _read_loop(self, read: Any) -> None:
+    async def _read_loop(self, read: ReadFn) -> None:
         proto = self.agentd_protocol
         async for body in read_frames(read):
             try:
                 data = json.loads(body)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 log.error("unparseable message: %s", exc)
-                proto.reply_error(None, -32700, f"Parse error: {exc}")
+                proto.reply_error(None, PARSE_ERROR, f"Parse error: {exc}")
                 continue
             try:
                 proto.dispatch(data)
@@ -230,15 +225,7 @@ class AgentdServer(LanguageServer):
             fut.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self._app_future is not None and not self._app_future.done():
-            # The warm-up thread must finish before the interpreter does: a
-            # daemon thread still importing at exit aborts the process.
-            await asyncio.wait([self._app_future], timeout=15)
-        if self._app is not None:
-            try:
-                await asyncio.wait_for(self._app.aclose(), timeout=10)
-            except TimeoutError:
-                log.warning("shutdown did not finish within 10 s")
+        await self.warmup.aclose()
         # Let cancelled request tasks write their replies before the pipe closes.
         await asyncio.sleep(0)
 

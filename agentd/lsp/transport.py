@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+
+from agentd.stdio import ReadFn
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,6 @@ _HEADER_START = re.compile(rb"Content-Length:", re.IGNORECASE)
 _EMBEDDED_HEADER = re.compile(
     rb"Content-Length: *\d+\r\n(?:[A-Za-z-]+: *[^\r\n]*\r\n)*\r\n", re.IGNORECASE
 )
-
-ReadFn = Callable[[int], Awaitable[bytes]]
 
 
 class FrameError(Exception):

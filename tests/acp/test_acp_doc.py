@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentd.acp import server
-from agentd.acp.handlers import STOP_REASONS
+from agentd.acp.handlers import HANDLERS, STOP_REASONS
 from agentd.acp.updates import TOOL_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,9 @@ def table(doc: str, heading: str) -> dict[str, str]:
     return dict(re.findall(r"^\| `([a-z_]+)` \| `([a-z_]+)` \|$", body, re.M))
 
 
-@pytest.mark.parametrize("method", [*server.REQUESTS, *server.NOTIFICATIONS_SENT, "session/cancel"])
+@pytest.mark.parametrize(
+    "method", ["initialize", *HANDLERS, *server.NOTIFICATIONS_SENT, "session/cancel"]
+)
 def test_every_method_is_documented(method: str) -> None:
     assert f"`{method}`" in acp_doc()
 

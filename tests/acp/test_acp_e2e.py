@@ -15,7 +15,6 @@ import pytest
 from acp import RequestError, text_block
 from acp.helpers import embedded_text_resource, resource_block
 
-from agentd.acp.caps import core_methods
 from agentd.testing.model_server import ModelServer
 from tests.acp.harness import (
     CLIENT_INFO,
@@ -71,7 +70,7 @@ async def test_initialize_and_new_session(
     raw = dict(last_response(editor, "initialize"))
     caps = raw["result"]["agentCapabilities"]
     # What depends on the core's features is checked here, the rest against the golden file.
-    assert caps.pop("loadSession") == ("load_session" in core_methods())
+    assert caps.pop("loadSession") is True
     ext = caps["_meta"]["agentd"].pop("extMethods")
     assert {"_agentd/session/reset", "_agentd/session/close"} <= set(ext)
     assert caps["_meta"]["agentd"]["clientTools"] == [
@@ -472,8 +471,6 @@ async def test_unknown_session_and_bad_params(daemon: Any, workspace: Path) -> N
 async def test_session_load_replays_the_history(
     editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path
 ) -> None:
-    if "load_session" not in core_methods():
-        pytest.skip("AgentCore has no load_session yet: loadSession is not advertised")
     env = daemon_env(model_server, tmp_path)
     async with spawn_daemon(editor, env, tmp_path / "stderr.log") as conn:
         await start(conn)
@@ -510,8 +507,6 @@ def _memory_folder(tmp_path: Path, workspace: Path, env: dict[str, str]) -> Path
 async def test_memory_is_delivered_through_the_same_core(
     editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path
 ) -> None:
-    if "project_memory" not in core_methods() and "memory_status" not in core_methods():
-        pytest.skip("core memory is not wired into App yet")
     env = daemon_env(model_server, tmp_path)
     topic = _memory_folder(tmp_path, workspace, env) / "deploy-checklist.md"
     topic.write_text(

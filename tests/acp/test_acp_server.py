@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from agentd.acp import handlers
+from agentd.acp.params import NewSessionParams
 from agentd.acp.server import AcpServer
-from agentd.agent.core import AgentCore
 from agentd.messages import Message, TextPart
 from agentd.testing.model_server import ModelServer
 from tests.acp.harness import check_golden, daemon_env, schema_errors
@@ -66,7 +67,7 @@ async def wire(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator
     server = AcpServer(lambda data: out.append(json.loads(data)))
     w = Wire(server, out)
     yield w
-    app = server._app
+    app = server.warmup.get()
     await server.aclose()
     if app is not None:
         # App.aclose leaves session transcripts open (reported to the core's owners);
@@ -101,13 +102,10 @@ async def test_a_failing_handler_is_answered_and_the_server_keeps_serving(
 ) -> None:
     await initialized(wire)
 
-    async def broken(*args: Any) -> Any:
+    async def broken(server: Any, app: Any, request: Any, p: NewSessionParams) -> Any:
         raise RuntimeError("injected failure")
 
-    from agentd.acp import handlers
-
-    await wire.call("authenticate", {"methodId": "x"})  # warm-up done: handlers imported
-    monkeypatch.setattr(handlers, "new_session", broken)
+    monkeypatch.setitem(handlers.HANDLERS, "session/new", broken)
     failed = await wire.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
     assert failed["error"]["code"] == -32603
     assert "injected failure" in failed["error"]["message"]
@@ -176,14 +174,12 @@ async def test_shutdown_answers_requests_still_running_even_unstarted_ones(
 
 
 async def test_session_load_replays_through_the_acp_mapping(wire: Wire, tmp_path: Path) -> None:
-    if not hasattr(AgentCore, "load_session"):
-        pytest.skip("AgentCore has no load_session yet")
     init = await initialized(wire)
     assert init["result"]["agentCapabilities"]["loadSession"] is True
     sid = (await wire.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"][
         "sessionId"
     ]
-    app = await wire.server.app()
+    app = await wire.server.warmup.wait()
     session = app.core.get(sid)
     session.append(Message("user", [TextPart("remember 7")]))
     session.append(Message("assistant", [TextPart("Noted: 7.")]))
@@ -209,17 +205,6 @@ async def test_session_load_replays_through_the_acp_mapping(wire: Wire, tmp_path
         "session/load", {"sessionId": "nope", "cwd": str(tmp_path), "mcpServers": []}
     )
     assert unknown["error"]["code"] == -32002
-
-
-async def test_session_load_is_method_not_found_without_the_core_feature(
-    wire: Wire, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delattr(AgentCore, "load_session", raising=False)
-    await initialized(wire)
-    result = await wire.call(
-        "session/load", {"sessionId": "s", "cwd": str(tmp_path), "mcpServers": []}
-    )
-    assert result["error"]["code"] == -32601
 
 
 # --- the raw wire over real stdio ---------------------------------------------------------

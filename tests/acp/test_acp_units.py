@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentd.acp.caps import ClientCaps, core_methods
+from agentd.acp.caps import ClientCaps
 from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
 from agentd.acp.tools import Refused, command_result, number_lines, replace_once
 from agentd.acp.updates import to_acp, tool_kind, tool_locations, tool_title
@@ -194,8 +194,3 @@ def test_read_and_command_results_are_formatted_for_the_model() -> None:
         == "[the beginning of the output was cut by the editor]\nok\n[exit code 2]"
     )
     assert command_result({"output": ""}, {"signal": "SIGKILL"}) == "[killed by signal SIGKILL]"
-
-
-def test_core_methods_are_read_without_importing_the_core() -> None:
-    names = core_methods()
-    assert {"new_session", "prompt", "cancel"} <= names
