@@ -321,7 +321,7 @@ class ProjectMemory:
         return snapshot
 
     async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
-        report = _safe(progress)
+        report = _log_failures(progress)
         count = sum(len(list_topics(folder).paths) for folder, _ in self._folders())
         if count <= THREAD_THRESHOLD:
             return self._scan(report)
@@ -450,7 +450,8 @@ class ProjectMemory:
             self._changed(changed)
 
 
-def _safe(progress: Progress | None) -> Progress | None:
+def _log_failures(progress: Progress | None) -> Progress | None:
+    """The callback, with its failures logged instead of raised into the scan."""
     if progress is None:
         return None
 

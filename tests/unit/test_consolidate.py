@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from agentd.layout import memory_dir
-from agentd.memory.extraction import ExtractionService
-from agentd.memory.extraction import consolidate as dream
-from agentd.memory.extraction.apply import Plan, Snap
+from agentd.memory.extraction import ExtractionService, consolidate
+from agentd.memory.extraction.apply import FileVersion, FolderSnapshot
 from agentd.memory.extraction.writer import TEMP_PREFIX
 from agentd.memory.manager import MemoryManager
 from agentd.messages import Message, TextPart, ToolCall
@@ -306,7 +305,7 @@ async def test_schedule_needs_n_runs_and_h_hours_and_persists(tmp_path: Path) ->
         # Enough runs, but within 24 hours of the last pass: not yet.
         assert len(e.provider.dream_requests()) == 1
         assert e.svc.status(e.root)["consolidation"]["runsSince"] == 4
-        state = json.loads((e.folder / dream.STATE_FILE).read_text())
+        state = json.loads((e.folder / consolidate.STATE_FILE).read_text())
         assert state["runsSince"] == 4
         writer, e.writer = e.writer, None
         assert writer is not None
@@ -347,16 +346,16 @@ async def test_a_failed_pass_keeps_the_run_count(env: Env) -> None:
 
 
 def test_validate_one_operation_per_file() -> None:
-    planned = Plan(
-        files={n: Snap("h", "x") for n in ("a.md", "b.md", "c.md")},
+    snapshot = FolderSnapshot(
+        files={n: FileVersion("h", "x") for n in ("a.md", "b.md", "c.md")},
     )
     raw = {
         "merge": [merge("a.md", "b.md"), merge("c.md", "b.md"), merge("a.md", "a.md")],
         "retire": ["a.md", "c.md", "c.md"],
     }
-    proposal, notes = dream.validate(raw, planned, ["a.md", "b.md", "c.md"])
+    proposal, notes = consolidate.validate(raw, snapshot, ["a.md", "b.md", "c.md"])
     assert proposal.merges == [
-        dream.Merge("a.md", ("b.md",), "Deploy", "how deploys go out", "project", MERGED)
+        consolidate.Merge("a.md", ("b.md",), "Deploy", "how deploys go out", "project", MERGED)
     ]
     assert proposal.retire == ["c.md"]
     assert len(notes) == 4

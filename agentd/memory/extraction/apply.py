@@ -1,9 +1,10 @@
 """Applying validated operations to a memory folder (blocking; runs in a worker thread).
 
-Planning reads every topic file's content hash *before* the model is asked;
-each write then carries that hash, and `writer.write_atomic` re-checks it
-right before its rename. A file the user saved meanwhile comes back as a
-conflict (with its new content) for the caller to re-plan, never overwritten.
+`snapshot_folder` reads every topic file's content hash (a `FileVersion`)
+into a `FolderSnapshot` *before* the model is asked; each write then carries
+that hash, and `writer.write_atomic` re-checks it right before its rename. A
+file the user saved meanwhile comes back as a conflict (with its new content)
+for the caller to re-plan, never overwritten.
 
 Order within one batch keeps MEMORY.md pointing only at files that exist:
 creates and updates first, then the index without the files about to be
@@ -32,28 +33,30 @@ from agentd.memory.store import MAX_TOPIC_BYTES, decode, list_topics, parse_topi
 
 
 @dataclass(frozen=True)
-class Snap:
+class FileVersion:
+    """One file's content, as hashed for the compare-and-swap write."""
+
     hash: str
     text: str
 
 
 @dataclass
-class Plan:
+class FolderSnapshot:
     """What the folder held when the model was asked."""
 
-    files: dict[str, Snap] = field(default_factory=dict)
+    files: dict[str, FileVersion] = field(default_factory=dict)
     headers: list[Header] = field(default_factory=list)
 
 
 @dataclass
 class Applied:
     written: list[tuple[Path, str]] = field(default_factory=list)
-    conflicts: list[tuple[Op, Snap | None]] = field(default_factory=list)
+    conflicts: list[tuple[Op, FileVersion | None]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 
 
-def plan(directory: Path) -> Plan:
-    out = Plan()
+def snapshot_folder(directory: Path) -> FolderSnapshot:
+    out = FolderSnapshot()
     docs = []
     for path in list_topics(directory).paths:
         try:
@@ -65,7 +68,7 @@ def plan(directory: Path) -> Plan:
         if data is None:
             continue
         text, _ = decode(data[:MAX_TOPIC_BYTES], truncated=len(data) > MAX_TOPIC_BYTES)
-        out.files[path.name] = Snap(content_hash(data), text)
+        out.files[path.name] = FileVersion(content_hash(data), text)
         doc = parse_topic(path, data, size=len(data), mtime=os.path.getmtime(path), team=False)
         docs.append(doc)
     docs.sort(key=lambda d: -d.info.mtime)
@@ -91,15 +94,15 @@ def sync_index(directory: Path, exclude: frozenset[str] = frozenset()) -> tuple[
     return path, text
 
 
-def _current(directory: Path, name: str) -> Snap | None:
+def _current(directory: Path, name: str) -> FileVersion | None:
     data = read_current(directory / name)
     if data is None:
         return None
-    return Snap(content_hash(data), decode(data[:MAX_TOPIC_BYTES], truncated=False)[0])
+    return FileVersion(content_hash(data), decode(data[:MAX_TOPIC_BYTES], truncated=False)[0])
 
 
-def apply_ops(directory: Path, ops: list[Op], files: dict[str, Snap]) -> Applied:
-    """Write `ops` against the planned `files`; OSError propagates (the chunk fails)."""
+def apply_ops(directory: Path, ops: list[Op], files: dict[str, FileVersion]) -> Applied:
+    """Write `ops` against the snapshot's `files`; OSError propagates (the chunk fails)."""
     out = Applied()
     deletes: list[Op] = []
     for op in ops:

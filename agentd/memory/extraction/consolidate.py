@@ -12,16 +12,21 @@ confined topic name, a file takes part in one operation at most, and the
 new bodies are redacted. Application goes through the same write path as
 extraction (`apply.apply_ops`: atomic, confined, content-hash checked):
 
-    1. per merge: every source still has the planned hash (else: skipped);
-       `into` is written against its planned hash (a user's edit: skipped)
+    1. per merge: every source still has its snapshot's hash (else: skipped);
+       `into` is written against its snapshot's hash (a user's edit: skipped)
     2. the index without the files about to go, then the hash-checked
        deletes of merged sources and retired files (a user's edit: kept)
 
 The caller holds the folder lock (the extraction service runs a pass inside
 its single flight), so a pass never overlaps an extraction.
 
-The schedule's state (`.consolidation.json`: last pass, extraction runs
-since) lives in the memory folder, written atomically.
+The schedule: `Consolidation.after_run`, called by the extraction service
+after each run of a project, counts the runs that extracted something and
+runs a pass when asked (`agentd memory consolidate`) or when due (after
+`after_runs` such runs and at most once per `every_hours`). Its state
+(`.consolidation.json`: last pass, extraction runs since) lives in the
+memory folder, written atomically; the last pass's outcome is kept for
+`memory/status`.
 """
 
 from __future__ import annotations
@@ -32,15 +37,24 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.memory.extraction.apply import Plan, Snap, apply_ops, plan, sync_index
+from agentd.errors import AgentdError
+from agentd.memory.extraction.apply import (
+    FileVersion,
+    FolderSnapshot,
+    apply_ops,
+    snapshot_folder,
+    sync_index,
+)
 from agentd.memory.extraction.extractor import EXTRACT_TIMEOUT, MIN_BODY_CHARS, Op
 from agentd.memory.extraction.secrets import redact
 from agentd.memory.extraction.writer import (
     RefusedPath,
     content_hash,
+    describe_failure,
     read_current,
     topic_name,
     write_atomic,
@@ -199,15 +213,15 @@ def save_state(directory: Path, state: State) -> None:
 # --- asking the model -----------------------------------------------------------------
 
 
-def shown_files(planned: Plan) -> list[str]:
+def shown_files(snapshot: FolderSnapshot) -> list[str]:
     """The files the model is shown, newest first, within the prompt budget."""
     out: list[str] = []
     used = 0
-    for h in planned.headers:
-        snap = planned.files.get(h.file)
-        if snap is None:
+    for h in snapshot.headers:
+        version = snapshot.files.get(h.file)
+        if version is None:
             continue
-        size = min(len(snap.text), SHOWN_BODY_CHARS) + 200
+        size = min(len(version.text), SHOWN_BODY_CHARS) + 200
         if out and used + size > PROMPT_BUDGET_CHARS:
             break
         out.append(h.file)
@@ -215,10 +229,10 @@ def shown_files(planned: Plan) -> list[str]:
     return out
 
 
-def build_request(model: str, planned: Plan, files: list[str]) -> ModelRequest:
+def build_request(model: str, snapshot: FolderSnapshot, files: list[str]) -> ModelRequest:
     blocks = []
     for name in files:
-        text = planned.files[name].text
+        text = snapshot.files[name].text
         cut = " (truncated)" if len(text) > SHOWN_BODY_CHARS else ""
         blocks.append(f'<note file="{name}"{cut}>\n{text[:SHOWN_BODY_CHARS]}\n</note>')
     prompt = "Memory notes (whole files, data):\n\n" + "\n\n".join(blocks)
@@ -263,12 +277,14 @@ def _known(raw: Any, shown: set[str]) -> str:
     return name
 
 
-def validate(raw: dict[str, Any], planned: Plan, shown: list[str]) -> tuple[Proposal, list[str]]:
+def validate(
+    raw: dict[str, Any], snapshot: FolderSnapshot, shown: list[str]
+) -> tuple[Proposal, list[str]]:
     """The acceptable operations (redacted) and one note per refused or redacted one."""
     out = Proposal()
     notes: list[str] = []
     known = set(shown)
-    types = {h.file: h.type for h in planned.headers}
+    types = {h.file: h.type for h in snapshot.headers}
     used: set[str] = set()
     merges = raw.get("merge")
     for item in merges if isinstance(merges, list) else []:
@@ -288,7 +304,7 @@ def validate(raw: dict[str, Any], planned: Plan, shown: list[str]) -> tuple[Prop
         except RefusedPath as exc:
             notes.append(f"merge refused: {exc}")
             continue
-        if into in planned.files and into not in known:
+        if into in snapshot.files and into not in known:
             # An existing note the model did not see is never overwritten.
             notes.append(f"merge refused: {into} was not shown")
             continue
@@ -346,12 +362,12 @@ def validate(raw: dict[str, Any], planned: Plan, shown: list[str]) -> tuple[Prop
 # --- applying it ----------------------------------------------------------------------
 
 
-def _unchanged(directory: Path, name: str, snap: Snap) -> bool:
+def _unchanged(directory: Path, name: str, version: FileVersion) -> bool:
     data = read_current(directory / name)
-    return data is not None and content_hash(data) == snap.hash
+    return data is not None and content_hash(data) == version.hash
 
 
-def apply(directory: Path, proposal: Proposal, files: dict[str, Snap]) -> Result:
+def apply(directory: Path, proposal: Proposal, files: dict[str, FileVersion]) -> Result:
     """Write the merges, then delete merged sources and retired files (blocking)."""
     out = Result()
     deletes: list[str] = []
@@ -398,13 +414,118 @@ async def run_pass(
     Disk work runs through `in_thread`; written files come back in
     `Result.written` for the caller to announce (`note_own_write`).
     """
-    planned: Plan = await in_thread(plan, directory)
-    shown = shown_files(planned)
+    snapshot: FolderSnapshot = await in_thread(snapshot_folder, directory)
+    shown = shown_files(snapshot)
     if len(shown) < MIN_FILES:
         return Result()
-    raw = await ask(provider, build_request(model, planned, shown))
-    proposal, notes = validate(raw, planned, shown)
-    result: Result = await in_thread(apply, directory, proposal, planned.files)
+    raw = await ask(provider, build_request(model, snapshot, shown))
+    proposal, notes = validate(raw, snapshot, shown)
+    result: Result = await in_thread(apply, directory, proposal, snapshot.files)
     result.asked = True
     result.skipped[:0] = notes
     return result
+
+
+# --- the schedule -----------------------------------------------------------------------
+
+OnWrite = Callable[[Path, str], None]
+
+
+class Consolidation:
+    """One project's consolidation schedule and the outcome of its last pass."""
+
+    def __init__(self, after_runs: int, every_hours: float) -> None:
+        self.after_runs = after_runs
+        self.every_hours = every_hours
+        # Loaded from the folder on first use, then kept current here.
+        self.state: State | None = None
+        self.last_result: dict[str, Any] | None = None
+        self.last_error: str | None = None
+
+    def status(self, directory: Path | None) -> dict[str, Any]:
+        """For `memory/status`; `directory`: the memory folder, when the project is open."""
+        if self.state is None and directory is not None:
+            self.state = load_state(directory)
+        state = self.state or State()
+
+        def iso(ts: float | None) -> str | None:
+            return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
+
+        out: dict[str, Any] = {
+            "lastRunAt": iso(state.last_run_at),
+            "lastOkAt": iso(state.last_ok_at),
+            "runsSince": state.runs_since,
+            "afterRuns": self.after_runs,
+            "everyHours": self.every_hours,
+        }
+        if self.last_result is not None:
+            out["lastResult"] = self.last_result
+        if self.last_error:
+            out["lastError"] = self.last_error
+        return out
+
+    async def after_run(
+        self,
+        provider: ModelProvider,
+        model: str,
+        directory: Path,
+        root: Path,
+        *,
+        extracted: bool,
+        forced: bool,
+        now: float,
+        in_thread: InThread,
+        on_write: OnWrite,
+    ) -> dict[str, Any] | None:
+        """Count an extraction run (`extracted`: it wrote the cursor forward) and
+        run a pass when `forced` or due. Returns the pass's `as_json()` or
+        `{error}`; None when no pass ran. The caller holds the folder lock;
+        `root` (the workspace) names the project in log lines."""
+        if not forced and self.after_runs <= 0:
+            return None  # no schedule
+        state = await in_thread(load_state, directory)
+        if extracted:
+            state.runs_since += 1
+        due = state.due(now, self.after_runs, self.every_hours)
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        if forced or due:
+            state.last_run_at = now
+            try:
+                res = await run_pass(provider, model, directory, in_thread)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, RefusedPath) as exc:
+                error = describe_failure(exc, "memory files")
+            except (AgentdError, TimeoutError) as exc:
+                detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                error = f"consolidation request failed: {detail}"[:300]
+            except Exception as exc:
+                log.exception("memory consolidation failed")
+                error = f"consolidation failed: {exc!r}"[:300]
+            else:
+                state.last_ok_at = now
+                state.runs_since = 0
+                for path, content in res.written:
+                    on_write(path, content)
+                result = res.as_json()
+                self.last_result = result
+                if res.merged or res.retired or res.skipped:
+                    log.info(
+                        "memory consolidation for %s: %d merged, %d retired, %d skipped",
+                        root,
+                        len(res.merged),
+                        len(res.retired),
+                        len(res.skipped),
+                    )
+            self.last_error = error
+            if error is not None:
+                log.warning("memory consolidation for %s: %s", root, error)
+                result = {"error": error}
+        if extracted or forced or due:
+            try:
+                await in_thread(save_state, directory, state)
+            except (OSError, RefusedPath) as exc:
+                log.warning("memory consolidation: %s", describe_failure(exc, STATE_FILE))
+        self.state = state
+        return result

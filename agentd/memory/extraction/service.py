@@ -11,10 +11,10 @@ then advances the cursor. Failures leave the cursor where it was and show in
 Disk work (reads, fsyncs) runs in worker threads so that a slow disk never
 stalls the event loop that is streaming someone's reply.
 
-Consolidation ("dream", `consolidate.py`) runs inside the same single flight
-and lock, after the extraction of a run: when asked (`consolidate(root)`),
-or on the slow schedule (after `consolidate_after_runs` extraction runs and
-at most once per `consolidate_every_hours`; the state is in the folder).
+Consolidation ("dream") runs inside the same single flight and lock, after
+the extraction of a run: when asked (`consolidate(root)`), or on its slow
+schedule; both the schedule and its state are `consolidate.Consolidation`'s,
+one per project.
 """
 
 from __future__ import annotations
@@ -31,13 +31,24 @@ from typing import Any, TypeVar
 
 from agentd.errors import AgentdError
 from agentd.layout import canonical_root
-from agentd.memory.extraction import consolidate as dream
 from agentd.memory.extraction import extractor
-from agentd.memory.extraction.apply import Plan, Snap, apply_ops, plan, sync_index
+from agentd.memory.extraction.apply import (
+    FileVersion,
+    FolderSnapshot,
+    apply_ops,
+    snapshot_folder,
+    sync_index,
+)
+from agentd.memory.extraction.consolidate import Consolidation
 from agentd.memory.extraction.cursor import load_cursors, save_cursors
 from agentd.memory.extraction.lock import FolderLock
 from agentd.memory.extraction.scheduler import SingleFlight
-from agentd.memory.extraction.writer import RefusedPath, check_root, clean_temps, describe
+from agentd.memory.extraction.writer import (
+    RefusedPath,
+    check_root,
+    clean_temps,
+    describe_failure,
+)
 from agentd.memory.manager import MemoryManager
 from agentd.memory.project import ProjectMemory
 from agentd.messages import Message
@@ -59,6 +70,7 @@ MAX_NOTES = 20
 @dataclass
 class _Project:
     root: Path
+    consolidation: Consolidation
     flight: SingleFlight | None = None
     dirty: set[str] = field(default_factory=set)
     ends: dict[str, int] = field(default_factory=dict)
@@ -67,13 +79,10 @@ class _Project:
     last_run_at: float | None = None
     # Operations skipped (conflicts, refusals), newest last: for logs and tests.
     notes: list[str] = field(default_factory=list)
-    # Consolidation: callers of `consolidate()` waiting for the next run, the
-    # schedule's state (loaded from the folder), the last pass's outcome.
+    # Callers of `consolidate()` waiting for the next run; whether this run
+    # extracted anything (it counts towards the consolidation schedule).
     waiters: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
     extracted: bool = False
-    dream_state: dream.State | None = None
-    dream_result: dict[str, Any] | None = None
-    dream_error: str | None = None
 
     def note(self, text: str) -> None:
         self.notes = [*self.notes, text][-MAX_NOTES:]
@@ -169,7 +178,8 @@ class ExtractionService:
             out["lastRunAt"] = datetime.fromtimestamp(project.last_run_at, UTC).isoformat()
         if project.notes:
             out["skipped"] = list(project.notes)
-        out["consolidation"] = self._dream_status(project)
+        pm = self.manager.get_nowait(project.root)
+        out["consolidation"] = project.consolidation.status(pm.directory if pm else None)
         return out
 
     async def consolidate(self, workspace_root: Path) -> dict[str, Any]:
@@ -195,29 +205,6 @@ class ExtractionService:
         if waiter in project.waiters:
             project.waiters.remove(waiter)
         return {"error": "the extraction service is shutting down"}
-
-    def _dream_status(self, project: _Project) -> dict[str, Any]:
-        if project.dream_state is None:
-            pm = self.manager.get_nowait(project.root)
-            if pm is not None:
-                project.dream_state = dream.load_state(pm.directory)
-        state = project.dream_state or dream.State()
-
-        def iso(ts: float | None) -> str | None:
-            return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
-
-        out: dict[str, Any] = {
-            "lastRunAt": iso(state.last_run_at),
-            "lastOkAt": iso(state.last_ok_at),
-            "runsSince": state.runs_since,
-            "afterRuns": self.consolidate_after_runs,
-            "everyHours": self.consolidate_every_hours,
-        }
-        if project.dream_result is not None:
-            out["lastResult"] = project.dream_result
-        if project.dream_error:
-            out["lastError"] = project.dream_error
-        return out
 
     async def resume(self, workspace_root: Path) -> None:
         """Queue the sessions whose transcripts extend past their cursors."""
@@ -272,7 +259,8 @@ class ExtractionService:
         key = canonical_root(workspace_root)
         project = self._projects.get(key)
         if project is None:
-            project = _Project(key)
+            schedule = Consolidation(self.consolidate_after_runs, self.consolidate_every_hours)
+            project = _Project(key, schedule)
             bound = project
 
             def spawn(coro: Any) -> asyncio.Task[None]:
@@ -314,18 +302,28 @@ class ExtractionService:
                 await _in_thread(directory.mkdir, 0o700, True, True)
                 check_root(directory)
             except (OSError, RefusedPath) as exc:
-                raise _RunError(_why(exc, "the memory folder")) from exc
+                raise _RunError(describe_failure(exc, "the memory folder")) from exc
             lock = FolderLock(directory)
             while True:
                 try:
                     if await _in_thread(lock.try_acquire):
                         break
                 except OSError as exc:
-                    raise _RunError(_why(exc, "the extraction lock")) from exc
+                    raise _RunError(describe_failure(exc, "the extraction lock")) from exc
                 await asyncio.sleep(LOCK_POLL)  # another daemon extracts this folder
             try:
                 sessions = await self._run_locked(project, pm, sessions, errors)
-                result = await self._consolidate_locked(project, pm, forced=bool(waiters))
+                result = await project.consolidation.after_run(
+                    self.provider,
+                    self.fast_model,
+                    pm.directory,
+                    project.root,
+                    extracted=project.extracted,
+                    forced=bool(waiters),
+                    now=self.clock(),
+                    in_thread=_in_thread,
+                    on_write=pm.note_own_write,
+                )
                 for waiter in waiters:
                     if result is not None and not waiter.done():
                         waiter.set_result(result)
@@ -372,7 +370,7 @@ class ExtractionService:
         except asyncio.CancelledError:
             raise
         except (OSError, RefusedPath) as exc:
-            errors.append(_why(exc, "memory files"))
+            errors.append(describe_failure(exc, "memory files"))
         except (AgentdError, TimeoutError) as exc:
             detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             errors.append(f"extraction request failed: {detail}"[:300])
@@ -380,67 +378,11 @@ class ExtractionService:
         try:
             written = await _in_thread(sync_index, directory)
         except (OSError, RefusedPath) as exc:
-            errors.append(_why(exc, "MEMORY.md"))
+            errors.append(describe_failure(exc, "MEMORY.md"))
         else:
             if written is not None:
                 pm.note_own_write(*written)
         return pending
-
-    async def _consolidate_locked(
-        self, project: _Project, pm: ProjectMemory, *, forced: bool
-    ) -> dict[str, Any] | None:
-        """Count this run; consolidate when forced or due. None: no pass ran."""
-        directory = pm.directory
-        counted = project.extracted
-        if not forced and self.consolidate_after_runs <= 0:
-            return None  # no schedule
-        state = await _in_thread(dream.load_state, directory)
-        if counted:
-            state.runs_since += 1
-        now = self.clock()
-        due = state.due(now, self.consolidate_after_runs, self.consolidate_every_hours)
-        result: dict[str, Any] | None = None
-        error: str | None = None
-        if forced or due:
-            state.last_run_at = now
-            try:
-                res = await dream.run_pass(self.provider, self.fast_model, directory, _in_thread)
-            except asyncio.CancelledError:
-                raise
-            except (OSError, RefusedPath) as exc:
-                error = _why(exc, "memory files")
-            except (AgentdError, TimeoutError) as exc:
-                detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-                error = f"consolidation request failed: {detail}"[:300]
-            except Exception as exc:
-                log.exception("memory consolidation failed")
-                error = f"consolidation failed: {exc!r}"[:300]
-            else:
-                state.last_ok_at = now
-                state.runs_since = 0
-                for path, content in res.written:
-                    pm.note_own_write(path, content)
-                result = res.as_json()
-                project.dream_result = result
-                if res.merged or res.retired or res.skipped:
-                    log.info(
-                        "memory consolidation for %s: %d merged, %d retired, %d skipped",
-                        project.root,
-                        len(res.merged),
-                        len(res.retired),
-                        len(res.skipped),
-                    )
-            project.dream_error = error
-            if error is not None:
-                log.warning("memory consolidation for %s: %s", project.root, error)
-                result = {"error": error}
-        if counted or forced or due:
-            try:
-                await _in_thread(dream.save_state, directory, state)
-            except (OSError, RefusedPath) as exc:
-                log.warning("memory consolidation: %s", _why(exc, dream.STATE_FILE))
-        project.dream_state = state
-        return result
 
     def _transcript_path(self, root: Path, sid: str) -> Path:
         live = self.transcripts(sid)
@@ -486,14 +428,14 @@ class ExtractionService:
     async def _chunk(
         self, project: _Project, directory: Path, chunk: extractor.Chunk, budget: list[int]
     ) -> list[tuple[Path, str]]:
-        planned: Plan = await _in_thread(plan, directory)
-        request = extractor.build_request(self.fast_model, planned.headers, chunk.text)
+        snapshot: FolderSnapshot = await _in_thread(snapshot_folder, directory)
+        request = extractor.build_request(self.fast_model, snapshot.headers, chunk.text)
         raw = await extractor.ask(self.provider, request)
         ops, notes = extractor.validate(raw, chunk.tool_outputs, cap=budget[0])
         budget[0] -= len(ops)
         for note in notes:
             project.note(note)
-        applied = await _in_thread(apply_ops, directory, ops, planned.files)
+        applied = await _in_thread(apply_ops, directory, ops, snapshot.files)
         written = list(applied.written)
         for refusal in applied.refused:
             project.note(refusal)
@@ -515,7 +457,7 @@ class ExtractionService:
         directory: Path,
         chunk: extractor.Chunk,
         op: extractor.Op,
-        now: Snap | None,
+        now: FileVersion | None,
     ) -> list[tuple[Path, str]]:
         """The user saved `op.file` after planning: ask once more from their content."""
         request = extractor.build_replan_request(self.fast_model, op, now.text if now else "")
@@ -528,10 +470,3 @@ class ExtractionService:
             project.note(f"{op.file}: changed by the user during extraction; change skipped")
             log.info("memory extraction: %s changed by the user; change skipped", op.file)
         return applied.written
-
-
-def _why(exc: BaseException, what: str) -> str:
-    if isinstance(exc, OSError):
-        name = f"{what} ({exc.filename})" if getattr(exc, "filename", None) else what
-        return describe(exc, name)
-    return f"refused {what}: {exc}"

@@ -254,3 +254,11 @@ def describe(exc: OSError, what: str) -> str:
     code = errno.errorcode.get(exc.errno or 0, "")
     reason = exc.strerror or str(exc)
     return f"cannot write {what}: {reason}" + (f" ({code})" if code else "")
+
+
+def describe_failure(exc: OSError | RefusedPath, what: str) -> str:
+    """`describe` for a failed disk operation (naming the file), or the refusal."""
+    if isinstance(exc, OSError):
+        name = f"{what} ({exc.filename})" if getattr(exc, "filename", None) else what
+        return describe(exc, name)
+    return f"refused {what}: {exc}"
