@@ -77,6 +77,8 @@ class TranscriptWriter:
         self.session_id = session_id
         self.workspace_root = workspace_root
         self.offset = offset
+        # Set by the owner after a failed append, so that it reports the failure once.
+        self.failed = False
         self._file: IO[str] | None = None
 
     def _open(self) -> IO[str]:

@@ -94,9 +94,9 @@ class AgentCore:
                 writer.append(message)
             except OSError as exc:
                 # Losing the transcript must not break the conversation; say so once.
-                if not getattr(writer, "failed", False):
+                if not writer.failed:
                     log.error("cannot write the transcript %s: %s", writer.path, exc)
-                    writer.failed = True  # type: ignore[attr-defined]
+                    writer.failed = True
 
         session.listeners.append(persist)
 

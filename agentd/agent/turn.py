@@ -233,7 +233,7 @@ async def _stream_step(
         keep_partial(interrupted=True)
         raise
     finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
     if end is None:
         calls.clear()
         keep_partial(interrupted=True)

@@ -12,7 +12,7 @@ server sees the disconnect at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -93,7 +93,7 @@ class ModelProvider(Protocol):
 
     name: str
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one model response.
 
         Yields deltas as they arrive and exactly one `StreamEnd` last.

@@ -252,7 +252,9 @@ class ModelHTTP:
             else:
                 delay = self._rand() * min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt)
             if loop.time() + delay >= deadline:
-                note = f"gave up: a retry would pass the {_secs(self.config.total_timeout)} s limit"
+                note = (
+                    f"gave up: a retry would pass the {_seconds(self.config.total_timeout)} s limit"
+                )
                 raise rebuild(error, note=note) from cause
             attempt += 1
             await self._sleep(delay)
@@ -309,25 +311,27 @@ def to_model_error(
         err = _status_error(failure, body, host, config)
     elif isinstance(failure, httpx.ConnectTimeout):
         err = ModelTimeout(
-            f"connecting to {host} timed out after {_secs(config.connect_timeout)} s",
+            f"connecting to {host} timed out after {_seconds(config.connect_timeout)} s",
             retryable=True,
         )
     elif isinstance(failure, httpx.PoolTimeout):
-        err = ModelTimeout(f"no free connection to {host} within {_secs(config.connect_timeout)} s")
+        err = ModelTimeout(
+            f"no free connection to {host} within {_seconds(config.connect_timeout)} s"
+        )
     elif isinstance(failure, httpx.TimeoutException):
-        err = ModelTimeout(f"{host} sent nothing for {_secs(config.read_idle_timeout)} s")
+        err = ModelTimeout(f"{host} sent nothing for {_seconds(config.read_idle_timeout)} s")
     elif isinstance(failure, httpx.ConnectError):
-        err = ModelConnectionError(f"cannot connect to {host}: {_why(failure)}", retryable=True)
+        err = ModelConnectionError(f"cannot connect to {host}: {_reason(failure)}", retryable=True)
     elif isinstance(failure, httpx.NetworkError | httpx.RemoteProtocolError):
-        err = ModelConnectionError(f"connection to {host} lost: {_why(failure)}")
+        err = ModelConnectionError(f"connection to {host} lost: {_reason(failure)}")
     elif isinstance(failure, TimeoutError):
         err = ModelTimeout(
-            f"request to {host} took longer than the {_secs(config.total_timeout)} s limit"
+            f"request to {host} took longer than the {_seconds(config.total_timeout)} s limit"
         )
     elif isinstance(failure, SSEError):
         err = ModelError(f"malformed event stream from {host}: {failure}")
     else:  # invalid URL, proxy failure, unsupported scheme, decoding error...
-        err = ModelConnectionError(f"request to {host} failed: {_why(failure)}")
+        err = ModelConnectionError(f"request to {host} failed: {_reason(failure)}")
     return rebuild(err, message=scrub(err.message, config.secrets()))
 
 
@@ -347,8 +351,8 @@ def _status_error(
     if retryable and retry_after is not None and retry_after > config.max_retry_after:
         who = f"rate limited by {host}" if status == 429 else head
         return ModelHTTPError(
-            f"{who}: retry after {_secs(retry_after)} s exceeds the "
-            f"{_secs(config.max_retry_after)} s limit{f' ({detail})' if detail else ''}",
+            f"{who}: retry after {_seconds(retry_after)} s exceeds the "
+            f"{_seconds(config.max_retry_after)} s limit{f' ({detail})' if detail else ''}",
             status=status,
             retry_after=retry_after,
         )
@@ -468,11 +472,13 @@ def _is_json(response: httpx.Response) -> bool:
     return content_type.startswith("application/json")
 
 
-def _why(exc: BaseException) -> str:
+def _reason(exc: BaseException) -> str:
+    """What went wrong, for an error message (never empty)."""
     return str(exc) or type(exc).__name__
 
 
-def _secs(value: float) -> str:
+def _seconds(value: float) -> str:
+    """`30`, `2.5`: seconds as people write them."""
     return f"{value:.0f}" if value == int(value) else f"{value:g}"
 
 
