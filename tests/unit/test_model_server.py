@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from agentd.testing.model_server import ModelServer, ModelServerThread, main
-from agentd.testing.model_server_replies import RequestView, default_reply, parse_reply
+from agentd.testing.model_server.replies import RequestView, default_reply, parse_reply
 
 # --- helpers -----------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentd.testing.model_server_http import reason_phrase
-from agentd.testing.model_server_replies import Api, JSONDict, Output
+from agentd.testing.model_server.http import reason_phrase
+from agentd.testing.model_server.replies import Api, JSONDict, Output
 
 MODELS = ("agentd-local", "agentd-local-small")
 _OPENAI_FINISH = {

@@ -18,7 +18,7 @@ default `main`): the head of P's queue, else the first of P's rules whose
 `match` is a substring of the last user text, else `default_reply` (forced
 tool -> a call of it; a trailing tool result -> "Tool result received: ...";
 otherwise `!tool`/`!ttft`/`!delay`/`!chunks`/`!status` directives or an echo).
-Reply dicts are documented in `model_server_replies.parse_reply`'s keys:
+Reply dicts are documented in `replies.parse_reply`'s keys:
 text, chunks, thinking, toolCalls, stopReason, ttft, chunkDelay, usage,
 status, retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
 
@@ -45,25 +45,20 @@ Log entries, in order (and as JSON lines in `log_path`):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import ipaddress
 import json
 import logging
-import signal
-import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
-from agentd.testing.model_server_http import ClientGone, Connection, HTTPError, Request
-from agentd.testing.model_server_replies import (
+from agentd.testing.model_server.http import ClientGone, Connection, HTTPError, Request
+from agentd.testing.model_server.replies import (
     Api,
     BadRequest,
     JSONDict,
@@ -75,7 +70,7 @@ from agentd.testing.model_server_replies import (
     parse_reply,
     resolve,
 )
-from agentd.testing.model_server_wire import (
+from agentd.testing.model_server.wire import (
     Frame,
     anthropic_body,
     anthropic_stream,
@@ -89,10 +84,9 @@ from agentd.testing.model_server_wire import (
     stream_error_frame,
 )
 
-__all__ = ["ModelServer", "ModelServerThread", "main", "parse_reply"]
+__all__ = ["ModelServer", "parse_reply"]
 
 _log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 _JSON_HEADERS = {"content-type": "application/json"}
 
@@ -683,233 +677,3 @@ def _after_content(frames: list[Frame], n: int) -> int:
             if seen == n:
                 return last
     return last or 1
-
-
-# --- a server on its own thread, for synchronous callers ----------------------------------
-
-
-class ModelServerThread:
-    """A ModelServer on its own event loop in a background thread.
-
-    Every method hands its work to the server's loop and waits for it, so the
-    server is only ever touched from its own thread.
-    """
-
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        log_path: str | Path | None = None,
-        *,
-        hold_headers: bool = False,
-    ) -> None:
-        self.server = ModelServer(host, port, log_path, hold_headers=hold_headers)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        self._thread = threading.Thread(target=self._run, name="agentd-model-server", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            self._thread.join()
-            raise self._error
-
-    def _run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        try:
-            await self.server.start()
-        except BaseException as exc:  # handed to the thread that called start()
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            await self._stopping.wait()
-        finally:
-            await self.server.stop()
-
-    def stop(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        if self._loop is not None and self._stopping is not None and thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        thread.join()
-
-    def __enter__(self) -> ModelServerThread:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _call(self, fn: Callable[[], _T]) -> _T:
-        loop = self._loop
-        if loop is None or self._thread is None:
-            raise RuntimeError("the model server thread is not running")
-
-        async def run() -> _T:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(run(), loop).result()
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def base_url(self) -> str:
-        return self.server.base_url
-
-    @property
-    def openai_base_url(self) -> str:
-        return self.server.openai_base_url
-
-    @property
-    def log(self) -> list[dict[str, Any]]:
-        """A snapshot of the log."""
-        return self._call(lambda: list(self.server.log))
-
-    def requests(self, purpose: str | None = None) -> list[dict[str, Any]]:
-        return self._call(lambda: self.server.requests(purpose))
-
-    def enqueue(self, reply: dict[str, Any], purpose: str = "main") -> None:
-        self._call(lambda: self.server.enqueue(reply, purpose))
-
-    def add_rule(
-        self, match: str, reply: dict[str, Any], purpose: str = "main", times: int | None = None
-    ) -> None:
-        self._call(lambda: self.server.add_rule(match, reply, purpose, times))
-
-    def set_latency(self, purpose: str, seconds: float) -> None:
-        self._call(lambda: self.server.set_latency(purpose, seconds))
-
-    def set_default_arguments(self, tool_name: str, arguments: dict[str, Any]) -> None:
-        self._call(lambda: self.server.set_default_arguments(tool_name, arguments))
-
-    def set_hold_headers(self, hold: bool) -> None:
-        self._call(lambda: self.server.set_hold_headers(hold))
-
-    def reset(self) -> None:
-        self._call(self.server.reset)
-
-    def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
-    ) -> dict[str, Any]:
-        """Blocking wait_for; `predicate` runs on the server's thread."""
-        loop = self._loop
-        if loop is None or self._thread is None:
-            raise RuntimeError("the model server thread is not running")
-        future = asyncio.run_coroutine_threadsafe(self.server.wait_for(predicate, timeout), loop)
-        return future.result()
-
-
-# --- the command line ------------------------------------------------------------------
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentd model-server",
-        description="Serve the OpenAI and Anthropic APIs with scripted replies on loopback.",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="a loopback address")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--log", type=Path, help="append log entries as JSON lines")
-    parser.add_argument(
-        "--latency",
-        action="append",
-        default=[],
-        metavar="PURPOSE=SECONDS",
-        help="extra time to first chunk for a purpose (repeatable)",
-    )
-    parser.add_argument(
-        "--script", type=Path, help="a JSON list of {purpose?, reply} to enqueue at start"
-    )
-    parser.add_argument(
-        "--hold-headers",
-        action="store_true",
-        help="send a stream's headers only with its first chunk, as some servers do",
-    )
-    return parser
-
-
-def _configure(server: ModelServer, latencies: list[str], script: Path | None) -> None:
-    """Apply --latency and --script; ValueError/OSError describe what is wrong."""
-    for item in latencies:
-        purpose, sep, seconds = item.partition("=")
-        try:
-            value = float(seconds)
-        except ValueError:
-            value = -1.0
-        if not sep or not purpose or not value >= 0:
-            raise ValueError(f"--latency expects PURPOSE=SECONDS, got {item!r}")
-        server.set_latency(purpose, value)
-    if script is not None:
-        entries = json.loads(script.read_text(encoding="utf-8"))
-        if not isinstance(entries, list):
-            raise ValueError(f"{script}: expected a JSON list of {{purpose?, reply}}")
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, dict) or not isinstance(entry.get("reply"), dict):
-                raise ValueError(f"{script}: item {i} needs a reply object")
-            purpose = entry.get("purpose", "main")
-            if not isinstance(purpose, str):
-                raise ValueError(f"{script}: item {i}: purpose must be a string")
-            try:
-                server.enqueue(entry["reply"], purpose)
-            except ValueError as exc:
-                raise ValueError(f"{script}: item {i}: {exc}") from None
-
-
-async def _serve_until_signalled(server: ModelServer) -> int:
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopping.set)
-    try:
-        try:
-            await server.start()
-        except OSError as exc:
-            print(f"agentd model-server: cannot listen: {exc}", file=sys.stderr)
-            return 1
-        # The one line a parent process reads to find the port.
-        sys.stdout.write(json.dumps({"url": server.base_url, "port": server.port}) + "\n")
-        sys.stdout.flush()
-        await stopping.wait()
-    finally:
-        await server.stop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`agentd model-server`: print {"url", "port"} on one line, serve until SIGINT/SIGTERM."""
-    args = _parser().parse_args(argv)
-    try:
-        server = ModelServer(args.host, args.port, args.log, hold_headers=args.hold_headers)
-        _configure(server, args.latency, args.script)
-    except (ValueError, OSError) as exc:
-        print(f"agentd model-server: {exc}", file=sys.stderr)
-        return 2
-    with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(_serve_until_signalled(server))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
