@@ -4,7 +4,8 @@ Everything here drives the real daemon the way an editor does: spawned over
 stdio with `agentd.testing.stdio_client.StdioClient`, pointed at the bundled
 model server (`agentd.testing.model_server.ModelServer`) running on this
 process's event loop, so that the client's and the server's timestamps come
-from the same clock (`time.time()`).
+from the same clock (`time.time()`). The daemon's environment and command
+line are `agentd.testing.daemon`'s, shared with the tests.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections import defaultdict
@@ -22,12 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.layout import memory_dir
+from agentd.testing.daemon import daemon_command, daemon_env, memory_folder
 from agentd.testing.stdio_client import StdioClient
 
 BENCH_DIR = Path(__file__).resolve().parent
 BARE_SERVER = BENCH_DIR / "bare_pygls_server.py"
-AGENTD_ARGS = [sys.executable, "-m", "agentd", "serve"]
+AGENTD_ARGS = daemon_command()
 BARE_ARGS = [sys.executable, str(BARE_SERVER)]
 
 
@@ -59,29 +59,10 @@ def summary(values: Iterable[float], digits: int = 3) -> dict[str, Any]:
 # --- processes ----------------------------------------------------------------------
 
 
-def rss_mib(pid: int) -> float:
-    """VmRSS of a process in MiB (nan when it cannot be read)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return math.nan
-
-
-def daemon_env(base_url: str, home: Path) -> dict[str, str]:
-    """The environment of a daemon pointed at the local model server."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env.update(
-        AGENTD_BASE_URL=base_url,
-        AGENTD_API_KEY="x",
-        AGENTD_MODEL="m",
-        AGENTD_HOME=str(home / "home"),
-        AGENTD_CONFIG_DIR=str(home / "config"),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    return env
+def bench_env(base_url: str, home: Path) -> dict[str, str]:
+    """The tests' daemon environment (`agentd.testing.daemon_env`), run as these
+    benchmarks always have: the daemon's default log level, no bytecode written."""
+    return daemon_env(base_url, home, AGENTD_LOG_LEVEL="warning", PYTHONDONTWRITEBYTECODE="1")
 
 
 class Updates:
@@ -254,8 +235,8 @@ def write_topics(folder: Path, n: int = len(TOPICS)) -> list[Path]:
 
 
 def project_memory_dir(workspace: Path, home: Path) -> Path:
-    """`agentd memory dir <workspace>` for a daemon started with daemon_env(.., home)."""
-    return memory_dir(workspace, home / "home")
+    """`agentd memory dir <workspace>` for a daemon started with bench_env(.., home)."""
+    return memory_folder(workspace, home)
 
 
 # --- output -------------------------------------------------------------------------

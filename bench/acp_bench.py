@@ -1,7 +1,7 @@
 """Cold start and first-request latency of agentd, ACP mode beside LSP mode.
 
 For each run and each mode a fresh daemon is spawned over stdio and driven by
-a minimal client written here (no client library on the measured path):
+the raw client of `agentd.testing` (no client library on the measured path):
 
 - spawn -> initialize reply      (`python -m agentd.acp` / `python -m agentd serve`)
 - spawn -> session ready         (the newSession reply: the warm-up is over)
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -28,122 +28,60 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentd.testing.daemon import daemon_env
+from agentd.testing.framing import initialize_params
 from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
 
 METRICS = ("spawn_to_initialize_ms", "spawn_to_session_ms", "prompt_to_model_request_ms")
 
 
-class Daemon:
-    """One daemon process and its framing (newline JSON for ACP, Content-Length for LSP)."""
-
-    def __init__(self, mode: str, process: asyncio.subprocess.Process) -> None:
-        self.mode = mode
-        self.process = process
-        assert process.stdin is not None and process.stdout is not None
-        self.stdin = process.stdin
-        self.stdout = process.stdout
-
-    def send(self, message: dict[str, Any]) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
-        if self.mode == "acp":
-            self.stdin.write(body + b"\n")
-        else:
-            self.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-
-    async def receive(self) -> dict[str, Any]:
-        if self.mode == "acp":
-            return dict(json.loads(await self.stdout.readline()))
-        length = 0
-        while (line := await self.stdout.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode().partition(":")
-            if name.lower() == "content-length":
-                length = int(value)
-        return dict(json.loads(await self.stdout.readexactly(length)))
-
-    async def reply(self, msg_id: int) -> dict[str, Any]:
-        while True:
-            message = await self.receive()
-            if message.get("id") == msg_id and "method" not in message:
-                if "error" in message:
-                    raise RuntimeError(f"{self.mode}: {message['error']}")
-                return message
-
-    async def close(self) -> None:
-        self.stdin.close()
-        try:
-            await asyncio.wait_for(self.process.wait(), 10)
-        except TimeoutError:
-            self.process.kill()
-            await self.process.wait()
+async def reply(daemon: RawDaemon, msg_id: int) -> dict[str, Any]:
+    message = await daemon.response(msg_id, timeout=60)
+    if "error" in message:
+        raise RuntimeError(f"{daemon.framing}: {message['error']}")
+    return message
 
 
 async def one_run(mode: str, model: ModelServer, workspace: Path, home: Path) -> dict[str, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env.update(
-        AGENTD_BASE_URL=model.openai_base_url,
-        AGENTD_API_KEY="test",
-        AGENTD_MODEL="test",
-        AGENTD_HOME=str(home),
-        AGENTD_CONFIG_DIR=str(home / "config"),
-    )
-    command = ["-m", "agentd.acp"] if mode == "acp" else ["-m", "agentd", "serve"]
+    # The daemon's default log level, as an editor would run it.
+    env = daemon_env(model.openai_base_url, home, AGENTD_LOG_LEVEL="warning")
     start = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    daemon = Daemon(mode, process)
+    daemon = await RawDaemon.spawn(env, acp=mode == "acp")
     try:
         if mode == "acp":
-            daemon.send({"id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+            daemon.request(0, "initialize", {"protocolVersion": 1})
         else:
-            init = {"processId": None, "capabilities": {}, "initializationOptions": {}}
-            daemon.send({"id": 0, "method": "initialize", "params": init})
-        await daemon.reply(0)
+            daemon.request(0, "initialize", initialize_params())
+        await reply(daemon, 0)
         initialized = time.perf_counter()
         if mode == "acp":
-            daemon.send(
-                {
-                    "id": 1,
-                    "method": "session/new",
-                    "params": {"cwd": str(workspace), "mcpServers": []},
-                }
-            )
+            daemon.request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
         else:
-            daemon.send({"method": "initialized", "params": {}})
-            daemon.send(
-                {"id": 1, "method": "agent/newSession", "params": {"workspaceRoot": str(workspace)}}
-            )
-        sid = (await daemon.reply(1))["result"]["sessionId"]
+            daemon.notify("initialized", {})
+            daemon.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await reply(daemon, 1))["result"]["sessionId"]
         ready = time.perf_counter()
         last = max((e["id"] for e in model.requests()), default=-1)
         sent_at = time.time()  # the model server's log uses wall-clock time
         if mode == "acp":
             prompt = [{"type": "text", "text": "hello"}]
-            daemon.send(
-                {
-                    "id": 2,
-                    "method": "session/prompt",
-                    "params": {"sessionId": sid, "prompt": prompt},
-                }
-            )
+            daemon.request(2, "session/prompt", {"sessionId": sid, "prompt": prompt})
         else:
-            daemon.send(
-                {"id": 2, "method": "agent/prompt", "params": {"sessionId": sid, "prompt": "hello"}}
-            )
+            daemon.request(2, "agent/prompt", {"sessionId": sid, "prompt": "hello"})
         request = await model.wait_for(
             lambda e: e["type"] == "request" and e["purpose"] == "main" and e["id"] > last
         )
-        await daemon.reply(2)
+        await reply(daemon, 2)
         if mode == "lsp":
-            daemon.send({"id": 3, "method": "shutdown"})
-            await daemon.reply(3)
-            daemon.send({"method": "exit"})
+            daemon.request(3, "shutdown")
+            await reply(daemon, 3)
+            daemon.notify("exit")
     finally:
+        assert daemon.proc.stdin is not None
+        daemon.proc.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            await daemon.wait_exit(10)
         await daemon.close()
     return {
         "spawn_to_initialize_ms": (initialized - start) * 1000,

@@ -43,17 +43,17 @@ from _common import (
     PROMPT_WORDS,
     Updates,
     add_output_args,
-    daemon_env,
+    bench_env,
     emit,
     fmt,
     markdown_table,
     project_memory_dir,
-    rss_mib,
     start_agentd,
     summary,
     write_topics,
 )
 
+from agentd.testing.daemon import rss_mib
 from agentd.testing.model_server import ModelServer
 from agentd.testing.stdio_client import RpcError, StdioClient
 
@@ -140,7 +140,7 @@ class Daemon:
     async def start(self) -> None:
         options = {} if self.memory else {"memory": {"enabled": False}}
         self.client = await start_agentd(
-            daemon_env(self.server.openai_base_url, self.tmp), options, self.updates
+            bench_env(self.server.openai_base_url, self.tmp), options, self.updates
         )
 
     async def new_session(self) -> str:
@@ -371,7 +371,7 @@ async def run(runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="agentd-core-bench-") as tmp_s:
         tmp = Path(tmp_s)
         async with ModelServer() as server:
-            env = daemon_env(server.openai_base_url, tmp / "spawn")
+            env = bench_env(server.openai_base_url, tmp / "spawn")
             spawn = await bench_spawn(runs, env)
             prompts = await bench_prompts(server, tmp, runs)
             off, on = prompts["memory_off"], prompts["memory_on"]

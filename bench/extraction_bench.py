@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     add_output_args,
-    daemon_env,
+    bench_env,
     emit,
     fmt,
     markdown_table,
@@ -77,7 +77,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, on in (("off", False), ("on", True)):
             ws = tmp / f"ws-{name}"
             ws.mkdir()
-            env = daemon_env(server.openai_base_url, tmp / name)
+            env = bench_env(server.openai_base_url, tmp / name)
             memory = {"extraction": on, "modelTier": False}
             clients[name] = await start_agentd(env, {"memory": memory})
         sids = {n: await new_session(c, tmp / f"ws-{n}") for n, c in clients.items()}

@@ -41,103 +41,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.layout import memory_dir
+from agentd.testing.daemon import memory_folder, rss_mib
 from agentd.testing.model_server import ModelServer
-from bench._common import daemon_env, pct, rss_mib
-
-
-class Client:
-    """A raw framed client that counts every reply per id (duplicates included)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.replies: dict[Any, list[dict[str, Any]]] = {}
-        self.waiters: dict[Any, asyncio.Future[dict[str, Any]]] = {}
-        self.chunks: dict[str, list[tuple[float, str]]] = {}
-        self.ids = itertools.count(1)
-        self.reader = asyncio.get_running_loop().create_task(self._read())
-
-    @classmethod
-    async def spawn(cls, env: dict[str, str]) -> Client:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "agentd",
-            "serve",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-        )
-        return cls(proc)
-
-    async def _read(self) -> None:
-        out = self.proc.stdout
-        assert out is not None
-        try:
-            while True:
-                header = await out.readuntil(b"\r\n\r\n")
-                length = int(header.split(b":")[1].split(b"\r\n")[0])
-                msg = json.loads(await out.readexactly(length))
-                now = time.time()
-                if "method" in msg:
-                    if "id" in msg:
-                        self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
-                    elif msg["method"] == "agent/update":
-                        p = msg["params"]
-                        if p["update"]["kind"] == "message_chunk":
-                            self.chunks.setdefault(p["sessionId"], []).append(
-                                (now, p["update"]["text"])
-                            )
-                    continue
-                self.replies.setdefault(msg["id"], []).append(msg)
-                fut = self.waiters.pop(msg["id"], None)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-
-    def send(self, msg: dict[str, Any]) -> None:
-        body = json.dumps(msg).encode()
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-
-    def start(
-        self, method: str, params: Any, msg_id: Any = None
-    ) -> tuple[Any, asyncio.Future[Any]]:
-        msg_id = next(self.ids) if msg_id is None else msg_id
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.waiters[msg_id] = fut
-        self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-        return msg_id, fut
-
-    async def call(self, method: str, params: Any = None) -> Any:
-        _, fut = self.start(method, params)
-        msg = await asyncio.wait_for(fut, 60)
-        if "error" in msg:
-            raise RuntimeError(msg["error"])
-        return msg["result"]
-
-    def notify(self, method: str, params: Any) -> None:
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    async def initialize(self, options: dict[str, Any] | None = None) -> None:
-        await self.call(
-            "initialize",
-            {"processId": os.getpid(), "capabilities": {}, "initializationOptions": options or {}},
-        )
-        self.notify("initialized", {})
-
-    async def close(self) -> int:
-        try:
-            await self.call("shutdown")
-            self.notify("exit", None)
-            return await asyncio.wait_for(self.proc.wait(), 30)
-        finally:
-            if self.proc.returncode is None:
-                self.proc.kill()
-                await self.proc.wait()
-            self.reader.cancel()
+from agentd.testing.stdio_client import RpcError, StdioClient
+from bench._common import Updates, bench_env, pct
 
 
 def resources(pid: int) -> dict[str, int]:
@@ -158,15 +65,19 @@ def resources(pid: int) -> dict[str, int]:
     return {"fds": len(fds), "sockets": sockets, "children": children, "threads": threads}
 
 
-async def session(client: Client, root: Path) -> str:
-    return str((await client.call("agent/newSession", {"workspaceRoot": str(root)}))["sessionId"])
+async def session(client: StdioClient, root: Path) -> str:
+    return str(
+        (await client.request("agent/newSession", {"workspaceRoot": str(root)}))["sessionId"]
+    )
 
 
 # --- 1. load ------------------------------------------------------------------------------
 
 
 async def run_load(args: argparse.Namespace, model: ModelServer, tmp: Path) -> dict[str, Any]:
-    client = await Client.spawn(daemon_env(model.openai_base_url, tmp) | {"AGENTD_MEMORY": "off"})
+    updates = Updates()
+    env = bench_env(model.openai_base_url, tmp) | {"AGENTD_MEMORY": "off"}
+    client = await StdioClient.spawn(env, updates)
     await client.initialize()
     root = tmp / "ws"
     root.mkdir(exist_ok=True)
@@ -177,27 +88,31 @@ async def run_load(args: argparse.Namespace, model: ModelServer, tmp: Path) -> d
     rss_before = rss_mib(client.proc.pid)
     t0 = time.time()
     futs = [
-        client.start("agent/prompt", {"sessionId": sid, "prompt": f"load-{i}!"})[1]
+        client.send_request("agent/prompt", {"sessionId": sid, "prompt": f"load-{i}!"})[1]
         for i, sid in enumerate(sids)
     ]
     peak = rss_before
-    done = asyncio.ensure_future(asyncio.gather(*futs))
+    done = asyncio.ensure_future(asyncio.gather(*futs, return_exceptions=True))
     while not done.done():
         peak = max(peak, rss_mib(client.proc.pid))
         await asyncio.sleep(0.05)
     replies = done.result()
     wall = time.time() - t0
-    complete = sum(r.get("result", {}).get("stopReason") == "end_turn" for r in replies)
+    complete = sum(isinstance(r, dict) and r.get("stopReason") == "end_turn" for r in replies)
     crossed = 0
     lags: list[float] = []
     for i, sid in enumerate(sids):
-        got = client.chunks.get(sid, [])
+        got = [
+            (ts, u["text"])
+            for ts, u in updates.by_session.get(sid, [])
+            if u["kind"] == "message_chunk"
+        ]
         if [t for _, t in got] != [f"s{i}-{k} " for k in range(args.chunks)]:
             crossed += 1
         times = [ts for ts, _ in got]
         lags.extend(max(0.0, b - a - args.chunk_delay) * 1000 for a, b in itertools.pairwise(times))
     rss_after = rss_mib(client.proc.pid)
-    code = await client.close()
+    code = await client.shutdown()
     return {
         "sessions": args.sessions,
         "chunksPerSession": args.chunks,
@@ -224,7 +139,9 @@ async def run_load(args: argparse.Namespace, model: ModelServer, tmp: Path) -> d
 
 
 async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> dict[str, Any]:
-    client = await Client.spawn(daemon_env(model.openai_base_url, tmp) | {"AGENTD_MEMORY": "off"})
+    client = await StdioClient.spawn(
+        bench_env(model.openai_base_url, tmp) | {"AGENTD_MEMORY": "off"}
+    )
     await client.initialize()
     root = tmp / "ws"
     root.mkdir(exist_ok=True)
@@ -234,7 +151,7 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
     sids = [await session(client, root) for _ in range(args.parallel)]
     # Warm-up: one prompt per slot, so the HTTP pool is as it will be.
     await asyncio.gather(
-        *(client.call("agent/prompt", {"sessionId": s, "prompt": "hi"}) for s in sids)
+        *(client.request("agent/prompt", {"sessionId": s, "prompt": "hi"}) for s in sids)
     )
     await asyncio.sleep(0.5)
     before = resources(client.proc.pid)
@@ -248,7 +165,9 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
         while (n := next(counter)) < args.storm:
             # Both id types; integers far from the ids of the set-up requests.
             msg_id: Any = 10_000_000 + n if n % 2 else f"storm-{n}"
-            _, fut = client.start("agent/prompt", {"sessionId": sid, "prompt": "storm"}, msg_id)
+            _, fut = client.send_request(
+                "agent/prompt", {"sessionId": sid, "prompt": "storm"}, msg_id
+            )
             sent.append(msg_id)
             await asyncio.sleep(rng.uniform(0, 1.5 * stream_time))
             if rng.random() < 0.5:
@@ -258,14 +177,16 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
             bogus = f"unknown-{n}"
             unknown.append(bogus)
             client.notify("$/cancelRequest", {"id": bogus})
-            reply = await asyncio.wait_for(fut, 60)
-            key = reply["result"]["stopReason"] if "result" in reply else reply["error"]["code"]
+            try:
+                key = (await asyncio.wait_for(fut, 60))["stopReason"]
+            except RpcError as exc:
+                key = exc.code
             outcomes[str(key)] = outcomes.get(str(key), 0) + 1
 
     await asyncio.gather(*(slot(s) for s in sids))
     wall = time.time() - t0
     # Barrier: any late duplicate would arrive before this reply.
-    await client.call("agent/listSessions", {"workspaceRoot": str(root)})
+    await client.request("agent/listSessions", {"workspaceRoot": str(root)})
     # Every stream the daemon opened has been closed (or finished) on the server's side.
     ids = {e["id"] for e in model.requests("main")}
     ended = {e["id"] for e in model.log if e["type"] in ("complete", "disconnect")}
@@ -275,7 +196,7 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
         ended = {e["id"] for e in model.log if e["type"] in ("complete", "disconnect")}
     await asyncio.sleep(0.5)
     after = resources(client.proc.pid)
-    counts = [len(client.replies.get(i, [])) for i in sent]
+    counts = [client.replies[i] for i in sent]
     result = {
         "prompts": len(sent),
         "parallel": args.parallel,
@@ -283,7 +204,7 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
         "requestsWithExactlyOneReply": sum(c == 1 for c in counts),
         "requestsWithoutReply": sum(c == 0 for c in counts),
         "requestsWithSeveralReplies": sum(c > 1 for c in counts),
-        "repliesToUnknownIds": sum(len(client.replies.get(u, [])) for u in unknown),
+        "repliesToUnknownIds": sum(client.replies[u] for u in unknown),
         "outcomes": outcomes,
         "modelStreamsOpened": len(ids),
         "modelStreamsNotClosed": len(ids - ended),
@@ -292,7 +213,7 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
         "after": after,
         "rssMiB": round(rss_mib(client.proc.pid), 1),
     }
-    result["exitCode"] = await client.close()
+    result["exitCode"] = await client.shutdown()
     return result
 
 
@@ -300,14 +221,13 @@ async def run_storm(args: argparse.Namespace, model: ModelServer, tmp: Path) -> 
 
 
 async def run_soak(args: argparse.Namespace, model: ModelServer, tmp: Path) -> dict[str, Any]:
-    env = daemon_env(model.openai_base_url, tmp)
-    client = await Client.spawn(env)
+    env = bench_env(model.openai_base_url, tmp)
+    client = await StdioClient.spawn(env)
     await client.initialize()
     root = tmp / "soak-ws"
     root.mkdir(exist_ok=True)
     (root / "README.md").write_text("# soak\n")
-    folder = memory_dir(root.resolve(), tmp / "home")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = memory_folder(root.resolve(), tmp)
     topic = folder / "deploy.md"
     sids = [await session(client, root) for _ in range(4)]
     samples: list[tuple[int, float]] = []
@@ -321,13 +241,15 @@ async def run_soak(args: argparse.Namespace, model: ModelServer, tmp: Path) -> d
             )
         sid = sids[turn % len(sids)]
         try:
-            await client.call("agent/prompt", {"sessionId": sid, "prompt": f"deploy turn {turn}"})
-        except RuntimeError:
+            await client.request(
+                "agent/prompt", {"sessionId": sid, "prompt": f"deploy turn {turn}"}
+            )
+        except RpcError:
             errors += 1
         if turn % 100 == 99:
             # Long sessions hit maxSessionTurns (500); reset them, as a user would.
             for s in sids:
-                await client.call("agent/resetSession", {"sessionId": s})
+                await client.request("agent/resetSession", {"sessionId": s})
         if turn % 250 == 0 or turn == args.turns - 1:
             samples.append((turn + 1, rss_mib(client.proc.pid)))
     wall = time.time() - t0
@@ -338,8 +260,8 @@ async def run_soak(args: argparse.Namespace, model: ModelServer, tmp: Path) -> d
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         den = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den * 1000
-    status = await client.call("memory/status", {"workspaceRoot": str(root)})
-    code = await client.close()
+    status = await client.request("memory/status", {"workspaceRoot": str(root)})
+    code = await client.shutdown()
     return {
         "turns": args.turns,
         "errors": errors,

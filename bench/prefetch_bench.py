@@ -71,7 +71,7 @@ from _common import (
     Updates,
     add_output_args,
     baseline_daemon,
-    daemon_env,
+    bench_env,
     emit,
     fmt,
     last_user_text,
@@ -200,7 +200,7 @@ class Runner:
             self.server.set_latency("recall", self.cfg.latency)
         self.server.set_default_arguments("select_memories", {"paths": [self.style]})
         options = self.cfg.options
-        env = daemon_env(self.server.openai_base_url, self.tmp)
+        env = bench_env(self.server.openai_base_url, self.tmp)
         args = None
         if self.cfg.baseline is not None:
             args, env = baseline_daemon(env, self.cfg.baseline)

@@ -2,18 +2,23 @@
 
 Used by `agentd demo` and the benchmarks: it spawns the daemon as an editor
 does, frames JSON-RPC messages, matches replies to requests, and hands
-notifications to a callback. (Tests use pytest-lsp, a client we did not write.)
+notifications to a callback. Every reply is counted by id (`replies`), late
+or duplicate ones included, so a benchmark can check "exactly one reply per
+request". (Tests use pytest-lsp, a client we did not write, and
+`raw_client.RawDaemon` for what no client library would send.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
-import sys
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from agentd.testing.daemon import daemon_command, spawn_process
+from agentd.testing.framing import frame, initialize_params, notification, read_frame, request
 
 Notification = Callable[[str, Any], None]
 
@@ -34,6 +39,7 @@ class StdioClient:
         self.on_notification = on_notification
         self._ids = itertools.count(1)
         self._pending: dict[Any, asyncio.Future[Any]] = {}
+        self.replies: Counter[Any] = Counter()
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -44,12 +50,11 @@ class StdioClient:
         args: list[str] | None = None,
         stderr: int | None = asyncio.subprocess.DEVNULL,
     ) -> StdioClient:
-        proc = await asyncio.create_subprocess_exec(
-            *(args or [sys.executable, "-m", "agentd", "serve"]),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+        """`agentd serve`, or the server `args` names (a command line)."""
+        proc = await spawn_process(
+            args or daemon_command(),
+            env if env is not None else dict(os.environ),
             stderr=stderr,
-            env=env if env is not None else dict(os.environ),
         )
         return cls(proc, on_notification)
 
@@ -58,12 +63,7 @@ class StdioClient:
         assert stdout is not None
         try:
             while True:
-                header = await stdout.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in header.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                msg = json.loads(await stdout.readexactly(length))
+                msg = await read_frame(stdout)
                 if "method" in msg and "id" in msg:
                     # A request from the daemon (e.g. progress create): accept it.
                     self._write({"jsonrpc": "2.0", "id": msg["id"], "result": None})
@@ -71,6 +71,7 @@ class StdioClient:
                     if self.on_notification is not None:
                         self.on_notification(msg["method"], msg.get("params"))
                 else:
+                    self.replies[msg.get("id")] += 1
                     fut = self._pending.pop(msg.get("id"), None)
                     if fut is not None and not fut.done():
                         if "error" in msg:
@@ -85,15 +86,17 @@ class StdioClient:
                     fut.set_exception(ConnectionError("agentd exited"))
 
     def _write(self, msg: dict[str, Any]) -> None:
-        body = json.dumps(msg).encode()
         assert self.proc.stdin is not None
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.proc.stdin.write(frame(msg))
 
-    def send_request(self, method: str, params: Any = None) -> tuple[int, asyncio.Future[Any]]:
-        msg_id = next(self._ids)
+    def send_request(
+        self, method: str, params: Any = None, msg_id: Any = None
+    ) -> tuple[Any, asyncio.Future[Any]]:
+        """Send without waiting; the future gets the result or an `RpcError`."""
+        msg_id = next(self._ids) if msg_id is None else msg_id
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = fut
-        self._write({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        self._write(request(msg_id, method, params))
         return msg_id, fut
 
     async def request(self, method: str, params: Any = None) -> Any:
@@ -101,13 +104,10 @@ class StdioClient:
         return await fut
 
     def notify(self, method: str, params: Any = None) -> None:
-        self._write({"jsonrpc": "2.0", "method": method, "params": params})
+        self._write(notification(method, params))
 
     async def initialize(self, options: dict[str, Any] | None = None) -> Any:
-        result = await self.request(
-            "initialize",
-            {"processId": os.getpid(), "capabilities": {}, "initializationOptions": options or {}},
-        )
+        result = await self.request("initialize", initialize_params(options, os.getpid()))
         self.notify("initialized", {})
         return result
 

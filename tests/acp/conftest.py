@@ -1,4 +1,5 @@
-"""Fixtures of the ACP tests: the local model server, a workspace, the real daemon."""
+"""Fixtures of the ACP tests: the editor's side and the real daemon (the model
+server and the workspace are `tests/conftest.py`'s)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from agentd.testing.daemon import daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.acp.harness import EditorClient, daemon_env, spawn_daemon
-
-
-@pytest_asyncio.fixture
-async def model_server(tmp_path: Path) -> AsyncIterator[ModelServer]:
-    async with ModelServer(log_path=tmp_path / "model-server.jsonl") as server:
-        yield server
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "workspace"
-    root.mkdir()
-    (root / "README.md").write_text("# Demo\nThe answer is 42.\n")
-    (root / "app.py").write_text("def main():\n    return 42\n")
-    return root
+from tests.acp.harness import EditorClient, connect_acp
 
 
 @pytest.fixture
@@ -38,8 +25,7 @@ async def daemon(
     editor: EditorClient, model_server: ModelServer, tmp_path: Path
 ) -> AsyncIterator[Any]:
     """A connection to a fresh daemon, not yet initialized."""
-    async with spawn_daemon(
-        editor, daemon_env(model_server, tmp_path), tmp_path / "agentd-stderr.log"
-    ) as conn:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    async with connect_acp(editor, env, tmp_path / "agentd-stderr.log") as conn:
         yield conn
     assert editor.schema_problems == []

@@ -1,7 +1,7 @@
 """An ACP client built on the `agent-client-protocol` package, driving the real daemon.
 
 `python -m agentd.acp` is spawned over stdio by the package's own
-`spawn_agent_process`; its `ClientSideConnection` parses every message agentd
+`spawn_agent_process` (`connect_acp`); its `ClientSideConnection` parses every message agentd
 sends into the package's schema models, so a message it cannot read fails the
 test. `EditorClient` plays the editor: unsaved buffers, a permission policy,
 real terminals. Every raw message agentd sends is kept (`received`), checked
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from acp.schema import (
 )
 from acp.stdio import spawn_agent_process
 
-from agentd.testing.model_server import ModelServer
+from agentd.testing.daemon import daemon_command
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -357,20 +356,6 @@ class EditorClient:
 # --- the daemon ------------------------------------------------------------------------------
 
 
-def daemon_env(model: ModelServer, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env.update(
-        AGENTD_BASE_URL=model.openai_base_url,
-        AGENTD_API_KEY="test",
-        AGENTD_MODEL="test",
-        AGENTD_HOME=str(tmp_path / "agentd-home"),
-        AGENTD_CONFIG_DIR=str(tmp_path / "agentd-config"),
-        AGENTD_LOG_LEVEL="info",
-    )
-    env.update(extra)
-    return env
-
-
 def capabilities(fs: bool = True, terminal: bool = True) -> ClientCapabilities:
     return ClientCapabilities(
         fs=FileSystemCapabilities(read_text_file=fs, write_text_file=fs), terminal=terminal
@@ -381,16 +366,14 @@ CLIENT_INFO = Implementation(name="agentd-tests", title="agentd tests", version=
 
 
 @asynccontextmanager
-async def spawn_daemon(
+async def connect_acp(
     client: EditorClient, env: dict[str, str], stderr_path: Path
 ) -> AsyncIterator[Any]:
     """`python -m agentd.acp` with a `ClientSideConnection` to it; yields the connection."""
     with stderr_path.open("ab") as stderr:
         async with spawn_agent_process(
             client,
-            sys.executable,
-            "-m",
-            "agentd.acp",
+            *daemon_command(acp=True),
             env=env,
             transport_kwargs={"stderr": stderr.fileno()},
             observers=[client.observe],

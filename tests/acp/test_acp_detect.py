@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from pathlib import Path
+
+from agentd.testing.daemon import daemon_env, spawn_agentd
+from agentd.testing.framing import frame, read_frame
+
+# No test here reaches the model: an address nothing listens on.
+NO_MODEL = "http://127.0.0.1:9/v1"
 
 
 async def spawn(tmp_path: Path, *args: str) -> asyncio.subprocess.Process:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env.update(AGENTD_HOME=str(tmp_path / "home"), AGENTD_CONFIG_DIR=str(tmp_path / "cfg"))
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentd", "serve", *args,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+    return await spawn_agentd(daemon_env(NO_MODEL, tmp_path), *args)
 
 
 async def test_acp_client_is_detected(tmp_path: Path) -> None:
@@ -36,13 +34,10 @@ async def test_acp_client_is_detected(tmp_path: Path) -> None:
 async def test_lsp_client_is_detected(tmp_path: Path) -> None:
     proc = await spawn(tmp_path)
     assert proc.stdin is not None and proc.stdout is not None
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
-    ).encode()
-    proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    header = await asyncio.wait_for(proc.stdout.readuntil(b"\r\n\r\n"), 30)
-    length = int(header.split(b":")[1].split(b"\r\n")[0])
-    reply = json.loads(await proc.stdout.readexactly(length))
+    proc.stdin.write(
+        frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+    )
+    reply = await asyncio.wait_for(read_frame(proc.stdout), 30)
     assert reply["result"]["capabilities"]["experimental"]["agentd"]["protocolVersion"] == 1
     proc.stdin.close()
     assert await asyncio.wait_for(proc.wait(), 30) == 1  # EOF without shutdown

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +13,9 @@ import pytest
 from acp import RequestError, text_block
 from acp.helpers import embedded_text_resource, resource_block
 
+from agentd.testing.daemon import daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
-from tests.acp.harness import (
-    CLIENT_INFO,
-    EditorClient,
-    capabilities,
-    check_golden,
-    daemon_env,
-    spawn_daemon,
-)
+from tests.acp.harness import CLIENT_INFO, EditorClient, capabilities, check_golden, connect_acp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -471,13 +463,13 @@ async def test_unknown_session_and_bad_params(daemon: Any, workspace: Path) -> N
 async def test_session_load_replays_the_history(
     editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path
 ) -> None:
-    env = daemon_env(model_server, tmp_path)
-    async with spawn_daemon(editor, env, tmp_path / "stderr.log") as conn:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    async with connect_acp(editor, env, tmp_path / "stderr.log") as conn:
         await start(conn)
         sid = await new_session(conn, workspace)
         await conn.prompt(session_id=sid, prompt=[text_block("remember 7")])
     replayed = EditorClient()
-    async with spawn_daemon(replayed, env, tmp_path / "stderr.log") as conn:
+    async with connect_acp(replayed, env, tmp_path / "stderr.log") as conn:
         result = await start(conn)
         assert result.agent_capabilities.load_session is True
         await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
@@ -491,29 +483,16 @@ async def test_session_load_replays_the_history(
     assert replayed.schema_problems == []
 
 
-def _memory_folder(tmp_path: Path, workspace: Path, env: dict[str, str]) -> Path:
-    out = subprocess.run(
-        [sys.executable, "-m", "agentd", "memory", "dir", str(workspace)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    folder = Path(out.stdout.strip())
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 async def test_memory_is_delivered_through_the_same_core(
     editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path
 ) -> None:
-    env = daemon_env(model_server, tmp_path)
-    topic = _memory_folder(tmp_path, workspace, env) / "deploy-checklist.md"
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    topic = memory_folder(workspace, tmp_path) / "deploy-checklist.md"
     topic.write_text(
         "---\nname: Deploy checklist\ndescription: How we ship releases to production\n"
         "type: project\n---\n\nRun the smoke tests, then deploy with make ship.\n"
     )
-    async with spawn_daemon(editor, env, tmp_path / "stderr.log") as conn:
+    async with connect_acp(editor, env, tmp_path / "stderr.log") as conn:
         await start(conn, agentd={"memory": {"modelTier": False}})
         sid = await new_session(conn, workspace)
         status = await conn.ext_method("agentd/memory/status", {"workspaceRoot": str(workspace)})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from agentd.acp import handlers
 from agentd.acp.params import NewSessionParams
 from agentd.acp.server import AcpServer
 from agentd.messages import Message, TextPart
+from agentd.testing.daemon import daemon_env, spawn_agentd
 from agentd.testing.model_server import ModelServer
-from tests.acp.harness import check_golden, daemon_env, schema_errors
+from tests.acp.harness import check_golden, schema_errors
 
 pytestmark = pytest.mark.asyncio
 
@@ -214,15 +214,7 @@ async def test_garbage_on_stdin_is_answered_and_the_daemon_keeps_reading(
     tmp_path: Path,
 ) -> None:
     async with ModelServer() as model:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "agentd.acp",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=daemon_env(model, tmp_path),
-        )
+        process = await spawn_agentd(daemon_env(model.openai_base_url, tmp_path), acp=True)
         assert process.stdin is not None and process.stdout is not None
         lines = [
             b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n',

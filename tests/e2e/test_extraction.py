@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from agentd.layout import memory_dir
+from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import AgentdClient, daemon_env, start_client
+from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +24,7 @@ async def new_client(model_server: ModelServer, tmp_path: Path, **memory: Any) -
     options: dict[str, Any] = {"clientTools": ["run_command"]}
     if memory:
         options["memory"] = memory
-    return await start_client(daemon_env(model_server, tmp_path), options)
+    return await start_client(daemon_env(model_server.openai_base_url, tmp_path), options)
 
 
 async def status(c: AgentdClient, root: Path) -> dict[str, Any]:
@@ -58,10 +59,6 @@ def intervals(server: ModelServer, purpose: str = "extract") -> list[tuple[float
 
 def body_text(request: dict[str, Any]) -> str:
     return json.dumps(request["body"], ensure_ascii=False)
-
-
-def home_of(tmp_path: Path) -> Path:
-    return tmp_path / "agentd-home"
 
 
 async def test_burst_single_flight_full_coverage_and_no_waiting(
@@ -147,7 +144,9 @@ async def test_restart_extracts_exactly_the_unprocessed_slice(
         )
     finally:
         await c.lsp.shutdown_session()
-    cursors = json.loads((memory_dir(workspace, home_of(tmp_path)) / ".cursors.json").read_text())
+    cursors = json.loads(
+        (memory_dir(workspace, agentd_home(tmp_path)) / ".cursors.json").read_text()
+    )
     assert cursors["sessions"] == [{"sessionId": sid, "processedOffset": done_offset}]
 
     model_server.set_latency("extract", 0.0)
@@ -181,7 +180,7 @@ async def test_shutdown_drains_within_the_grace(
     assert 0.9 <= elapsed < 5.0, elapsed
     # The HTTP stream was closed: the server saw the client leave.
     await model_server.wait_for(lambda e: e["type"] == "disconnect" and e["id"] == req["id"])
-    cursor_file = memory_dir(workspace, home_of(tmp_path)) / ".cursors.json"
+    cursor_file = memory_dir(workspace, agentd_home(tmp_path)) / ".cursors.json"
     assert not cursor_file.exists() or json.loads(cursor_file.read_text())["sessions"] == []
 
 

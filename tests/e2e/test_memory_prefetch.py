@@ -4,60 +4,26 @@ query or at the next tool result, aborted with its prompt."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from pygls.exceptions import JsonRpcException
 
+from agentd.testing.daemon import daemon_command, daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import AgentdClient, daemon_env, start_client
+from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest_asyncio.fixture
-async def model_server(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[ModelServer]:
-    """The model server; `both_servers` runs a test against one that sends a
-    stream's headers at once and one that holds them until the first token (as
-    several OpenAI-compatible servers and proxies do)."""
-    hold = bool(getattr(request, "param", False))
-    log = tmp_path / "model-server.jsonl"
-    async with ModelServer(log_path=log, hold_headers=hold) as server:
-        yield server
-
-
-# For tests whose outcome depends on when the main request counts as sent.
+# For tests whose outcome depends on when the main request counts as sent: the
+# model server of tests/conftest.py, once sending a stream's headers at once and
+# once holding them until the first token (as several OpenAI-compatible servers
+# and proxies do).
 both_servers = pytest.mark.parametrize(
     "model_server", [False, True], ids=["headers-at-once", "headers-held"], indirect=True
 )
-
-
-def memory_folder(tmp_path: Path, workspace: Path) -> Path:
-    out = subprocess.run(
-        [sys.executable, "-m", "agentd", "memory", "dir", str(workspace)],
-        env=daemon_env_for_cli(tmp_path),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    folder = Path(out.stdout.strip())
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def daemon_env_for_cli(tmp_path: Path) -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env["AGENTD_HOME"] = str(tmp_path / "agentd-home")
-    return env
 
 
 def write_topic(
@@ -82,7 +48,7 @@ def user_contents(request: dict[str, Any]) -> list[str]:
 
 @pytest.fixture
 def topics(tmp_path: Path, workspace: Path) -> dict[str, Path]:
-    folder = memory_folder(tmp_path, workspace)
+    folder = memory_folder(workspace, tmp_path)
     return {
         "deploy": write_topic(
             folder,
@@ -110,7 +76,7 @@ async def new_memory_client(
     model_server: ModelServer, tmp_path: Path, **memory: Any
 ) -> AgentdClient:
     return await start_client(
-        daemon_env(model_server, tmp_path),
+        daemon_env(model_server.openai_base_url, tmp_path),
         {"clientTools": ["run_command"], "memory": memory}
         if memory
         else {"clientTools": ["run_command"]},
@@ -401,7 +367,10 @@ async def test_anthropic_order_tool_results_then_memory(
         {"toolCalls": [{"id": "tu1", "name": "run_command", "arguments": {"command": "make"}}]}
     )
     env = daemon_env(
-        model_server, tmp_path, AGENTD_PROVIDER="anthropic", AGENTD_BASE_URL=model_server.base_url
+        model_server.openai_base_url,
+        tmp_path,
+        AGENTD_PROVIDER="anthropic",
+        AGENTD_BASE_URL=model_server.base_url,
     )
     c = await start_client(env, {"clientTools": ["run_command"]})
 
@@ -480,7 +449,7 @@ async def test_model_tier_delivers_what_no_lexical_tier_can(
 
     eval_path = Path(__file__).resolve().parents[1] / "data" / "qwen-code-recall-eval.json"
     data = json.loads(eval_path.read_text(encoding="utf-8"))
-    folder = memory_folder(tmp_path, workspace)
+    folder = memory_folder(workspace, tmp_path)
     paths = {}
     for d in data["docs"]:
         paths[d["id"]] = folder / f"{d['id']}.md"
@@ -552,15 +521,13 @@ async def test_initial_indexing_of_a_large_folder_reports_progress(
 ) -> None:
     from lsprotocol import types
 
-    folder = memory_folder(tmp_path, workspace)
+    folder = memory_folder(workspace, tmp_path)
     for i in range(250):
         write_topic(folder, f"Note {i}", f"Fact number {i}", f"Body of note {i} about topic {i}.")
-    config_env = daemon_env(model_server, tmp_path)
+    config_env = daemon_env(model_server.openai_base_url, tmp_path)
     from pytest_lsp import ClientServerConfig, LanguageClient
 
-    config = ClientServerConfig(
-        server_command=[sys.executable, "-m", "agentd", "serve"], server_env=config_env
-    )
+    config = ClientServerConfig(server_command=daemon_command(), server_env=config_env)
     lsp = await config.start()
     assert isinstance(lsp, LanguageClient)
     try:

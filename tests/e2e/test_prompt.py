@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pygls.exceptions import JsonRpcException
 
+from agentd.testing.daemon import daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import AgentdClient, daemon_env, start_client
+from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
 
@@ -231,7 +232,7 @@ async def test_limits_end_prompt_with_stop_reason(
 ) -> None:
     for reply in replies:
         model_server.enqueue(reply)
-    c = await start_client(daemon_env(model_server, tmp_path), {"limits": limits})
+    c = await start_client(daemon_env(model_server.openai_base_url, tmp_path), {"limits": limits})
     try:
         sid = await c.new_session(workspace)
         if expected == "token_limit":
@@ -318,7 +319,7 @@ async def test_sessions_persist_list_and_load_after_restart(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
     model_server.enqueue({"toolCalls": [{"id": "c9", "name": "list_dir", "arguments": {}}]})
-    env = daemon_env(model_server, tmp_path)
+    env = daemon_env(model_server.openai_base_url, tmp_path)
     c = await start_client(env)
     sid = await c.new_session(workspace)
     await c.prompt(sid, "What is in here?\nsecond line")
@@ -363,7 +364,10 @@ async def test_anthropic_provider_end_to_end(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
     env = daemon_env(
-        model_server, tmp_path, AGENTD_PROVIDER="anthropic", AGENTD_BASE_URL=model_server.base_url
+        model_server.openai_base_url,
+        tmp_path,
+        AGENTD_PROVIDER="anthropic",
+        AGENTD_BASE_URL=model_server.base_url,
     )
     model_server.enqueue(
         {"toolCalls": [{"id": "tu1", "name": "read_file", "arguments": {"path": "README.md"}}]}

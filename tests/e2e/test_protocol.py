@@ -10,16 +10,18 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from agentd.testing.daemon import daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import daemon_env
-from tests.e2e.rawclient import RawDaemon
+from agentd.testing.raw_client import RawDaemon
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest_asyncio.fixture
 async def raw(model_server: ModelServer, tmp_path: Path) -> AsyncIterator[RawDaemon]:
-    d = await RawDaemon.spawn(daemon_env(model_server, tmp_path, AGENTD_TEST_FAULTS="1"))
+    d = await RawDaemon.spawn(
+        daemon_env(model_server.openai_base_url, tmp_path, AGENTD_TEST_FAULTS="1")
+    )
     yield d
     await d.close()
 
@@ -149,7 +151,7 @@ async def test_daemon_exits_when_the_editor_dies(model_server: ModelServer, tmp_
     editor = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import sys; sys.stdin.read()", stdin=asyncio.subprocess.PIPE
     )
-    d = await RawDaemon.spawn(daemon_env(model_server, tmp_path))
+    d = await RawDaemon.spawn(daemon_env(model_server.openai_base_url, tmp_path))
     try:
         await d.initialize(pid=editor.pid)
         editor.kill()
@@ -162,10 +164,12 @@ async def test_daemon_exits_when_the_editor_dies(model_server: ModelServer, tmp_
 async def test_logs_reach_the_editor_at_its_level_never_as_popups(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
-    from tests.e2e.conftest import start_client
+    from tests.lsp_client import start_client
 
     model_server.enqueue({"status": 400, "errorBody": {"error": {"message": "bad request"}}})
-    c = await start_client(daemon_env(model_server, tmp_path), {"logLevel": "warning"})
+    c = await start_client(
+        daemon_env(model_server.openai_base_url, tmp_path), {"logLevel": "warning"}
+    )
     try:
         sid = await c.new_session(workspace)
         logged = asyncio.ensure_future(c.lsp.wait_for_notification("window/logMessage"))

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import queue
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+
+from agentd.testing.daemon import daemon_command, daemon_env, rss_mib
+from agentd.testing.framing import frame, notification, read_frame_blocking, request
 
 METHODS = [
     "initialize",
@@ -46,15 +47,11 @@ METHODS = [
 FORBIDDEN = {"exit", "shutdown"}
 
 
-def framed(body: bytes) -> bytes:
-    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-
-
 class FuzzDaemon:
     def __init__(self, env: dict[str, str], workspace: Path) -> None:
         self.workspace = workspace
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentd", "serve"],
+            daemon_command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -70,19 +67,8 @@ class FuzzDaemon:
         out = self.proc.stdout
         assert out is not None
         try:
-            while True:
-                header = b""
-                while not header.endswith(b"\r\n\r\n"):
-                    c = out.read(1)
-                    if not c:
-                        return
-                    header += c
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in header.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                self.messages.put(json.loads(out.read(length)))
+            while (message := read_frame_blocking(out)) is not None:
+                self.messages.put(message)
         finally:
             self.messages.put(None)
 
@@ -93,8 +79,7 @@ class FuzzDaemon:
 
     def request(self, method: str, params: Any, timeout: float = 30.0) -> dict[str, Any]:
         msg_id = f"harness-{next(self._ids)}"
-        body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-        self.write(framed(body.encode()))
+        self.write(frame(request(msg_id, method, params)))
         return self.wait_for({msg_id}, timeout)
 
     def wait_for(self, ids: set[str], timeout: float) -> dict[str, Any]:
@@ -108,7 +93,7 @@ class FuzzDaemon:
     def initialize(self) -> None:
         params = {"processId": None, "capabilities": {}, "initializationOptions": {}}
         assert "result" in self.request("initialize", params)
-        self.write(framed(b'{"jsonrpc":"2.0","method":"initialized","params":{}}'))
+        self.write(frame(notification("initialized", {})))
 
     def feed(self, chunks: list[bytes], timeout: float = 30.0) -> None:
         """Push one input, then prove the daemon still answers."""
@@ -118,28 +103,21 @@ class FuzzDaemon:
         probes = {f"probe-{self.examples}-{k}" for k in range(3)}
         data = b"\r\n\r\n"
         for pid in sorted(probes):
-            body = {
-                "jsonrpc": "2.0",
-                "id": pid,
-                "method": "agent/listSessions",
-                "params": {"workspaceRoot": str(self.workspace)},
-            }
-            data += framed(json.dumps(body).encode())
+            data += frame(
+                request(pid, "agent/listSessions", {"workspaceRoot": str(self.workspace)})
+            )
         self.write(data)
         reply = self.wait_for(probes, timeout)
         assert "result" in reply, reply
         assert self.proc.poll() is None
 
     def rss_mib(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise AssertionError("no VmRSS")
+        return rss_mib(self.proc.pid)
 
     def finish(self) -> int:
         """`shutdown` is answered and `exit` ends the process with 0."""
         assert self.request("shutdown", None).get("result", "missing") is None
-        self.write(framed(b'{"jsonrpc":"2.0","method":"exit"}'))
+        self.write(frame(notification("exit")))
         return self.proc.wait(30)
 
     def kill(self) -> None:
@@ -156,17 +134,7 @@ class FuzzDaemon:
 
 
 def fuzz_env(home: Path, base_url: str = "http://127.0.0.1:9/v1") -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env.update(
-        AGENTD_BASE_URL=base_url,
-        AGENTD_API_KEY="sk-fuzz",
-        AGENTD_MODEL="m",
-        AGENTD_HOME=str(home / "home"),
-        AGENTD_CONFIG_DIR=str(home / "config"),
-        AGENTD_MEMORY="off",
-        AGENTD_LOG_LEVEL="critical",
-    )
-    return env
+    return daemon_env(base_url, home, AGENTD_MEMORY="off", AGENTD_LOG_LEVEL="critical")
 
 
 # --- strategies -------------------------------------------------------------------------
@@ -287,10 +255,7 @@ REAL = [
 @st.composite
 def mutated_input(draw: st.DrawFn) -> list[bytes]:
     data = bytearray(
-        b"".join(
-            framed(json.dumps(m).encode())
-            for m in draw(st.lists(st.sampled_from(REAL), min_size=1, max_size=4))
-        )
+        b"".join(frame(m) for m in draw(st.lists(st.sampled_from(REAL), min_size=1, max_size=4)))
     )
     for _ in range(draw(st.integers(1, 8))):
         if not data:

@@ -11,17 +11,19 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from agentd.testing.daemon import daemon_env
+from agentd.testing.framing import frame, notification, request
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import daemon_env
-from tests.e2e.rawclient import RawDaemon
-from tests.reliability.wire import frame, notification, request
+from agentd.testing.raw_client import RawDaemon
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest_asyncio.fixture
 async def raw(model_server: ModelServer, tmp_path: Path) -> AsyncIterator[RawDaemon]:
-    d = await RawDaemon.spawn(daemon_env(model_server, tmp_path, AGENTD_MEMORY="off"))
+    d = await RawDaemon.spawn(
+        daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    )
     await d.initialize()
     yield d
     await d.close()

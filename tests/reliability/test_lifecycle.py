@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentd.tasks import Supervisor
+from agentd.testing.daemon import daemon_env, spawn_agentd
+from agentd.testing.framing import frame, initialize_params, request
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import daemon_env
-from tests.reliability.wire import frame, initialize_params, request
+from agentd.testing.raw_client import RawDaemon
 
 
 @pytest.mark.e2e
@@ -22,16 +22,8 @@ async def test_a_closed_stdout_exits_quietly(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
     out_r, out_w = os.pipe()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentd",
-        "serve",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=out_w,
-        stderr=asyncio.subprocess.PIPE,
-        env=daemon_env(model_server, tmp_path),
-    )
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    proc = await spawn_agentd(env, stdout=out_w, stderr=asyncio.subprocess.PIPE)
     os.close(out_w)
     try:
         assert proc.stdin is not None and proc.stderr is not None
@@ -83,15 +75,11 @@ async def test_an_editor_that_stops_reading_is_given_up_on(
 ) -> None:
     """Unread output is bounded: past the limit the daemon treats the editor as gone
     instead of buffering without end."""
-    from tests.e2e.rawclient import RawDaemon
-
-    env = daemon_env(model_server, tmp_path, AGENTD_MAX_STDOUT_BUFFER=str(256 * 1024))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentd", "serve",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
-    d = RawDaemon(proc)
+    env = daemon_env(
+        model_server.openai_base_url, tmp_path, AGENTD_MAX_STDOUT_BUFFER=str(256 * 1024)
+    )
+    d = await RawDaemon.spawn(env, stderr=asyncio.subprocess.PIPE)
+    proc = d.proc
     try:
         await d.initialize()
         d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})

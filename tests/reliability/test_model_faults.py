@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from agentd.testing.daemon import daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import daemon_env, start_client
+from tests.lsp_client import start_client
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +45,9 @@ def black_hole() -> Iterator[str]:
 async def test_connect_timeout_is_a_clear_error(
     model_server: ModelServer, tmp_path: Path, workspace: Path, black_hole: str
 ) -> None:
-    env = daemon_env(model_server, tmp_path, AGENTD_BASE_URL=black_hole, AGENTD_MEMORY="off")
+    env = daemon_env(
+        model_server.openai_base_url, tmp_path, AGENTD_BASE_URL=black_hole, AGENTD_MEMORY="off"
+    )
     client = await start_client(env, BOUNDS)
     try:
         sid = await client.new_session(workspace)
@@ -73,7 +76,9 @@ async def test_a_stream_stalling_after_headers_is_a_clear_error(
     kind: str,
     partial: str,
 ) -> None:
-    client = await start_client(daemon_env(model_server, tmp_path, AGENTD_MEMORY="off"), BOUNDS)
+    client = await start_client(
+        daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off"), BOUNDS
+    )
     try:
         sid = await client.new_session(workspace)
         model_server.enqueue({"chunks": ["a", "b", "c", "d"], "stallAfter": stall_after})

@@ -14,8 +14,9 @@ import pytest_asyncio
 
 from agentd.agent.turn import SYSTEM_PROMPT
 from agentd.memory.render import PREAMBLE
+from agentd.testing.daemon import daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.e2e.conftest import daemon_env, start_client
+from tests.lsp_client import start_client
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,10 @@ async def test_the_api_key_never_follows_a_redirect(
         "Content-Length: 0\r\nConnection: close\r\n\r\n"
     ).encode()
     env = daemon_env(
-        model_server, tmp_path, AGENTD_BASE_URL=redirect.url + "/v1", AGENTD_MEMORY="off"
+        model_server.openai_base_url,
+        tmp_path,
+        AGENTD_BASE_URL=redirect.url + "/v1",
+        AGENTD_MEMORY="off",
     )
     client = await start_client(env, {"maxRetries": 0})
     try:
@@ -97,7 +101,9 @@ async def test_workspace_settings_cannot_redirect_the_model(
         json.dumps({"baseUrl": trap.url + "/v1", "apiKey": "stolen"})
     )
     (workspace / ".env").write_text(f"AGENTD_BASE_URL={trap.url}/v1\n")
-    client = await start_client(daemon_env(model_server, tmp_path, AGENTD_MEMORY="off"))
+    client = await start_client(
+        daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    )
     try:
         sid = await client.new_session(workspace)
         result: dict[str, Any] = await client.prompt(sid, "hello")
@@ -124,7 +130,8 @@ async def test_memory_and_tool_output_are_presented_as_data(
         {"toolCalls": [{"id": "c1", "name": "read_file", "arguments": {"path": "evil.txt"}}]}
     )
     client = await start_client(
-        daemon_env(model_server, tmp_path), {"memory": {"modelTier": False, "extraction": False}}
+        daemon_env(model_server.openai_base_url, tmp_path),
+        {"memory": {"modelTier": False, "extraction": False}},
     )
     try:
         sid = await client.new_session(workspace)
@@ -170,7 +177,8 @@ async def test_a_chained_command_goes_whole_to_the_editor(
         {"toolCalls": [{"id": "c1", "name": "run_command", "arguments": {"command": command}}]}
     )
     client = await start_client(
-        daemon_env(model_server, tmp_path, AGENTD_MEMORY="off"), {"clientTools": ["run_command"]}
+        daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off"),
+        {"clientTools": ["run_command"]},
     )
     client.tool_handler = lambda update: ("The user denied this command.", True)
     try:
@@ -188,7 +196,9 @@ async def test_a_chained_command_goes_whole_to_the_editor(
         ]
         assert not marker.exists()
         # Without the editor declaring run_command, the model is not even offered it.
-        other = await start_client(daemon_env(model_server, tmp_path, AGENTD_MEMORY="off"))
+        other = await start_client(
+            daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+        )
         try:
             sid2 = await other.new_session(workspace)
             await other.prompt(sid2, "hi")

@@ -4,10 +4,8 @@ Origin refused, oversized frames refused; the protocol itself as over stdio."""
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,29 +13,11 @@ from typing import Any
 import pytest
 
 from agentd.lsp.tcp import check_first_header, load_token
+from agentd.testing.daemon import daemon_command, daemon_env
+from agentd.testing.framing import frame, initialize_params, notification, read_frame, request
 from agentd.testing.model_server import ModelServerThread
-from tests.reliability.wire import (
-    frame,
-    initialize_params,
-    notification,
-    read_message,
-    request,
-)
 
 pytestmark = pytest.mark.e2e
-
-
-def _env(base_url: str, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
-    env.update(
-        AGENTD_BASE_URL=base_url,
-        AGENTD_API_KEY="sk-test-key-123456",
-        AGENTD_MODEL="test-model",
-        AGENTD_HOME=str(home / "home"),
-        AGENTD_CONFIG_DIR=str(home / "config"),
-        AGENTD_MEMORY="off",
-    )
-    return env
 
 
 class Daemon:
@@ -56,19 +36,12 @@ def tcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemo
     home = tmp_path_factory.mktemp("tcp")
     token_file = home / "token"
     with ModelServerThread() as model:
+        env = daemon_env(
+            model.openai_base_url, home, AGENTD_MEMORY="off", AGENTD_LOG_LEVEL="warning"
+        )
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "agentd",
-                "serve",
-                "--tcp",
-                "--port",
-                "0",
-                "--token-file",
-                str(token_file),
-            ],
-            env=_env(model.openai_base_url, home),
+            daemon_command("--tcp", "--port", "0", "--token-file", str(token_file)),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -90,6 +63,17 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
+async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:
+    """The next message, skipping window/logMessage (the daemon logs bad frames to the editor)."""
+
+    async def read() -> dict[str, Any]:
+        while (msg := await read_frame(reader)).get("method") == "window/logMessage":
+            pass
+        return msg
+
+    return await asyncio.wait_for(read(), 20)
+
+
 async def expect_closed(reader: asyncio.StreamReader) -> None:
     """The daemon closes the connection without answering anything."""
     try:
@@ -107,17 +91,7 @@ def test_the_token_file_is_created_private_and_a_readable_one_refused(tmp_path: 
     assert load_token(path) == token
     path.chmod(0o644)
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentd",
-            "serve",
-            "--tcp",
-            "--port",
-            "0",
-            "--token-file",
-            str(path),
-        ],
+        daemon_command("--tcp", "--port", "0", "--token-file", str(path)),
         capture_output=True,
         text=True,
         timeout=30,
@@ -128,19 +102,7 @@ def test_the_token_file_is_created_private_and_a_readable_one_refused(tmp_path: 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
 def test_non_loopback_hosts_are_refused(tmp_path: Path, host: str) -> None:
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentd",
-            "serve",
-            "--tcp",
-            "--host",
-            host,
-            "--port",
-            "0",
-            "--token-file",
-            str(tmp_path / "t"),
-        ],
+        daemon_command("--tcp", "--host", host, "--port", "0", "--token-file", str(tmp_path / "t")),
         capture_output=True,
         text=True,
         timeout=30,

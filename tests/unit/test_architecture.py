@@ -15,8 +15,9 @@ inside functions count as much as any other: they are dependencies too.
     agent               sessions, the turn engine, recall prefetch, daemon tools
     memory              the store, index, watcher, local recall, extraction
     config              the settings model
-    providers, transcript   model access over HTTP; session transcripts on disk
-    tasks, stdio, layout, paths, params, testing   small shared pieces
+    providers, transcript, testing   model access over HTTP; session transcripts
+                        on disk; the model server and test/benchmark plumbing
+    tasks, stdio, layout, paths, params   small shared pieces
     agentd, messages, errors   the vocabulary: nothing of agentd imported
 
 Within a unit, modules may import each other, but not in a circle at run time.
@@ -42,9 +43,8 @@ LAYERS: list[set[str]] = [
         "agentd.layout",
         "agentd.paths",
         "agentd.params",
-        "agentd.testing",
     },
-    {"agentd.providers", "agentd.transcript"},
+    {"agentd.providers", "agentd.transcript", "agentd.testing"},
     {"agentd.config"},
     {"agentd.memory"},
     {"agentd.agent"},

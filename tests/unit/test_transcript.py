@@ -92,8 +92,8 @@ def test_replay_puts_notes_where_they_happened_and_cancelled_calls_stay_cancelle
         UsageReport,
         UserMessage,
     )
-    from agentd.messages import ToolResultPart
     from agentd.agent.turn import CANCELLED_RESULT
+    from agentd.messages import ToolResultPart
 
     history = [
         msg("user", "run it"),
