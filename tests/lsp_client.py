@@ -76,7 +76,10 @@ class AgentdClient:
         await asyncio.wait_for(wait(), timeout)
 
     async def request(self, method: str, params: Any, msg_id: Any = None) -> Any:
-        return await self.lsp.protocol.send_request_async(method, params, msg_id=msg_id)
+        protocol = self.lsp.protocol
+        return await protocol.send_request_async(  # type: ignore[no-untyped-call]
+            method, params, msg_id=msg_id
+        )
 
     def notify(self, method: str, params: Any) -> None:
         self.lsp.protocol.notify(method, params)

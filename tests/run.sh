@@ -19,7 +19,7 @@ step "ruff"
 "$VENV/bin/ruff" check agentd tests bench
 "$VENV/bin/ruff" format --check agentd tests bench
 
-step "mypy --strict agentd"
+step "mypy --strict agentd tests"
 "$VENV/bin/mypy"
 
 step "pytest"

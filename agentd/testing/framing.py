@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 
 def request(msg_id: Any, method: str, params: Any = None) -> dict[str, Any]:
@@ -64,7 +64,7 @@ async def read_line(reader: asyncio.StreamReader) -> dict[str, Any]:
     return dict(json.loads(data))
 
 
-def read_frame_blocking(stream: BinaryIO) -> dict[str, Any] | None:
+def read_frame_blocking(stream: IO[bytes]) -> dict[str, Any] | None:
     """`read_frame` for a blocking pipe (a reader thread); None at end of stream."""
     header = b""
     while not header.endswith(b"\r\n\r\n"):

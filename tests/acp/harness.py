@@ -27,6 +27,7 @@ from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CreateElicitationResponse,
     CreateTerminalResponse,
     DeniedOutcome,
     EnvVariable,
@@ -119,7 +120,7 @@ def normalize(value: Any, workspace: Path | None = None) -> Any:
     # Token counts depend on the prompt's size, which includes the workspace path.
     volatile = {"sessionId", "toolCallId", "terminalId", "inputTokens", "outputTokens"}
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for key, item in value.items():
             if key in volatile and isinstance(item, str | int):
                 out[key] = f"<{key}>"
@@ -345,6 +346,14 @@ class EditorClient:
         if terminal.process.returncode is None:
             terminal.process.kill()
         return KillTerminalResponse()
+
+    async def create_elicitation(
+        self, message: str, mode: Any, **kwargs: Any
+    ) -> CreateElicitationResponse:
+        raise RequestError.method_not_found("elicitation/create")  # agentd never asks
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        pass
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise RequestError.method_not_found(f"_{method}")

@@ -428,6 +428,7 @@ async def test_a_model_error_is_an_error_reply_and_the_session_goes_on(
     with pytest.raises(RequestError) as info:
         await daemon.prompt(session_id=sid, prompt=[text_block("!status 400")])
     assert info.value.code == -32603
+    assert info.value.data is not None
     assert info.value.data["agentd"]["kind"] == "http_error"
     assert info.value.data["agentd"]["status"] == 400
     reply = last_response(editor, "session/prompt")

@@ -19,6 +19,7 @@ from agentd.agent.events import (
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
+    Update,
     UsageReport,
     UserMessage,
 )
@@ -114,7 +115,7 @@ async def test_outgoing_requests_are_matched_by_id_even_after_the_caller_gave_up
 
 def test_each_core_event_has_an_acp_shape_that_the_schema_accepts() -> None:
     display = {"c2": [{"type": "diff", "path": "/w/project/a.py", "oldText": "a", "newText": "b"}]}
-    events = [
+    events: list[Update] = [
         MessageChunk("hi"),
         ThoughtChunk("hmm"),
         UserMessage("question"),

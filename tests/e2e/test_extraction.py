@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
@@ -32,7 +33,9 @@ async def status(c: AgentdClient, root: Path) -> dict[str, Any]:
     return dict(result["extraction"])
 
 
-async def wait_caught_up(c: AgentdClient, root: Path, sessions: int, timeout: float = 60) -> dict:
+async def wait_caught_up(
+    c: AgentdClient, root: Path, sessions: int, timeout: float = 60
+) -> dict[str, Any]:
     """memory/status until every session's cursor is at its transcript's end."""
     deadline = time.monotonic() + timeout
     while True:
@@ -59,6 +62,10 @@ def intervals(server: ModelServer, purpose: str = "extract") -> list[tuple[float
 
 def body_text(request: dict[str, Any]) -> str:
     return json.dumps(request["body"], ensure_ascii=False)
+
+
+def extract_request_with(fact: str, event: dict[str, Any]) -> bool:
+    return event["type"] == "request" and event["purpose"] == "extract" and fact in body_text(event)
 
 
 async def test_burst_single_flight_full_coverage_and_no_waiting(
@@ -113,9 +120,7 @@ async def test_two_projects_extract_in_parallel(
         await asyncio.gather(c.prompt(a, "project A fact"), c.prompt(b, "project B fact"))
         for fact in ("project A fact", "project B fact"):
             await model_server.wait_for(
-                lambda e, fact=fact: (
-                    e["type"] == "request" and e["purpose"] == "extract" and fact in body_text(e)
-                ),
+                functools.partial(extract_request_with, fact),
                 timeout=20,
             )
         assert [end for _, end, _ in intervals(model_server)] == [float("inf")] * 2

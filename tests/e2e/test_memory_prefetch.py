@@ -4,6 +4,7 @@ query or at the next tool result, aborted with its prompt."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,11 @@ pytestmark = pytest.mark.e2e
 both_servers = pytest.mark.parametrize(
     "model_server", [False, True], ids=["headers-at-once", "headers-held"], indirect=True
 )
+
+
+def disconnected(request_id: Any, event: dict[str, Any]) -> bool:
+    """A model server log predicate: the client left request `request_id`'s stream."""
+    return bool(event["type"] == "disconnect" and event["id"] == request_id)
 
 
 def write_topic(
@@ -299,9 +305,7 @@ async def test_second_prompt_and_reset_abort_unsettled_side_queries(
         recalls = model_server.requests("recall")
         assert len(recalls) == 2
         for r in recalls:
-            await model_server.wait_for(
-                lambda e, rid=r["id"]: e["type"] == "disconnect" and e["id"] == rid
-            )
+            await model_server.wait_for(functools.partial(disconnected, r["id"]))
     finally:
         await c.lsp.shutdown_session()
 
@@ -539,7 +543,7 @@ async def test_initial_indexing_of_a_large_folder_reports_progress(
             )
         )
         first = asyncio.ensure_future(lsp.wait_for_notification("$/progress"))
-        sid = await lsp.protocol.send_request_async(
+        sid = await lsp.protocol.send_request_async(  # type: ignore[no-untyped-call]
             "agent/newSession", {"workspaceRoot": str(workspace)}
         )
         assert sid is not None
@@ -549,7 +553,9 @@ async def test_initial_indexing_of_a_large_folder_reports_progress(
             for values in lsp.progress_reports.values()
         ):
             await asyncio.wait_for(lsp.wait_for_notification("$/progress"), 20)
-        (values,) = lsp.progress_reports.values()
+        (reports,) = lsp.progress_reports.values()
+        # pytest-lsp types them as ProgressParams; they are the progress values.
+        values: list[Any] = list(reports)
         assert values[0].kind == "begin" and "indexing memory" in values[0].title
         assert values[-1].kind == "end"
     finally:

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_initialize_advertises_agentd(client: AgentdClient) -> None:
-    caps = client.init_result.capabilities.experimental["agentd"]  # type: ignore[attr-defined]
+    assert client.init_result is not None
+    experimental = client.init_result.capabilities.experimental
+    assert isinstance(experimental, dict)
+    caps = experimental["agentd"]
     assert caps["protocolVersion"] == 1
     assert caps["clientTools"] == ["edit_file", "run_command"]
     assert set(caps["daemonTools"]) == {"read_file", "list_dir", "search"}

@@ -23,7 +23,13 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agentd.testing.daemon import daemon_command, daemon_env, rss_mib
-from agentd.testing.framing import frame, notification, read_frame_blocking, request
+from agentd.testing.framing import (
+    frame,
+    initialize_params,
+    notification,
+    read_frame_blocking,
+    request,
+)
 
 METHODS = [
     "initialize",
@@ -91,8 +97,7 @@ class FuzzDaemon:
                 return msg
 
     def initialize(self) -> None:
-        params = {"processId": None, "capabilities": {}, "initializationOptions": {}}
-        assert "result" in self.request("initialize", params)
+        assert "result" in self.request("initialize", initialize_params())
         self.write(frame(notification("initialized", {})))
 
     def feed(self, chunks: list[bytes], timeout: float = 30.0) -> None:
@@ -229,7 +234,7 @@ def message_input(draw: st.DrawFn) -> list[bytes]:
     return draw(chunked(out))
 
 
-REAL = [
+REAL: list[dict[str, Any]] = [
     {"jsonrpc": "2.0", "id": 1, "method": "agent/newSession", "params": {"workspaceRoot": "/"}},
     {
         "jsonrpc": "2.0",

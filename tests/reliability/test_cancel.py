@@ -3,6 +3,7 @@ cancel racing the request's start, and exactly one reply per request."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,11 @@ from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
 
 pytestmark = pytest.mark.e2e
+
+
+def disconnected(request_id: Any, event: dict[str, Any]) -> bool:
+    """A model server log predicate: the client left request `request_id`'s stream."""
+    return bool(event["type"] == "disconnect" and event["id"] == request_id)
 
 
 @pytest_asyncio.fixture
@@ -90,7 +96,7 @@ async def test_a_cancel_racing_the_start_still_cancels_it(
     raw.request("r", "agent/prompt", {"sessionId": sid, "prompt": "next"})
     assert (await raw.response("r"))["result"]["stopReason"] == "end_turn"
     for rid in [e["id"] for e in model_server.requests("main")][:-1]:
-        await model_server.wait_for(lambda e, rid=rid: e["type"] == "disconnect" and e["id"] == rid)
+        await model_server.wait_for(functools.partial(disconnected, rid))
 
 
 async def test_exactly_one_reply_per_request_under_cancel(

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class FakeProvider:
         }
         self.ops: list[dict[str, Any]] = []
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
         if request.tool_choice == "consolidate_memories":
             call = ToolCall("c1", "consolidate_memories", self.plan(request))

@@ -7,7 +7,7 @@ import errno
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ class FakeProvider:
         self.respond: Responder = respond or (lambda req: [])
         self.fail: Exception | None = None
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
         if self.fail is not None:
             raise self.fail
@@ -66,7 +66,7 @@ class Env:
         self.supervisor = Supervisor()
         self.svc = ExtractionService(
             self.manager,
-            provider,  # type: ignore[arg-type]
+            provider,
             self.supervisor,
             fast_model="fast",
             transcripts=lambda sid: None,

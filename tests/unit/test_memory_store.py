@@ -131,8 +131,7 @@ async def test_files_vanishing_mid_scan(
     for i in range(10):
         topic(mem, f"t{i}.md", f"Topic {i}", "shared words")
     import agentd.memory.project as project_module
-
-    real_read = project_module.read_topic
+    from agentd.memory.store import read_topic as real_read
 
     def flaky_read(path: Path, folder_real: Path, *, team: bool) -> TopicDoc | Skipped | None:
         # Every other file disappears between the listing and the read.

@@ -193,7 +193,8 @@ async def test_progress_for_a_large_folder(tmp_path: Path) -> None:
 async def test_watcher_failure_is_reported_and_recovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_awatch = watcher_module.awatch
+    from watchfiles import awatch as real_awatch
+
     attempts = 0
 
     def flaky_awatch(*paths: Any, **kwargs: Any) -> Any:

@@ -450,7 +450,7 @@ async def test_stops_reading_after_done() -> None:
 
 
 def sent_request(on_sent: Any) -> ModelRequest:
-    from agentd.agent.messages import user_text
+    from agentd.messages import user_text
 
     return ModelRequest("m", "", [user_text("hi")], on_sent=on_sent)
 

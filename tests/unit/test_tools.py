@@ -56,14 +56,12 @@ def test_symlink_inside_is_fine(root: Path) -> None:
 
 def test_descriptor_checked_after_open(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A swap between the check and the open: the opened fd points outside.
-    import agentd.paths as paths
-
     real_open = os.open
 
     def swapped_open(path: str | os.PathLike[str], flags: int, *a: int) -> int:
         return real_open(root.parent / "outside.txt", flags & ~os.O_NOFOLLOW)
 
-    monkeypatch.setattr(paths.os, "open", swapped_open)
+    monkeypatch.setattr("agentd.paths.os.open", swapped_open)
     with pytest.raises(PathOutsideWorkspace):
         open_inside(root, "a.txt")
 
