@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from agentd.agent.events import MemoryDelivered, Note, PromptEnded, UsageReport
+from agentd.events import MemoryDelivered, Note, PromptEnded, UsageReport
 from agentd.layout import agentd_home, project_slug
 from agentd.messages import Message, TextPart, message_from_json, message_to_json
 

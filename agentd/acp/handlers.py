@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.acp.rpc import RpcError
 from agentd.acp.updates import to_acp
-from agentd.agent.events import ToolCallUpdate, Update
 from agentd.errors import (
     INTERNAL_ERROR,
     RESOURCE_NOT_FOUND,
@@ -40,6 +39,7 @@ from agentd.errors import (
     ProtocolError,
     SessionNotFound,
 )
+from agentd.events import ToolCallUpdate, Update
 from agentd.params import params_model, prompt_text, validate_params, workspace_path
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentd.agent.events import (
+from agentd.events import (
     MemoryDelivered,
     MessageChunk,
     PromptEnded,

@@ -12,7 +12,18 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from agentd.agent.events import (
+from agentd.agent.hooks import MemoryHooks, NoMemory
+from agentd.agent.session import ClientToolRunner, Session
+from agentd.agent.turn import (
+    CANCELLED_RESULT,
+    PromptOutcome,
+    TurnContext,
+    TurnLimits,
+    run_prompt,
+)
+from agentd.config import Settings
+from agentd.errors import SessionBusy, SessionNotFound
+from agentd.events import (
     Emit,
     MemoryDelivered,
     MessageChunk,
@@ -25,17 +36,6 @@ from agentd.agent.events import (
     UsageReport,
     UserMessage,
 )
-from agentd.agent.hooks import MemoryHooks, NoMemory
-from agentd.agent.session import ClientToolRunner, Session
-from agentd.agent.turn import (
-    CANCELLED_RESULT,
-    PromptOutcome,
-    TurnContext,
-    TurnLimits,
-    run_prompt,
-)
-from agentd.config import Settings
-from agentd.errors import SessionBusy, SessionNotFound
 from agentd.layout import agentd_home
 from agentd.messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelProvider

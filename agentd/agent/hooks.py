@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from agentd.agent.events import MemoryDelivered, MemoryPoint
+from agentd.events import MemoryDelivered, MemoryPoint
 from agentd.messages import ReminderPart
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.agent.events import MemoryDelivered, MemoryPoint
+from agentd.events import MemoryDelivered, MemoryPoint
 from agentd.layout import user_config_dir
 from agentd.memory import InstructionFiles, MemoryManager, ProjectMemory, render_recall
 from agentd.memory.recall import RecallResult

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentd.agent.events import Note
+from agentd.events import Note
 from agentd.messages import Message, ToolCall, ToolResultPart, ToolSpec
 
 

@@ -21,7 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentd.agent.events import (
+from agentd.agent.hooks import MemoryHooks
+from agentd.agent.session import Session
+from agentd.agent.tools import DAEMON_TOOL_SPECS, DaemonTools, truncate_result
+from agentd.errors import AgentdError, ModelError, ModelStreamInterrupted, ToolError
+from agentd.events import (
     Emit,
     MessageChunk,
     ThoughtChunk,
@@ -29,10 +33,6 @@ from agentd.agent.events import (
     ToolCallUpdate,
     UsageReport,
 )
-from agentd.agent.hooks import MemoryHooks
-from agentd.agent.session import Session
-from agentd.agent.tools import DAEMON_TOOL_SPECS, DaemonTools, truncate_result
-from agentd.errors import AgentdError, ModelError, ModelStreamInterrupted, ToolError
 from agentd.messages import (
     Message,
     Part,

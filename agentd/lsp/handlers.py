@@ -30,8 +30,8 @@ from agentd.errors import ProtocolError
 from agentd.params import params_model, prompt_text, validate_params, workspace_path
 
 if TYPE_CHECKING:
-    from agentd.agent.events import Update
     from agentd.app import App
+    from agentd.events import Update
     from agentd.lsp.ext import (
         Empty,
         LoadSessionParams,

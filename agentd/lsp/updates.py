@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.agent.events import (
+from agentd.events import (
     MemoryDelivered,
     MessageChunk,
     PromptEnded,

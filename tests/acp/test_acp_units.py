@@ -13,7 +13,7 @@ from agentd.acp.caps import ClientCaps
 from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
 from agentd.acp.tools import Refused, command_result, number_lines, replace_once
 from agentd.acp.updates import to_acp, tool_kind, tool_locations, tool_title
-from agentd.agent.events import (
+from agentd.events import (
     MemoryDelivered,
     MessageChunk,
     ThoughtChunk,

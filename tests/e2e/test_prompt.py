@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pygls.exceptions import JsonRpcException
 
-from agentd.testing.daemon import daemon_env
+from agentd.testing.daemon import daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
 from tests.lsp_client import AgentdClient, start_client
 
@@ -398,15 +398,15 @@ async def test_anthropic_provider_end_to_end(
 async def test_replay_shows_what_the_live_view_showed_and_the_token_count_goes_on(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
-    from tests.e2e.test_memory_prefetch import memory_folder, write_topic
+    from tests.e2e.test_memory_prefetch import write_topic
 
     topic = write_topic(
-        memory_folder(tmp_path, workspace),
+        memory_folder(workspace, tmp_path),
         "Deploy checklist",
         "How we ship releases to production",
         "Run the smoke tests, then deploy with make ship.",
     )
-    env = daemon_env(model_server, tmp_path)
+    env = daemon_env(model_server.openai_base_url, tmp_path)
     model_server.enqueue({"text": "Use make ship.", "usage": {"input": 10, "output": 5}})
     model_server.enqueue({"chunks": [f"w{i} " for i in range(200)], "chunkDelay": 0.05})
     c = await start_client(env)

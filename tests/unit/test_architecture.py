@@ -18,7 +18,7 @@ inside functions count as much as any other: they are dependencies too.
     providers, transcript, testing   model access over HTTP; session transcripts
                         on disk; the model server and test/benchmark plumbing
     tasks, stdio, layout, paths, params   small shared pieces
-    agentd, messages, errors   the vocabulary: nothing of agentd imported
+    agentd, messages, events, errors   the vocabulary: nothing of agentd imported
 
 Within a unit, modules may import each other, but not in a circle at run time.
 """
@@ -36,7 +36,7 @@ WIRE = ("pygls", "lsprotocol", "acp")
 
 # Lowest first. A unit may import units of strictly lower layers (and itself).
 LAYERS: list[set[str]] = [
-    {"agentd", "agentd.messages", "agentd.errors"},
+    {"agentd", "agentd.messages", "agentd.events", "agentd.errors"},
     {
         "agentd.tasks",
         "agentd.stdio",
@@ -144,6 +144,7 @@ def test_imports_run_down_the_layers() -> None:
 def test_the_vocabulary_imports_nothing_of_agentd() -> None:
     graph = agentd_graph()
     assert graph["agentd.messages"] == []
+    assert graph["agentd.events"] == []
     assert graph["agentd.errors"] == []
     assert graph["agentd"] == []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from agentd.agent import events
+from agentd import events
 from agentd.lsp import ext
 from agentd.lsp.schema import SCHEMA_PATH, render
 from agentd.lsp.updates import update_to_wire

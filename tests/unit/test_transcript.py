@@ -54,7 +54,7 @@ def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
 def test_notes_after_the_last_reset_are_loaded_in_place_with_the_token_count(
     tmp_path: Path,
 ) -> None:
-    from agentd.agent.events import MemoryDelivered, PromptEnded, UsageReport
+    from agentd.events import MemoryDelivered, PromptEnded, UsageReport
 
     path = tmp_path / "s.jsonl"
     w = TranscriptWriter(path, "s", tmp_path)
@@ -83,16 +83,17 @@ def test_notes_after_the_last_reset_are_loaded_in_place_with_the_token_count(
 
 def test_replay_puts_notes_where_they_happened_and_cancelled_calls_stay_cancelled() -> None:
     from agentd.agent.core import replay
-    from agentd.agent.events import (
+    from agentd.agent.turn import CANCELLED_RESULT
+    from agentd.events import (
         MemoryDelivered,
         MessageChunk,
+        Note,
         PromptEnded,
         ToolCallStarted,
         ToolCallUpdate,
         UsageReport,
         UserMessage,
     )
-    from agentd.agent.turn import CANCELLED_RESULT
     from agentd.messages import ToolResultPart
 
     history = [
@@ -100,7 +101,7 @@ def test_replay_puts_notes_where_they_happened_and_cancelled_calls_stay_cancelle
         Message("assistant", [ToolCallPart(ToolCall("c1", "run_command", {"command": "x"}))]),
         Message("user", [ToolResultPart("c1", CANCELLED_RESULT, True)]),
     ]
-    notes = [
+    notes: list[tuple[int, Note]] = [
         (1, MemoryDelivered("user_query", "local", ["/m/a.md"])),
         (2, UsageReport(3, 4, 7)),
         (3, PromptEnded("cancelled")),

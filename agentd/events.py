@@ -2,6 +2,10 @@
 
 The turn engine emits these through a per-prompt `Emit` callback; each front
 end (LSP `agent/update`, ACP `session/update`) maps them to its own messages.
+Some of them (`Note`s: memory deliveries, usage, how a prompt ended) are also
+kept in the session's transcript for replay. Part of the core's vocabulary
+with `messages.py`: it imports nothing of agentd, so the transcript (below
+the turn engine) and the front ends (above it) can both speak it.
 """
 
 from __future__ import annotations
