@@ -53,6 +53,14 @@ class MemorySettings(_Model):
     shutdown_grace: float = Field(default=5.0, ge=0)
 
 
+class ToolSettings(_Model):
+    # Which engine the daemon's `search` and `glob` use: "auto" (ripgrep when
+    # its binary runs, else the Python walker), "ripgrep" (required), "python".
+    search_engine: Literal["auto", "ripgrep", "python"] = "auto"
+    # Wall-clock limit of one search or glob: what was found by then is returned.
+    search_timeout: float = Field(default=20.0, gt=0, le=600)
+
+
 class Settings(_Model):
     provider: Literal["openai", "anthropic"] = "openai"
     base_url: str = ""
@@ -66,6 +74,7 @@ class Settings(_Model):
     max_retry_after: float = Field(default=30.0, ge=0)
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
+    tools: ToolSettings = ToolSettings()
     log_level: str = "info"
     problems: tuple[str, ...] = ()
 

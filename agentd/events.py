@@ -29,12 +29,22 @@ class ThoughtChunk:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A place a tool call touched or found: an absolute path, and a 1-based line."""
+
+    path: str
+    line: int | None = None
+
+
 @dataclass(slots=True)
 class ToolCallStarted:
     tool_call_id: str
     name: str
     arguments: dict[str, Any]
     executor: Executor
+    # The files the call is about (its `path` argument), for editors to follow along.
+    locations: list[Location] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -42,6 +52,9 @@ class ToolCallUpdate:
     tool_call_id: str
     status: ToolStatus
     content: str | None = None
+    # Where a finished call's results are (search hits, files found), so that
+    # editors can offer file:line links; empty when there are none.
+    locations: list[Location] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agentd.agent.hooks import MemoryHooks, NoMemory
 from agentd.agent.session import ClientToolRunner, Session
+from agentd.agent.tools import ToolConfig, call_locations
 from agentd.agent.turn import (
     CANCELLED_RESULT,
     PromptOutcome,
@@ -131,7 +132,7 @@ class AgentCore:
             session.title = title_of(loaded.history)
             self._track(session, offset=loaded.total)
         client_names = {s.name for s in client_tools.specs}
-        for update in replay(session.history, client_names, session.notes):
+        for update in replay(session.history, client_names, session.notes, session.workspace_root):
             emit(update)
         return session
 
@@ -259,6 +260,10 @@ class AgentCore:
                 tool_result_max_chars=lim.tool_result_max_chars,
             ),
             memory=self.memory,
+            tools=ToolConfig(
+                search_engine=self.settings.tools.search_engine,
+                search_timeout=self.settings.tools.search_timeout,
+            ),
         )
 
 
@@ -270,10 +275,14 @@ async def _sync(writer: TranscriptWriter) -> None:
 
 
 def replay(
-    history: list[Message], client_names: set[str], notes: Sequence[tuple[int, Note]] = ()
+    history: list[Message],
+    client_names: set[str],
+    notes: Sequence[tuple[int, Note]] = (),
+    root: Path | None = None,
 ) -> Iterator[Update]:
     """A stored history as the updates a client would have seen live: each
-    note comes right after the messages that preceded it."""
+    note comes right after the messages that preceded it. With the workspace
+    `root`, tool calls carry the locations of the files they name."""
     pending = iter(notes)
     note = next(pending, None)
     for index, msg in enumerate(history):
@@ -288,7 +297,11 @@ def replay(
             elif isinstance(part, ToolCallPart):
                 c = part.call
                 yield ToolCallStarted(
-                    c.id, c.name, c.arguments, "client" if c.name in client_names else "daemon"
+                    c.id,
+                    c.name,
+                    c.arguments,
+                    "client" if c.name in client_names else "daemon",
+                    call_locations(c.name, c.arguments, root) if root is not None else [],
                 )
             elif isinstance(part, ToolResultPart):
                 # A call the cancel cut short was shown "cancelled", not "failed".

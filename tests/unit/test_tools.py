@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from agentd.agent.tools import DaemonTools, client_tool_specs, truncate_result
+from agentd.agent.tools import DaemonTools, ToolConfig, client_tool_specs, truncate_result
+from agentd.agent.tools.fs import Root
 from agentd.errors import PathOutsideWorkspace, ToolError
-from agentd.paths import is_within, open_inside, resolve_inside
+from agentd.paths import is_within, resolve_inside
+
+ENGINES = ["python", "ripgrep"]
 
 
 @pytest.fixture
@@ -43,56 +45,68 @@ def test_escapes_are_refused(root: Path, path: str) -> None:
 def test_symlink_pointing_out_is_refused(root: Path) -> None:
     (root / "link").symlink_to(root.parent / "outside.txt")
     with pytest.raises(PathOutsideWorkspace):
-        DaemonTools(root).read_file("link")
+        DaemonTools(root).call("read_file", path="link")
     (root / "dirlink").symlink_to(root.parent / "p-evil")
     with pytest.raises(PathOutsideWorkspace):
-        DaemonTools(root).list_dir("dirlink")
+        DaemonTools(root).call("list_dir", path="dirlink")
 
 
 def test_symlink_inside_is_fine(root: Path) -> None:
     (root / "alias").symlink_to(root / "a.txt")
-    assert "two" in DaemonTools(root).read_file("alias")
+    assert "two" in DaemonTools(root).call("read_file", path="alias")
 
 
-def test_descriptor_checked_after_open(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A swap between the check and the open: the opened fd points outside.
-    real_open = os.open
+def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The path is checked (resolve_inside), then `sub` becomes a symlink to a
+    # folder outside before it is opened: the component-wise O_NOFOLLOW open refuses.
+    def check_then_swap(r: Path, user_path: str) -> Path:
+        resolved = resolve_inside(r, user_path)
+        (root / "sub").rename(root / "sub.real")
+        (root / "sub").symlink_to(root.parent / "p-evil")
+        (root.parent / "p-evil" / "b.py").write_text("outside\n")
+        return resolved
 
-    def swapped_open(path: str | os.PathLike[str], flags: int, *a: int) -> int:
-        return real_open(root.parent / "outside.txt", flags & ~os.O_NOFOLLOW)
-
-    monkeypatch.setattr("agentd.paths.os.open", swapped_open)
-    with pytest.raises(PathOutsideWorkspace):
-        open_inside(root, "a.txt")
+    monkeypatch.setattr("agentd.agent.tools.fs.resolve_inside", check_then_swap)
+    with Root(root) as r, pytest.raises(PathOutsideWorkspace):
+        r.open_file(r.parts("sub/b.py"))
 
 
 def test_read_file_numbers_lines_and_slices(root: Path) -> None:
     tools = DaemonTools(root)
-    assert tools.read_file("a.txt") == "1  one\n2  two\n3  three"
-    assert tools.read_file("a.txt", offset=2, limit=1) == "2  two"
+    assert tools.call("read_file", path="a.txt") == "1  one\n2  two\n3  three"
+    assert tools.call("read_file", path="a.txt", offset=2, limit=1) == "2  two"
     with pytest.raises(ToolError):
-        tools.read_file("sub")
+        tools.call("read_file", path="sub")
 
 
 def test_binary_refused(root: Path) -> None:
     (root / "bin").write_bytes(b"\x00\x01\x02")
     with pytest.raises(ToolError):
-        DaemonTools(root).read_file("bin")
+        DaemonTools(root).call("read_file", path="bin")
 
 
-def test_list_and_search(root: Path) -> None:
-    tools = DaemonTools(root)
-    assert tools.list_dir(".") == "a.txt\nsub/"
-    assert tools.search("FIND_ME") == "sub/b.py:1: def find_me():"
-    assert tools.search("t[wh]", regex=True).count("a.txt") == 2
-    assert tools.search("nothing here") == "no matches"
-    with pytest.raises(ToolError):
-        tools.search("(", regex=True)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_list_and_search(root: Path, engine: str) -> None:
+    tools = DaemonTools(root, ToolConfig(search_engine=engine))
+    assert tools.call("list_dir", path=".") == "sub/\na.txt  (14 B)"
+    assert tools.call("search", query="find_me") == "sub/b.py\n1:def find_me():\n"
+    # Smart case: an uppercase letter makes the query case-sensitive.
+    assert tools.call("search", query="FIND_ME").startswith("No matches.")
+    assert tools.call("search", query="FIND_ME", case="insensitive") == (
+        "sub/b.py\n1:def find_me():\n"
+    )
+    assert tools.call("search", query="t[wh]", regex=True).count(":t") == 2
+    assert tools.call("search", query="nothing here").startswith("No matches.")
+    with pytest.raises(ToolError, match="invalid regex"):
+        tools.call("search", query="(", regex=True)
 
 
 async def test_run_dispatches_and_filters_unknown_arguments(root: Path) -> None:
     out = await DaemonTools(root).run("read_file", {"path": "a.txt", "invented": 1})
-    assert out.startswith("1  one")
+    assert out.text.startswith("1  one")
+    assert out.locations[0].path == str(root / "a.txt")
     with pytest.raises(ToolError):
         await DaemonTools(root).run("rm_rf", {})
 

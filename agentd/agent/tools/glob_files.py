@@ -1,0 +1,107 @@
+"""`glob`: workspace files whose path matches a pattern, newest first or by path.
+
+The pattern is a ripgrep `-g` glob relative to the search folder. The
+ripgrep engine lists with `rg --files` and each path it reports is
+re-checked through confined descriptors (that `stat` also gives the time
+used to sort); the Python engine walks with `walk.py`. Both skip the same
+files.
+"""
+
+from __future__ import annotations
+
+import stat
+from typing import Any
+
+from agentd.agent.tools import ripgrep, specs
+from agentd.agent.tools.fs import Root
+from agentd.agent.tools.globs import compile_lines
+from agentd.agent.tools.output import ConfinedStats, ToolConfig, ToolOutput
+from agentd.agent.tools.search import make_filters
+from agentd.agent.tools.walk import Rules, ancestors, walk_files
+from agentd.agent.tools.worker import StopToken
+from agentd.errors import ToolError
+from agentd.events import Location
+
+# Paths kept from `rg --files` at most; beyond, the count is "at least".
+RG_MAX_PATHS = 1_000_000
+
+
+def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) -> ToolOutput:
+    pattern = str(args["pattern"]).strip()
+    if not pattern:
+        raise ToolError("pattern must not be empty")
+    if pattern.startswith("!"):
+        raise ToolError("pattern must include files; a '!' pattern only excludes")
+    shown_path = args.get("path") or "."
+    parts = root.parts(shown_path)
+    if not stat.S_ISDIR(root.lstat(parts).st_mode):
+        raise ToolError(f"{shown_path} is not a folder")
+    by_path = args.get("sort", "modified") == "path"
+    max_results = int(args.get("max_results", specs.GLOB_DEFAULT_RESULTS))
+    filters = make_filters(root, parts, {**args, "glob": [pattern]}, max_filesize=None)
+    rules_text = ancestors(root, parts, filters.no_ignore)
+    rules = Rules(filters, compile_lines(rules_text))
+    engine = config.engine()
+    found: list[tuple[str, float]] = []  # (path, mtime; 0 until known)
+    complete = True
+    if engine is not None:
+        got = ripgrep.run(
+            engine, ["--files"], filters, root.path, "/".join(parts), rules_text, token,
+            max_items=RG_MAX_PATHS,
+        )  # fmt: skip
+        if got.error:
+            raise ToolError(f"glob failed: {got.error}")
+        complete = got.complete
+        found = [(p, 0.0) for p, _ in got.items if rules.keep(p)]
+        found = _checked(root, found, by_path, max_results, token)
+    else:
+        for entry in walk_files(root, parts, rules, token):
+            try:
+                mtime = 0.0 if by_path else entry.lstat().st_mtime
+            except OSError:
+                continue
+            found.append((entry.rel, mtime))
+        complete = not token.should_stop()
+    if token.cancelled:
+        raise ToolError("glob cancelled")
+    if by_path:
+        found.sort()
+    else:
+        found.sort(key=lambda item: (-item[1], item[0]))
+    shown = found[:max_results]
+    text = "\n".join(p for p, _ in shown) if shown else f"No files match {pattern!r}."
+    if len(found) > len(shown):
+        more = len(found) - len(shown)
+        text += (
+            f"\n\n[{more:,} more file{'s' if more != 1 else ''} not shown: narrow the "
+            f"pattern or path, or raise max_results (up to {specs.GLOB_MAX_RESULTS})]"
+        )
+    if token.expired:
+        text += f"\n[glob stopped at its {config.search_timeout:g} s time limit: partial]"
+    elif not complete:
+        text += "\n[glob stopped early: results are partial]"
+    return ToolOutput(text, [Location(str(root.path / p)) for p, _ in shown])
+
+
+def _checked(
+    root: Root, found: list[tuple[str, float]], by_path: bool, keep: int, token: StopToken
+) -> list[tuple[str, float]]:
+    """Paths ripgrep reported, re-checked inside the workspace (with their mtime).
+
+    Sorted by path, only what will be shown (and not counted as "more") needs
+    the check first; newest first needs every file's time anyway.
+    """
+    out: list[tuple[str, float]] = []
+    with ConfinedStats(root) as stat_of:
+        if by_path:
+            found.sort()
+        for i, (path, _) in enumerate(found):
+            if token.should_stop():
+                break
+            if by_path and len(out) >= keep:
+                out.extend(found[i:])  # counted as "more", not shown
+                break
+            st = stat_of(path)
+            if st is not None:
+                out.append((path, st.st_mtime))
+    return out
