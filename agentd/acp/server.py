@@ -289,7 +289,7 @@ class AcpServer:
                         "version": __version__,
                         "protocolVersion": PROTOCOL_VERSION,
                         "clientTools": self.caps.tool_names(),
-                        "daemonTools": ["read_file", "list_dir", "search"],
+                        "daemonTools": ["read_file", "list_dir", "search", "glob"],
                         "extMethods": [m for m in HANDLERS if m.startswith("_")],
                         "extNotifications": NOTIFICATIONS_SENT,
                     }

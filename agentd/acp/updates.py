@@ -11,9 +11,9 @@ against the published ACP JSON Schema.
 | MessageChunk                | `session/update` `agent_message_chunk`                         |
 | ThoughtChunk                | `session/update` `agent_thought_chunk`                         |
 | UserMessage (replay)        | `session/update` `user_message_chunk`                          |
-| ToolCallStarted             | `session/update` `tool_call`, status `pending`                 |
+| ToolCallStarted             | `session/update` `tool_call`, status `pending`, `locations`    |
 | ToolCallUpdate running      | `tool_call_update` `in_progress`                               |
-| ToolCallUpdate completed    | `tool_call_update` `completed` + content                       |
+| ToolCallUpdate completed    | `tool_call_update` `completed` + content (+ result `locations`)|
 | ToolCallUpdate failed       | `tool_call_update` `failed` + content                          |
 | ToolCallUpdate cancelled    | `tool_call_update` `failed` (ACP v1 has no cancelled status)   |
 | MemoryDelivered             | `_agentd/memory` notification (extension)                      |
@@ -23,12 +23,13 @@ against the published ACP JSON Schema.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentd.agent.tools import call_locations
 from agentd.events import (
+    Location,
     MemoryDelivered,
     MessageChunk,
     PromptEnded,
@@ -47,6 +48,7 @@ TOOL_KINDS = {
     "read_file": "read",
     "list_dir": "read",
     "search": "search",
+    "glob": "search",
     "edit_file": "edit",
     "write_file": "edit",
     "run_command": "execute",
@@ -68,9 +70,13 @@ def tool_title(name: str, args: Mapping[str, Any]) -> str:
     if name == "read_file":
         return f"Read {where}"
     if name == "list_dir":
-        return f"List {where}"
+        depth = args.get("depth")
+        deep = isinstance(depth, int) and not isinstance(depth, bool) and depth > 1
+        return f"List {where}" + (f" (depth {depth})" if deep else "")
     if name == "search":
         return f"Search for {str(args.get('query', ''))[:80]!r} in {where}"
+    if name == "glob":
+        return f"Find files matching {str(args.get('pattern', ''))[:80]!r} in {where}"
     if name == "edit_file":
         return f"Edit {where}"
     if name == "write_file":
@@ -82,15 +88,15 @@ def tool_title(name: str, args: Mapping[str, Any]) -> str:
 
 def tool_locations(name: str, args: Mapping[str, Any], root: Path) -> list[dict[str, Any]]:
     """The files a call touches, as absolute paths (for the editor's follow-along)."""
-    path = args.get("path")
-    if name == "run_command" or not isinstance(path, str) or not path or "\x00" in path:
-        return []
-    full = os.path.normpath(os.path.join(root, path))
-    out: dict[str, Any] = {"path": full}
-    offset = args.get("offset")
-    if name == "read_file" and isinstance(offset, int) and not isinstance(offset, bool):
-        out["line"] = max(1, offset)
-    return [out]
+    return locations_json(call_locations(name, args, root))
+
+
+def locations_json(locations: list[Location]) -> list[dict[str, Any]]:
+    """ACP `ToolCallLocation`s: `{path, line?}`."""
+    return [
+        {"path": loc.path} if loc.line is None else {"path": loc.path, "line": loc.line}
+        for loc in locations
+    ]
 
 
 def text_content(text: str) -> list[dict[str, Any]]:
@@ -124,7 +130,11 @@ def to_acp(
             "status": "pending",
             "rawInput": update.arguments,
         }
-        locations = tool_locations(update.name, update.arguments, root)
+        locations = (
+            locations_json(update.locations)
+            if update.locations
+            else tool_locations(update.name, update.arguments, root)
+        )
         if locations:
             body["locations"] = locations
         body["_meta"] = {"agentd": {"tool": update.name, "executor": update.executor}}
@@ -166,4 +176,7 @@ def _tool_update(
         body["rawOutput"] = update.content
     elif update.content is not None:
         body["content"] = text_content(update.content)
+    if update.locations:
+        # Where the results are (search hits, files found): editors offer them as links.
+        body["locations"] = locations_json(update.locations)
     return body

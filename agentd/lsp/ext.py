@@ -74,6 +74,9 @@ class InitializationOptions(WireModel):
     fast_model: str | None = None
     limits: dict[str, int] | None = None
     memory: dict[str, Any] | None = None
+    tools: dict[str, Any] | None = Field(
+        default=None, description="searchEngine: auto | ripgrep | python; searchTimeout (s)"
+    )
 
 
 class AgentdCapabilities(WireModel):
@@ -223,12 +226,20 @@ class ThoughtChunkUpdate(WireModel):
     text: str
 
 
+class ToolLocation(WireModel):
+    """A file a tool call is about or found: absolute path, 1-based line."""
+
+    path: str
+    line: int | None = Field(default=None, ge=1)
+
+
 class ToolCallUpdateOut(WireModel):
     kind: Literal["tool_call"]
     tool_call_id: str
     name: str
     arguments: dict[str, Any]
     executor: Literal["client", "daemon"]
+    locations: list[ToolLocation] | None = None
 
 
 class ToolCallStatusUpdate(WireModel):
@@ -236,6 +247,7 @@ class ToolCallStatusUpdate(WireModel):
     tool_call_id: str
     status: Literal["running", "completed", "failed", "cancelled"]
     content: str | None = None
+    locations: list[ToolLocation] | None = None
 
 
 class MemoryUpdate(WireModel):

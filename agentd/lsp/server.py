@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentd.lsp")
 
-DAEMON_TOOLS = ["read_file", "list_dir", "search"]
+DAEMON_TOOLS = ["read_file", "list_dir", "search", "glob"]
 _LSP_LEVELS = {"error": 1, "warning": 2, "info": 3, "debug": 4}
 # Errors that answer a bad request: the client's doing, not agentd's.
 _CLIENT_ERRORS = (

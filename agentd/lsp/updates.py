@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.events import (
+    Location,
     MemoryDelivered,
     MessageChunk,
     PromptEnded,
@@ -22,27 +23,40 @@ from agentd.events import (
 )
 
 
+def locations_to_wire(locations: list[Location]) -> list[dict[str, Any]]:
+    """`[{path, line?}]`: the shape of ACP's `ToolCallLocation`, shared by both wires."""
+    return [
+        {"path": loc.path} if loc.line is None else {"path": loc.path, "line": loc.line}
+        for loc in locations
+    ]
+
+
 def update_to_wire(update: Update) -> dict[str, Any]:
     if isinstance(update, MessageChunk):
         return {"kind": "message_chunk", "text": update.text}
     if isinstance(update, ThoughtChunk):
         return {"kind": "thought_chunk", "text": update.text}
     if isinstance(update, ToolCallStarted):
-        return {
+        out: dict[str, Any] = {
             "kind": "tool_call",
             "toolCallId": update.tool_call_id,
             "name": update.name,
             "arguments": update.arguments,
             "executor": update.executor,
         }
+        if update.locations:
+            out["locations"] = locations_to_wire(update.locations)
+        return out
     if isinstance(update, ToolCallUpdate):
-        out: dict[str, Any] = {
+        out = {
             "kind": "tool_call_update",
             "toolCallId": update.tool_call_id,
             "status": update.status,
         }
         if update.content is not None:
             out["content"] = update.content
+        if update.locations:
+            out["locations"] = locations_to_wire(update.locations)
         return out
     if isinstance(update, MemoryDelivered):
         return {"kind": "memory", "point": update.point, "tier": update.tier, "docs": update.docs}

@@ -86,7 +86,7 @@ async def test_a_client_without_fs_or_terminal_gets_no_client_tools(
     sid = await new_session(daemon, workspace)
     await daemon.prompt(session_id=sid, prompt=[text_block("hi")])
     offered = {t["function"]["name"] for t in main_requests(model_server)[0]["body"]["tools"]}
-    assert offered == {"read_file", "list_dir", "search"}
+    assert offered == {"read_file", "list_dir", "search", "glob"}
 
 
 async def test_streamed_prompt(
@@ -316,9 +316,13 @@ async def test_daemon_tools_are_reported_with_their_progress(
     updates = [u for u in editor.updates(sid) if u["sessionUpdate"].startswith("tool_call")]
     assert [u["status"] for u in updates] == ["pending", "in_progress", "completed"]
     assert updates[0]["kind"] == "search"
-    assert "README.md:2: The answer is 42." in updates[2]["content"][0]["content"]["text"]
+    assert updates[2]["content"][0]["content"]["text"] == "README.md\n2:The answer is 42.\n"
+    # Where the hits are, as ACP locations: editors can jump there.
+    assert updates[2]["locations"] == [{"path": str(workspace / "README.md"), "line": 2}]
     check_golden("session_update_tool_call_update_in_progress", _update_message(editor, updates[1]))
-    check_golden("session_update_tool_call_update_completed", _update_message(editor, updates[2]))
+    check_golden(
+        "session_update_tool_call_update_completed", _update_message(editor, updates[2]), workspace
+    )
 
 
 def _update_message(editor: EditorClient, update: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ async def test_initialize_advertises_agentd(client: AgentdClient) -> None:
     caps = experimental["agentd"]
     assert caps["protocolVersion"] == 1
     assert caps["clientTools"] == ["edit_file", "run_command"]
-    assert set(caps["daemonTools"]) == {"read_file", "list_dir", "search"}
+    assert set(caps["daemonTools"]) == {"read_file", "list_dir", "search", "glob"}
 
 
 async def test_prompt_streams_chunks_and_result(
@@ -47,7 +47,7 @@ async def test_prompt_streams_chunks_and_result(
     assert body["messages"][-1] == {"role": "user", "content": "say hello"}
     # No client tools beyond those declared; the daemon's own are offered.
     names = {t["function"]["name"] for t in body["tools"]}
-    assert names == {"read_file", "list_dir", "search", "edit_file", "run_command"}
+    assert names == {"read_file", "list_dir", "search", "glob", "edit_file", "run_command"}
 
 
 async def test_history_carries_over_between_prompts(
@@ -79,9 +79,11 @@ async def test_daemon_tool_round_trip(
         "name": "read_file",
         "arguments": {"path": "README.md"},
         "executor": "daemon",
+        "locations": [{"path": str(workspace / "README.md")}],
     }
     done = [u for u in updates if u["kind"] == "tool_call_update" and u["status"] == "completed"]
     assert "The answer is 42." in done[0]["content"]
+    assert done[0]["locations"] == [{"path": str(workspace / "README.md"), "line": 1}]
     second = model_server.requests("main")[1]["body"]["messages"]
     assert second[-2]["tool_calls"][0]["id"] == "c1"
     assert second[-1]["role"] == "tool" and "The answer is 42." in second[-1]["content"]
@@ -386,7 +388,12 @@ async def test_anthropic_provider_end_to_end(
         first, second = model_server.requests("main")
         assert first["api"] == "anthropic" and first["headers"]["x-api-key"] == "<redacted>"
         # No client tools declared: only the daemon's own tools are offered.
-        assert {t["name"] for t in first["body"]["tools"]} == {"read_file", "list_dir", "search"}
+        assert {t["name"] for t in first["body"]["tools"]} == {
+            "read_file",
+            "list_dir",
+            "search",
+            "glob",
+        }
         last = second["body"]["messages"][-1]
         assert last["role"] == "user"
         assert last["content"][0]["type"] == "tool_result"
