@@ -48,6 +48,10 @@ cmd('AgentdStatus', function()
   agentd().status()
 end, { desc = 'agentd: memory and extraction status' })
 
+cmd('AgentdQuickfix', function()
+  agentd().quickfix()
+end, { desc = 'agentd: the last search or glob results in the quickfix list' })
+
 cmd('AgentdChat', function()
   agentd().open_chat()
 end, { desc = 'agentd: show the chat buffer' })

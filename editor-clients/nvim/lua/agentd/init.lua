@@ -73,6 +73,7 @@ end
 ---@field blockers table<string, boolean> a cancel or reset the daemon has not finished yet
 ---@field after function[] prompts waiting for the blockers
 ---@field last_stop string?
+---@field found table? the locations of the last search or glob, for :AgentdQuickfix
 
 ---@type table<string, agentd.Project>
 local projects = {}
@@ -347,6 +348,39 @@ local function run_client_tool(p, turn, c, sid, call, args)
   end)
 end
 
+-- The daemon tools whose results are places to go to.
+local FINDERS = { search = true, glob = true }
+
+--- A quickfix list from a finished search or glob: the update's locations
+--- ({path, line?}), with each line's text taken from the result the model
+--- got (search groups `N:text` lines under a line with the file's path).
+local function found_list(call, u)
+  local texts, file = {}, nil
+  for _, line in ipairs(vim.split(u.content or '', '\n', { plain = true })) do
+    local n, text = line:match('^(%d+):(.*)$')
+    if n and file then
+      texts[file .. '\0' .. n] = text
+    elseif line ~= '' and line ~= '--' and not line:match('^%d+%-') and not line:match('^%[') then
+      file = line
+    end
+  end
+  local items = {}
+  for _, loc in ipairs(u.locations) do
+    if type(loc) == 'table' and type(loc.path) == 'string' then
+      local text = call.name .. ' ' .. call.summary
+      for key, t in pairs(texts) do
+        local f, n = key:match('^(.*)%z(%d+)$')
+        if tonumber(n) == loc.line and loc.path:sub(-#f - 1) == '/' .. f then
+          text = t
+          break
+        end
+      end
+      items[#items + 1] = { filename = loc.path, lnum = loc.line or 1, col = 1, text = text }
+    end
+  end
+  return { title = 'agentd: ' .. call.name .. ' ' .. call.summary, items = items }
+end
+
 local function on_update(p, turn, u)
   local kind = u.kind
   if kind == 'message_chunk' then
@@ -378,6 +412,14 @@ local function on_update(p, turn, u)
       local status = u.status or '?'
       if status == 'failed' and u.content then
         status = status .. ': ' .. first_line(u.content)
+      end
+      if type(u.locations) == 'table' and #u.locations > 0 and FINDERS[call.name] then
+        p.found = found_list(call, u)
+        status = ('%s · %d location%s, :AgentdQuickfix'):format(
+          status,
+          #p.found.items,
+          #p.found.items == 1 and '' or 's'
+        )
       end
       call.final = u.status ~= 'running'
       set_call_status(call, status)
@@ -754,6 +796,22 @@ function M.status(opts, cb)
       end
     end, chat.buf())
   end)
+end
+
+--- Put the locations of the last search or glob into the quickfix list and
+--- open it. Returns the number of items (0: there was none yet).
+function M.quickfix(opts)
+  opts = opts or {}
+  local p = target(opts)
+  if not p or not p.found then
+    notify('no search or glob results yet', vim.log.levels.WARN)
+    return 0
+  end
+  vim.fn.setqflist({}, ' ', { title = p.found.title, items = p.found.items })
+  if opts.open ~= false then
+    vim.cmd('botright copen')
+  end
+  return #p.found.items
 end
 
 --- What the plugin knows, for tests and :checkhealth.

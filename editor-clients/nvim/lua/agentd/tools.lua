@@ -315,6 +315,9 @@ function M.summary(name, args)
   if args.query then
     return '`' .. tostring(args.query) .. '`'
   end
+  if args.pattern then
+    return '`' .. tostring(args.pattern) .. '`'
+  end
   local ok, json = pcall(vim.json.encode, args)
   json = ok and json or ''
   return #json > 60 and json:sub(1, 57) .. '...' or json
