@@ -45,14 +45,17 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
     found: list[tuple[str, float]] = []  # (path, mtime; 0 until known)
     complete = True
     if engine is not None:
+        # Newest first, ripgrep reads the times itself (`--sortr modified`,
+        # much cheaper than a stat per path from Python).
+        mode = ["--files"] if by_path else ["--files", "--sortr", "modified"]
         got = ripgrep.run(
-            engine, ["--files"], filters, root.path, "/".join(parts), rules_text, token,
+            engine, mode, filters, root.path, "/".join(parts), rules_text, token,
             max_items=RG_MAX_PATHS,
         )  # fmt: skip
         if got.error:
             raise ToolError(f"glob failed: {got.error}")
         complete = got.complete
-        found = [(p, 0.0) for p, _ in got.items if rules.keep(p)]
+        found = [(p, 0.0) for p in rules.keep_many([p for p, _ in got.items])]
         found = _checked(root, found, by_path, max_results, token)
     else:
         for entry in walk_files(root, parts, rules, token):
@@ -86,22 +89,30 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
 def _checked(
     root: Root, found: list[tuple[str, float]], by_path: bool, keep: int, token: StopToken
 ) -> list[tuple[str, float]]:
-    """Paths ripgrep reported, re-checked inside the workspace (with their mtime).
+    """Paths ripgrep reported, the ones to show re-checked inside the workspace.
 
-    Sorted by path, only what will be shown (and not counted as "more") needs
-    the check first; newest first needs every file's time anyway.
+    The order is ripgrep's (newest first) or sorted here (by path); the first
+    paths are `stat`-ed through confined descriptors until `keep` of them are
+    real regular files inside (newest first, also those tied in time with the
+    last one, so that ties are broken by path as the Python engine does);
+    the rest are counted as "more".
     """
+    if by_path:
+        found.sort()
     out: list[tuple[str, float]] = []
     with ConfinedStats(root) as stat_of:
-        if by_path:
-            found.sort()
         for i, (path, _) in enumerate(found):
-            if token.should_stop():
+            if not i & 1023 and token.should_stop():
                 break
-            if by_path and len(out) >= keep:
+            if len(out) >= keep and (by_path or _past_ties(out, keep)):
                 out.extend(found[i:])  # counted as "more", not shown
                 break
             st = stat_of(path)
             if st is not None:
                 out.append((path, st.st_mtime))
     return out
+
+
+def _past_ties(out: list[tuple[str, float]], keep: int) -> bool:
+    """Newest first: the last checked path is older than the `keep`-th one."""
+    return out[-1][1] < out[keep - 1][1]

@@ -35,6 +35,9 @@ class GlobLine:
     regex: str
     negated: bool
     dir_only: bool
+    # For `**/*.ext`-like lines: the literal end of the file name, which is
+    # all there is to check (a fast path for the most common globs).
+    suffix: str | None = None
 
 
 def _escape(c: str) -> str:
@@ -207,7 +210,9 @@ def parse_line(line: str, strict: bool = False) -> GlobLine | None:
         line = "**/" + line
     if line.endswith("/**"):
         line += "/*"
-    return GlobLine(glob_regex(line, strict), negated, dir_only)
+    tail = line[len("**/*") :] if line.startswith("**/*") else None
+    plain = tail is not None and tail != "" and not any(c in tail for c in "*?[]{}\\/")
+    return GlobLine(glob_regex(line, strict), negated, dir_only, tail if plain else None)
 
 
 def prefixed(line: str, prefix: str) -> str:
@@ -240,7 +245,10 @@ class GlobSet:
 
         self.lines = lines
         self._set: Any = None
-        if lines:
+        self._suffixes: list[tuple[str, GlobLine]] | None = None
+        if lines and all(line.suffix is not None for line in lines):
+            self._suffixes = [(line.suffix or "", line) for line in reversed(lines)]
+        elif lines:
             # Bytes, as ripgrep's globs match them: paths need not be UTF-8.
             opts = re2.Options()
             opts.encoding = re2.Options.Encoding.LATIN1
@@ -256,6 +264,12 @@ class GlobSet:
 
     def match(self, path: str, is_dir: bool) -> GlobLine | None:
         """The deciding line for `path` (relative to this set's folder), if any."""
+        if self._suffixes is not None:
+            name = path.rpartition("/")[2]
+            for suffix, candidate in self._suffixes:
+                if name.endswith(suffix) and (not candidate.dir_only or is_dir):
+                    return candidate
+            return None
         if self._set is None:
             return None
         hits = self._set.Match(os.fsencode(path))

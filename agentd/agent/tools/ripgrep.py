@@ -26,10 +26,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from agentd.agent.tools.walk import VCS_DIRS, Filters
 from agentd.agent.tools.worker import StopToken
@@ -138,17 +136,17 @@ def run(
                 argv, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                 env=env,
             )  # fmt: skip
-            items: list[tuple[str, int]] = []
             complete = True
+            chunks: list[bytes] = []
+            records = 0
+            sep = b"\n" if with_counts else b"\0"
             try:
                 assert proc.stdout is not None
-                for record in _records(proc.stdout, with_counts):
-                    if with_counts:
-                        path, _, count = record.rpartition(b"\0")
-                        items.append((os.fsdecode(path), int(count or 0)))
-                    else:
-                        items.append((os.fsdecode(record), 0))
-                    if len(items) >= max_items:
+                # Read to the end (one short record per file), or to the cap.
+                while chunk := proc.stdout.read1(1 << 20):  # type: ignore[attr-defined]
+                    chunks.append(chunk)
+                    records += chunk.count(sep)
+                    if records >= max_items:
                         complete = False
                         break
             finally:
@@ -158,6 +156,7 @@ def run(
                 token.release(proc)
                 if proc.stdout is not None:
                     proc.stdout.close()
+            items = _parse(b"".join(chunks), with_counts)[:max_items]
             err.seek(0)
             stderr = err.read(4096)
     if token.should_stop():
@@ -173,28 +172,23 @@ def run(
     return RgRun(items, complete)
 
 
-def _records(stream: IO[bytes], with_counts: bool) -> Iterator[bytes]:
+def _parse(out: bytes, with_counts: bool) -> list[tuple[str, int]]:
     """`path\\0` records (`--files --null`) or `path\\0count\\n` (`--count --null`).
 
-    A file name may hold a newline but never a NUL, so a record is cut at the
-    NUL first, then (with counts) at the newline after it.
+    A file name may hold a newline but never a NUL: with counts, a record
+    ends at the first newline after its NUL.
     """
-    buf = b""
+    if not with_counts:
+        return [(p.decode("utf-8", "surrogateescape"), 0) for p in out.split(b"\0")[:-1]]
+    items: list[tuple[str, int]] = []
+    pos = 0
     while True:
-        chunk = stream.read1(1 << 16)  # type: ignore[attr-defined]
-        if not chunk:
-            return
-        buf += chunk
-        start = 0
-        while True:
-            nul = buf.find(b"\0", start)
-            if nul < 0:
-                break
-            end = nul
-            if with_counts:
-                end = buf.find(b"\n", nul)
-                if end < 0:
-                    break
-            yield buf[start:end]
-            start = end + 1
-        buf = buf[start:]
+        nul = out.find(b"\0", pos)
+        if nul < 0:
+            return items
+        end = out.find(b"\n", nul)
+        if end < 0:
+            end = len(out)
+        count = out[nul + 1 : end]
+        items.append((out[pos:nul].decode("utf-8", "surrogateescape"), int(count or 0)))
+        pos = end + 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,16 @@ RG_MAX_FILES = 100_000
 
 
 class Matcher:
-    """A query compiled for RE2: per-line matching, as ripgrep matches."""
+    """A query compiled for RE2, matching per line as ripgrep does.
+
+    Calls into the RE2 wrapper cost microseconds each, so lines are not tried
+    one by one: the whole buffer is searched (multi-line mode, so `^` and `$`
+    are line anchors), and only the line where a match starts is checked on
+    its own, which drops the rare match that spans lines (`a\\sb` across a
+    newline). A line that matches alone also matches within the buffer, so
+    nothing is missed; patterns with `\\A` or `\\z`, whose meaning differs,
+    are matched line by line.
+    """
 
     def __init__(self, query: str, regex: bool, sensitive: bool) -> None:
         import re2
@@ -43,26 +53,69 @@ class Matcher:
         opts.case_sensitive = sensitive
         opts.max_mem = 64 << 20
         opts.log_errors = False
-        self.literal = not regex
         pattern = query if regex else re2.escape(query)
+        raw = pattern.encode("utf-8", "surrogatepass")
         try:
-            self._re = re2.compile(pattern.encode("utf-8", "surrogatepass"), opts)
+            self._line = re2.compile(raw, opts)
+            self._buffer = re2.compile(b"(?m)" + raw, opts)
         except re2.error as exc:
             raise ToolError(f"invalid regex {query!r}: {exc}") from exc
-        self._needle = query.encode("utf-8", "surrogatepass") if not regex and sensitive else None
-        # A whole-file pre-check is sound for literals (they cannot span lines).
-        self._any = self._re if not regex else None
+        # A case-sensitive literal is found fastest by bytes.find.
+        self._needle = raw if not regex and sensitive else None
+        self._per_line = regex and ("\\A" in query or "\\z" in query)
+        self._check_line = regex
 
     def may_match(self, data: bytes) -> bool:
         if self._needle is not None:
             return self._needle in data
-        if self._any is not None:
-            return self._any.search(data) is not None
-        return True
+        if self._per_line:
+            return True
+        return self._buffer.search(data) is not None
 
     def first(self, line: bytes) -> int | None:
-        m = self._re.search(line)
+        m = self._line.search(line)
         return None if m is None else int(m.start())
+
+    def lines(self, data: bytes) -> Iterator[tuple[int, int]]:
+        """(line number, byte offset of the first match in the line) of each matching line."""
+        if self._per_line:
+            lines = data.split(b"\n")
+            if data.endswith(b"\n"):
+                lines.pop()
+            for no, line in enumerate(lines, 1):
+                at = self.first(line)
+                if at is not None:
+                    yield no, at
+            return
+        pos = 0
+        no = 1
+        counted = 0  # newlines are counted up to here
+        size = len(data)
+        while pos < size:
+            if self._needle is not None:
+                hit = data.find(self._needle, pos)
+                if hit < 0:
+                    return
+            else:
+                m = self._buffer.search(data, pos)
+                if m is None:
+                    return
+                hit = int(m.start())
+            start = data.rfind(b"\n", 0, hit) + 1
+            end = data.find(b"\n", hit)
+            if end < 0:
+                end = size
+            no += data.count(b"\n", counted, start)
+            counted = start
+            if hit == size and start == size:
+                return  # an empty match after the last newline is not a line
+            if self._check_line:
+                at = self.first(data[start:end])
+                if at is not None:
+                    yield no, at
+            else:
+                yield no, hit - start
+            pos = end + 1
 
 
 def smart_sensitive(query: str, regex: bool) -> bool:
@@ -98,19 +151,12 @@ def match_lines(data: bytes, matcher: Matcher, keep: int) -> tuple[list[tuple[in
     """Matching lines of `data` (1-based number, byte offset of the first match),
     the first `keep` of them, and how many there are. Lines end at `\\n`, as
     for ripgrep (a `\\r` before it stays part of the line)."""
-    if not data:
-        return [], 0
-    lines = data.split(b"\n")
-    if data.endswith(b"\n"):
-        lines.pop()
     kept: list[tuple[int, int]] = []
     total = 0
-    for no, line in enumerate(lines, 1):
-        at = matcher.first(line)
-        if at is not None:
-            total += 1
-            if len(kept) < keep:
-                kept.append((no, at))
+    for hit in matcher.lines(data):
+        total += 1
+        if len(kept) < keep:
+            kept.append(hit)
     return kept, total
 
 
@@ -155,7 +201,8 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
         hits, complete, note = _rg_files(
             engine, root, parts, filters, rules_text, query, regex, sensitive, token
         )
-        hits = [h for h in hits if rules.keep(h.path)]
+        kept = set(rules.keep_many([h.path for h in hits]))
+        hits = [h for h in hits if h.path in kept]
     else:
         hits, complete = _py_files(root, parts, rules, matcher, token)
     if token.cancelled:

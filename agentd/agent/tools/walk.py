@@ -106,6 +106,18 @@ class Rules:
                 return False
         return not self.types or self.types.match(rel, False) is not None
 
+    def keep_many(self, paths: list[str]) -> list[str]:
+        """`keep` over many paths; plain `*.ext` filters are checked in one C-level pass."""
+        out = paths
+        for gs, required in ((self.globs, self.including), (self.types, True)):
+            if not gs:
+                continue
+            suffixes = _plain_suffixes(gs)
+            if suffixes is None or not required:
+                return [p for p in out if self.keep(p)]
+            out = [p for p in out if p.endswith(suffixes)]
+        return out
+
     def ignored(self, rel: str, name: str, is_dir: bool, level: Level | None) -> bool:
         if self.vcs.match(rel, is_dir) is not None:
             return True
@@ -152,6 +164,13 @@ class Rules:
         if not sets:
             return parent if parent is not None else Level(rel, {}, None)
         return Level(rel, sets, parent)
+
+
+def _plain_suffixes(gs: GlobSet) -> tuple[str, ...] | None:
+    """The suffixes of a set made only of including `**/*.ext` lines, else None."""
+    if all(g.suffix is not None and not g.negated and not g.dir_only for g in gs.lines):
+        return tuple(g.suffix or "" for g in gs.lines)
+    return None
 
 
 def _read_rules(dir_fd: int, name: str) -> str:
