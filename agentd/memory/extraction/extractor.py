@@ -44,7 +44,7 @@ EXTRACT_TIMEOUT = 120.0
 HEADER_EXCERPT_CHARS = 300
 MAX_HEADERS = 200
 # Tools that only read: a call of any other tool naming the memory folder wrote it.
-READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "search"})
+READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "search", "glob"})
 
 _TRANSIENT = re.compile(
     r"(?i)\b(currently running|right now|today i\b|at the moment|just now|"
