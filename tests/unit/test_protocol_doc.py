@@ -58,6 +58,12 @@ SAMPLES: list[events.Update] = [
     events.ToolCallStarted("c1", "read_file", {"path": "a"}, "daemon"),
     events.ToolCallUpdate("c1", "completed", "text"),
     events.ToolCallUpdate("c1", "cancelled"),
+    events.ToolCallStarted(
+        "c2", "search", {"query": "x", "path": "src"}, "daemon", [events.Location("/w/src")]
+    ),
+    events.ToolCallUpdate(
+        "c2", "completed", "src/a.py\n3:x\n", [events.Location("/w/src/a.py", 3)]
+    ),
     events.MemoryDelivered("user_query", "local", ["/m/a.md"]),
     events.UsageReport(1, 2, 3),
     events.UserMessage("hello"),
