@@ -17,7 +17,9 @@ it.
 back, resets included: it is the coordinate the extraction cursor
 (`processedOffset`) points into, so after a restart the cursor still points
 into a history that exists. A torn last line (a crash mid-write) is ignored
-on reading.
+on reading. Because the file is only ever appended to, a byte position at
+the end of a line stays valid too: `read_from` starts at the one a cursor
+remembers, so extracting a turn reads that turn's bytes, not the file.
 
 Written by the core (`agentd.agent.core`), read back by `session/load` and by
 memory extraction (`agentd.memory.extraction`): it lives below both, so that
@@ -264,6 +266,99 @@ def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int
         except (KeyError, ValueError, TypeError):
             continue
     return out
+
+
+_MESSAGE_PREFIX_BYTES = _MESSAGE_PREFIX.encode()
+
+
+@dataclass
+class TranscriptSlice:
+    """Messages read after a cursor, and where each one's line ends in the file."""
+
+    messages: list[tuple[int, Message]] = field(default_factory=list)
+    # positions[i]: the byte position just after the line of messages[i], where
+    # a reader that has processed messages[: i + 1] starts next time.
+    positions: list[int] = field(default_factory=list)
+    # Bytes read to produce the slice (the file's tail when `position` was usable).
+    bytes_read: int = 0
+
+
+def _line_start(f: IO[bytes], position: int, size: int) -> bool:
+    """Is `position` the start of a line of the file (or its end)?"""
+    if position == 0:
+        return True
+    if position > size:
+        return False
+    f.seek(position - 1)
+    return f.read(1) == b"\n"
+
+
+def read_from(path: Path, start: int, position: int = 0, end: int | None = None) -> TranscriptSlice:
+    """Messages with offsets in [start, end), reading from byte `position` on.
+
+    `position` is where an earlier read of the same file stopped (a
+    `TranscriptSlice.positions` entry). It is a hint: one that is not at the
+    start of a line, lies past the end of the file, or skips the message at
+    `start` is dropped for a read from the beginning, so a wrong hint costs
+    a full read, never a lost message. A last line without its newline is
+    being written (or was torn by a crash) and is not read.
+    """
+    out = TranscriptSlice()
+    try:
+        f = path.open("rb")
+    except OSError:
+        return out
+    with f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+        except OSError:
+            return out
+        if position < 0 or not _line_start(f, position, size):
+            position = 0
+        f.seek(position)
+        at = position
+        for line in f:
+            line_end = at + len(line)
+            out.bytes_read += len(line)
+            at = line_end
+            if not line.endswith(b"\n"):
+                break
+            offset = _prefix_offset_bytes(line)
+            if offset is not None and offset < start:
+                continue
+            if (
+                offset is None
+                and line.startswith(b'{"type":"')
+                and not line.startswith(b'{"type":"message"')
+            ):
+                continue  # the session header, a reset marker, a note: not decoded
+            try:
+                record = json.loads(line.decode("utf-8", errors="replace"))
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or record.get("type") != "message":
+                continue
+            found = int(record.get("offset", -1))
+            if found < start:
+                continue
+            if position and not out.messages and found > start:
+                # The hint skipped the message at `start`: read the whole file.
+                return read_from(path, start, 0, end)
+            if end is not None and found >= end:
+                break
+            try:
+                out.messages.append((found, message_from_json(record["message"])))
+            except (KeyError, ValueError, TypeError):
+                continue
+            out.positions.append(line_end)
+    return out
+
+
+def _prefix_offset_bytes(line: bytes) -> int | None:
+    if not line.startswith(_MESSAGE_PREFIX_BYTES):
+        return None
+    digits = line[len(_MESSAGE_PREFIX_BYTES) : line.find(b",", len(_MESSAGE_PREFIX_BYTES))]
+    return int(digits) if digits.isdigit() else None
 
 
 def title_of(history: list[Message]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart
-from agentd.transcript import TranscriptWriter, load, read_slice
+from agentd.transcript import TranscriptWriter, load, read_from, read_slice
 
 
 def msg(role: str, text: str) -> Message:
@@ -133,3 +133,53 @@ def test_the_listed_title_is_that_of_the_conversation_since_the_last_reset(
     w.append(msg("user", "the new question"))
     w.close()
     assert [i.title for i in list_sessions(root, tmp_path)] == ["the new question"]
+
+
+def _fifty(tmp_path: Path) -> tuple[Path, list[int]]:
+    from agentd.events import UsageReport
+
+    path = tmp_path / "s.jsonl"
+    w = TranscriptWriter(path, "s", tmp_path)
+    for i in range(50):
+        w.append(msg("user" if i % 2 == 0 else "assistant", f"message {i} " + "x" * i))
+        if i % 7 == 0:
+            w.note(UsageReport(1, 1, i))  # lines that are not messages, between them
+    w.close()
+    whole = read_from(path, 0)
+    assert [o for o, _ in whole.messages] == list(range(50))
+    assert whole.bytes_read == path.stat().st_size
+    return path, whole.positions
+
+
+def test_read_from_a_position_reads_only_the_bytes_after_it(tmp_path: Path) -> None:
+    path, positions = _fifty(tmp_path)
+    size = path.stat().st_size
+    piece = read_from(path, 40, positions[39])
+    assert [(o, m.text) for o, m in piece.messages] == [
+        (o, m.text) for o, m in read_slice(path, 40)
+    ]
+    assert piece.bytes_read == size - positions[39]
+    assert piece.positions == positions[40:]
+    # At the end: nothing to read but what follows the last message (a note).
+    empty = read_from(path, 50, positions[49])
+    assert empty.messages == [] and empty.bytes_read == size - positions[49] > 0
+
+
+def test_a_wrong_position_costs_a_full_read_never_a_message(tmp_path: Path) -> None:
+    path, positions = _fifty(tmp_path)
+    size = path.stat().st_size
+    for hint in (positions[39] - 3, size + 10, -1, positions[41], positions[10]):
+        piece = read_from(path, 40, hint)
+        assert [o for o, _ in piece.messages] == list(range(40, 50)), hint
+        assert piece.positions == positions[40:], hint
+
+
+def test_read_from_stops_at_end_and_before_an_unfinished_line(tmp_path: Path) -> None:
+    path, positions = _fifty(tmp_path)
+    piece = read_from(path, 40, positions[39], end=45)
+    assert [o for o, _ in piece.messages] == [40, 41, 42, 43, 44]
+    with path.open("a") as f:
+        f.write('{"type":"message","offset":50,"ts":1,"message":{"role":"user","parts":[]}}')
+    tail = read_from(path, 49, positions[48])
+    # The last line has no newline yet (being written): not read, not passed.
+    assert [o for o, _ in tail.messages] == [49] and tail.positions == [positions[49]]
