@@ -71,7 +71,7 @@ class App:
                 provider,
                 supervisor,
                 fast_model=settings.provider_config().fast_model,
-                transcripts=app._transcript,
+                transcripts=core.finished_extent,
                 home=home,
                 grace=settings.memory.shutdown_grace,
                 progress=app._extraction_progress,
@@ -165,10 +165,6 @@ class App:
             return None
         return self.progress_factory(f"agentd: extracting memory of {root.name}")
 
-    def _transcript(self, session_id: str) -> tuple[Path, int] | None:
-        writer = self.core.writers.get(session_id)
-        return (writer.path, writer.offset) if writer is not None else None
-
     def _after_reply(self, session: Session) -> None:
         # The prompt's reply is already written: extraction never delays it.
         if self.extraction is not None:
@@ -180,7 +176,8 @@ class App:
         self._watched.add(pm.workspace_root)
         if self.extraction is not None:
             # Turns a previous run left unprocessed (its cursor is behind its
-            # transcript) are extracted now.
+            # transcript) are extracted now; live sessions' running turns are
+            # not (they are extracted whole, after their reply).
             self.supervisor.spawn(
                 self.extraction.resume(pm.workspace_root), name="extraction-resume"
             )

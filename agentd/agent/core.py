@@ -71,6 +71,8 @@ class AgentCore:
         self.persist = persist
         self.sessions: dict[str, Session] = {}
         self.writers: dict[str, TranscriptWriter] = {}
+        # Transcript offset at which each running prompt began.
+        self._prompt_starts: dict[str, int] = {}
 
     # --- sessions ------------------------------------------------------------
 
@@ -104,6 +106,14 @@ class AgentCore:
     def transcript_path(self, session_id: str) -> Path | None:
         writer = self.writers.get(session_id)
         return writer.path if writer is not None else None
+
+    def finished_extent(self, session_id: str) -> tuple[Path, int] | None:
+        """A live session's transcript, and the offset where its finished
+        prompts end: a running prompt's messages (half a turn) come after it."""
+        writer = self.writers.get(session_id)
+        if writer is None:
+            return None
+        return writer.path, self._prompt_starts.get(session_id, writer.offset)
 
     def list_sessions(self, workspace_root: Path) -> list[TranscriptInfo]:
         return list_sessions(workspace_root, self.home)
@@ -204,6 +214,9 @@ class AgentCore:
         if session.running is not None and not session.running.done():
             raise SessionBusy(f"session {session_id} is already running a prompt")
         session.running = asyncio.current_task()
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            self._prompt_starts[session_id] = writer.offset
         closed = False
         messages_before = len(session.history)
         ended: PromptEnded | None = None
@@ -226,6 +239,7 @@ class AgentCore:
         finally:
             closed = True
             session.running = None
+            self._prompt_starts.pop(session_id, None)
             # Only a prompt that reached the history has a turn to end in a
             # replay (an early limit stop appends nothing).
             if ended is not None and len(session.history) > messages_before:

@@ -7,6 +7,7 @@ import functools
 import itertools
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from agentd.layout import memory_dir
 from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
 from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
@@ -152,7 +154,8 @@ async def test_restart_extracts_exactly_the_unprocessed_slice(
     cursors = json.loads(
         (memory_dir(workspace, agentd_home(tmp_path)) / ".cursors.json").read_text()
     )
-    assert cursors["sessions"] == [{"sessionId": sid, "processedOffset": done_offset}]
+    (cursor,) = cursors["sessions"]
+    assert (cursor["sessionId"], cursor["processedOffset"]) == (sid, done_offset)
 
     model_server.set_latency("extract", 0.0)
     before = len(model_server.requests("extract"))
@@ -237,5 +240,64 @@ async def test_proposed_create_is_written_confined_and_announced(
         index = (folder / "MEMORY.md").read_text()
         assert "(deploy-notes.md)" in index
         assert os.stat(target).st_mode & 0o777 == 0o644
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_one_prompt_in_a_fresh_project_is_extracted_once_after_its_reply(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The project's first use (its memory starts with the session, and
+    extraction then resumes what earlier runs left) must not extract the live
+    session's half turn: exactly one extract request, after the reply,
+    holding the user's words and the answer."""
+    # An answer that takes its time: the project has started (milliseconds)
+    # long before it is complete, so a resume that took the live transcript
+    # for leftover work would send the user's half on its own.
+    model_server.enqueue({"chunks": ["Releases ship ", "with make ship."], "ttft": 3.0})
+    c = await new_client(model_server, tmp_path, modelTier=False)
+    try:
+        sid = await c.new_session(workspace)
+        result = await c.prompt(sid, "how do we cut a release here?")
+        assert result["stopReason"] == "end_turn"
+        await wait_caught_up(c, workspace, 1)
+        (extract,) = model_server.requests("extract")
+        (main,) = model_server.requests("main")
+        completed = await model_server.wait_for(
+            lambda e: e["type"] == "complete" and e["id"] == main["id"]
+        )
+        assert model_server.log.index(completed) < model_server.log.index(extract)
+        text = body_text(extract)
+        assert "how do we cut a release here?" in text
+        assert "Releases ship with make ship." in text
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_a_killed_daemons_transcript_is_extracted_at_the_next_start(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    model_server.set_latency("extract", 60.0)  # the extraction never ends: killed mid-way
+    killed = await RawDaemon.spawn(env)
+    try:
+        await killed.initialize({"memory": {"modelTier": False}})
+        killed.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await killed.response(1))["result"]["sessionId"]
+        killed.request(2, "agent/prompt", {"sessionId": sid, "prompt": "left behind fact"})
+        assert (await killed.response(2))["result"]["stopReason"] == "end_turn"
+        await model_server.wait_for(functools.partial(extract_request_with, "left behind fact"))
+        killed.proc.kill()
+        assert await killed.wait_exit() == -signal.SIGKILL
+    finally:
+        await killed.close()
+    model_server.set_latency("extract", 0.0)
+    before = len(model_server.requests("extract"))
+    c = await new_client(model_server, tmp_path, modelTier=False)
+    try:
+        ext = await wait_caught_up(c, workspace, 1)  # memory/status starts the project
+        assert [r["sessionId"] for r in ext["cursors"]] == [sid]
+        (resumed,) = model_server.requests("extract")[before:]
+        assert "left behind fact" in body_text(resumed)
     finally:
         await c.lsp.shutdown_session()

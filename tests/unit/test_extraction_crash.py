@@ -140,7 +140,9 @@ def test_sigkill_at_each_write_step(tmp_path: Path, kill_at: str) -> None:
     assert check_consistent(folder, end=2)
     assert [p.name for p in folder.iterdir() if p.name.startswith(".agentd-tmp-")] == []
     cursors = json.loads((folder / ".cursors.json").read_text())["sessions"]
-    assert cursors == [{"sessionId": "s1", "processedOffset": 2}]
+    # Both messages processed: the next read starts at the transcript's end.
+    size = (sessions_dir(root, home) / "s1.jsonl").stat().st_size
+    assert cursors == [{"sessionId": "s1", "processedOffset": 2, "byteOffset": size}]
     index = (folder / "MEMORY.md").read_text()
     assert index.count("(fresh.md)") == 1 and "(gone.md)" not in index
     assert sorted(p.name for p in folder.glob("*.md")) == ["MEMORY.md", "deploy.md", "fresh.md"]

@@ -15,7 +15,7 @@ import pytest
 
 from agentd.errors import ModelHTTPError
 from agentd.memory.extraction import ExtractionService
-from agentd.memory.extraction.cursor import load_cursors
+from agentd.memory.extraction.cursor import Cursor, load_cursors
 from agentd.memory.manager import MemoryManager
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
@@ -109,7 +109,9 @@ class Env:
                 await asyncio.wait([task])
 
     async def cursor(self) -> int | None:
-        return load_cursors(await self.folder()).get(SID)
+        """The session's `processedOffset`."""
+        cursor = load_cursors(await self.folder()).get(SID)
+        return cursor.offset if cursor is not None else None
 
     async def close(self) -> None:
         for w in self.writers.values():
@@ -176,7 +178,7 @@ async def test_cursor_persists_across_a_new_service(tmp_path: Path) -> None:
     try:
         await e2.svc.resume(e2.root)
         await e2.settle()
-        assert load_cursors(await e2.folder())[SID] >= 2
+        assert load_cursors(await e2.folder())[SID].offset >= 2
     finally:
         await e2.close()
 
@@ -203,7 +205,7 @@ async def test_cursor_advances_only_after_writes_are_durable(
     order: list[str] = []
     real_save = cursor_mod.save_cursors
 
-    def spy_save(folder: Path, cursors: dict[str, int]) -> None:
+    def spy_save(folder: Path, cursors: dict[str, Cursor]) -> None:
         order.append(f"cursor:{(folder / 'deploy.md').exists()}")
         real_save(folder, cursors)
 
@@ -443,7 +445,7 @@ async def test_resume_extracts_sessions_behind_their_cursor(env: Env) -> None:
     await env.svc.resume(env.root)
     await env.settle()
     cursors = load_cursors(await env.folder())
-    assert cursors == {"a": 2, "b": 2}
+    assert {sid: c.offset for sid, c in cursors.items()} == {"a": 2, "b": 2}
     st = env.svc.status(env.root)
     assert all(r["processedOffset"] == r["transcriptEnd"] == 2 for r in st["cursors"])
 
@@ -485,12 +487,129 @@ async def test_drain_cancels_a_slow_run_and_keeps_the_cursor(env: Env) -> None:
 def test_cursor_file_is_json(tmp_path: Path) -> None:
     from agentd.memory.extraction.cursor import save_cursors
 
-    save_cursors(tmp_path, {"b": 3, "a": 1})
+    save_cursors(tmp_path, {"b": Cursor(3, 900), "a": Cursor(1, 120)})
     data = json.loads((tmp_path / ".cursors.json").read_text())
+    assert data["version"] == 2
     assert data["sessions"] == [
-        {"sessionId": "a", "processedOffset": 1},
-        {"sessionId": "b", "processedOffset": 3},
+        {"sessionId": "a", "processedOffset": 1, "byteOffset": 120},
+        {"sessionId": "b", "processedOffset": 3, "byteOffset": 900},
     ]
-    assert load_cursors(tmp_path) == {"a": 1, "b": 3}
+    assert load_cursors(tmp_path) == {"a": Cursor(1, 120), "b": Cursor(3, 900)}
     (tmp_path / ".cursors.json").write_text("{garbage")
     assert load_cursors(tmp_path) == {}
+
+
+def test_a_version_1_cursor_file_reads_as_message_offsets_only(tmp_path: Path) -> None:
+    """Files written before byte offsets: each cursor reads from the start once."""
+    (tmp_path / ".cursors.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "sessions": [
+                    {"sessionId": "a", "processedOffset": 4},
+                    {"sessionId": "b", "processedOffset": 2, "byteOffset": -5},
+                    {"sessionId": "c", "processedOffset": True},
+                ],
+            }
+        )
+    )
+    assert load_cursors(tmp_path) == {"a": Cursor(4, 0), "b": Cursor(2, 0)}
+
+
+def spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes each transcript read of the service took."""
+    from agentd.memory.extraction import service
+    from agentd.transcript import read_from
+
+    reads: list[int] = []
+
+    def spy(path: Path, start: int, position: int = 0, end: int | None = None) -> Any:
+        piece = read_from(path, start, position, end)
+        reads.append(piece.bytes_read)
+        return piece
+
+    monkeypatch.setattr(service, "read_from", spy)
+    return reads
+
+
+def transcript_size(env: Env, sid: str = SID) -> int:
+    return (sessions_dir(env.root, env.home) / f"{sid}.jsonl").stat().st_size
+
+
+async def test_a_run_reads_only_the_bytes_after_the_cursor(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(300):
+        env.say(f"old turn {i} " + "words " * 40)
+    await env.run()
+    assert await env.cursor() == 600
+    reads = spy_reads(monkeypatch)
+    before = transcript_size(env)
+    env.say("the new turn")
+    await env.run()
+    assert "the new turn" in env.provider.prompt_text()
+    assert "old turn" not in env.provider.prompt_text()
+    # The run read the new turn's two lines, not the 600 before them.
+    assert reads == [transcript_size(env) - before]
+    cursor = load_cursors(await env.folder())[SID]
+    assert cursor == Cursor(602, transcript_size(env))
+
+
+async def test_a_version_1_cursor_is_read_once_from_the_start_then_migrated(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.say("first turn, already extracted by an older agentd")
+    folder = await env.folder()
+    (folder / ".cursors.json").write_text(
+        json.dumps({"version": 1, "sessions": [{"sessionId": SID, "processedOffset": 2}]})
+    )
+    env.say("second turn, new")
+    reads = spy_reads(monkeypatch)
+    await env.run()
+    text = env.provider.prompt_text()
+    assert "second turn" in text and "first turn" not in text
+    assert reads == [transcript_size(env)]  # the one full read of the migration
+    data = json.loads((folder / ".cursors.json").read_text())
+    assert data["version"] == 2
+    assert data["sessions"] == [
+        {"sessionId": SID, "processedOffset": 4, "byteOffset": transcript_size(env)}
+    ]
+    before = transcript_size(env)
+    env.say("third turn")
+    await env.run()
+    assert reads[1:] == [transcript_size(env) - before]
+
+
+async def test_resume_leaves_running_turns_alone_and_picks_up_orphans(env: Env) -> None:
+    """At a project's first use, resume extracts what earlier runs left: a
+    transcript no live session owns, and the restored part of a live session,
+    but never a turn whose prompt is still running (its user message is in
+    the transcript, its answer is not)."""
+    env.say("orphan turn of a killed daemon", sid="orphan")
+    env.say("restored turn, left unextracted", sid="restored")
+    env.add(Message("user", [TextPart("restored session's running prompt")]), sid="restored")
+    env.add(Message("user", [TextPart("new session's running prompt")]), sid="fresh")
+    # What the core says: live sessions, and where their finished prompts end.
+    bounds = {"restored": 2, "fresh": 0}
+
+    def live(sid: str) -> tuple[Path, int] | None:
+        if sid not in bounds:
+            return None
+        return sessions_dir(env.root, env.home) / f"{sid}.jsonl", bounds[sid]
+
+    env.svc.transcripts = live
+    await env.svc.resume(env.root)
+    await env.settle()
+    assert len(env.provider.requests) == 1
+    text = env.provider.prompt_text()
+    assert "orphan turn" in text and "restored turn" in text
+    assert "running prompt" not in text
+    cursors = load_cursors(await env.folder())
+    assert {sid: c.offset for sid, c in cursors.items()} == {"orphan": 2, "restored": 2}
+    # The fresh session's prompt ends: its turn is extracted whole, after the reply.
+    env.add(Message("assistant", [TextPart("the answer to it")]), sid="fresh")
+    bounds["fresh"] = 2
+    await env.run("fresh")
+    assert len(env.provider.requests) == 2
+    text = env.provider.prompt_text()
+    assert "new session's running prompt" in text and "the answer to it" in text

@@ -3,10 +3,19 @@
 `schedule(root, session)` is called after a prompt's reply is sent and never
 blocks. Per project one run is in flight at a time (`SingleFlight`); across
 daemons sharing the memory folder, a lock file does the same. A run reads,
-per session, exactly the transcript slice after that session's cursor, asks
-the extractor chunk by chunk, writes through the safe write path and only
-then advances the cursor. Failures leave the cursor where it was and show in
-`status`; the session stays dirty, so the next trigger retries the slice.
+per session, exactly the transcript slice after that session's cursor
+(starting at the cursor's byte offset, so a run costs what its slice costs),
+asks the extractor chunk by chunk, writes through the safe write path and
+only then advances the cursor. Failures leave the cursor where it was and
+show in `status`; the session stays dirty, so the next trigger retries the
+slice.
+
+A session that is live in this daemon is read only up to the end of its
+last finished prompt (`transcripts(sid)` says where that is): a prompt that
+is running has half a turn in the transcript, and extracting it would split
+the turn in two. `resume`, at a project's first use, therefore picks up
+the transcripts that earlier runs left behind (no live session owns them)
+and, of a live session restored from disk, the part before it was restored.
 
 Disk work (reads, fsyncs) runs in worker threads so that a slow disk never
 stalls the event loop that is streaming someone's reply.
@@ -40,7 +49,7 @@ from agentd.memory.extraction.apply import (
     sync_index,
 )
 from agentd.memory.extraction.consolidate import Consolidation
-from agentd.memory.extraction.cursor import load_cursors, save_cursors
+from agentd.memory.extraction.cursor import Cursor, load_cursors, save_cursors
 from agentd.memory.extraction.lock import FolderLock
 from agentd.memory.extraction.scheduler import SingleFlight
 from agentd.memory.extraction.writer import (
@@ -51,14 +60,15 @@ from agentd.memory.extraction.writer import (
 )
 from agentd.memory.manager import MemoryManager
 from agentd.memory.project import ProjectMemory
-from agentd.messages import Message
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
-from agentd.transcript import read_slice, sessions_dir
+from agentd.transcript import TranscriptSlice, read_from, sessions_dir
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# A live session's transcript and the offset its extraction may read up to (the
+# end of its last finished prompt); None for a session no live session owns.
 TranscriptLookup = Callable[[str], tuple[Path, int] | None]
 Progress = Callable[[int, int], None]
 ProgressFactory = Callable[[Path], Progress | None]
@@ -74,7 +84,7 @@ class _Project:
     flight: SingleFlight | None = None
     dirty: set[str] = field(default_factory=set)
     ends: dict[str, int] = field(default_factory=dict)
-    cursors: dict[str, int] | None = None
+    cursors: dict[str, Cursor] | None = None
     last_error: str | None = None
     last_run_at: float | None = None
     # Operations skipped (conflicts, refusals), newest last: for logs and tests.
@@ -160,7 +170,7 @@ class ExtractionService:
         cursors = project.cursors or {}
         rows = []
         for sid in sorted(set(cursors) | project.dirty | set(project.ends)):
-            processed = cursors.get(sid, 0)
+            processed = cursors[sid].offset if sid in cursors else 0
             live = self.transcripts(sid)
             # Unknown (None) until a run or `resume` has read the transcript:
             # reporting the cursor as the end would claim work is done that is not.
@@ -207,31 +217,43 @@ class ExtractionService:
         return {"error": "the extraction service is shutting down"}
 
     async def resume(self, workspace_root: Path) -> None:
-        """Queue the sessions whose transcripts extend past their cursors."""
+        """Queue the work earlier runs left: transcripts past their cursors.
+
+        A transcript that a live session of this daemon writes counts only up
+        to the end of that session's last finished prompt (for a new session,
+        nothing): its running turn is extracted after its reply, whole.
+        """
         if self._closed:
             return
         project = self._project(workspace_root)
         pm = await self.manager.get(project.root)
         folder = sessions_dir(project.root, self.home)
 
-        def scan() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        def scan() -> tuple[dict[str, Cursor], dict[str, tuple[int, int]]]:
             cursors = load_cursors(pm.directory)
-            ends: dict[str, int] = {}
-            behind: dict[str, int] = {}
+            found: dict[str, tuple[int, int]] = {}
             for path in sorted(folder.glob("*.jsonl")):
                 sid = path.stem
                 if not _valid_session_id(sid):
                     continue
-                processed = cursors.get(sid, 0)
-                msgs = read_slice(path, processed)
-                ends[sid] = msgs[-1][0] + 1 if msgs else processed
-                if msgs:
-                    behind[sid] = ends[sid]
-            return cursors, ends, behind
+                cursor = cursors.get(sid, Cursor(0))
+                piece = read_from(path, cursor.offset, cursor.position)
+                if piece.messages:
+                    found[sid] = (piece.messages[0][0], piece.messages[-1][0] + 1)
+            return cursors, found
 
-        cursors, ends, behind = await _in_thread(scan)
+        cursors, found = await _in_thread(scan)
         project.cursors = cursors
-        for sid, end in ends.items():
+        behind: set[str] = set()
+        # Back on the loop, where sessions live: whether a session is live is
+        # decided now, after the scan, so one created meanwhile is bounded too.
+        for sid, (first, end) in found.items():
+            live = self.transcripts(sid)
+            if live is not None:
+                end = min(end, live[1])
+                if first >= end:
+                    continue
+            behind.add(sid)
             project.ends[sid] = max(end, project.ends.get(sid, 0))
         if behind and not self._closed:
             project.dirty.update(behind)
@@ -351,16 +373,18 @@ class ExtractionService:
         await _in_thread(clean_temps, directory)
         cursors = await _in_thread(load_cursors, directory)
         project.cursors = cursors
-        slices: list[tuple[str, list[tuple[int, Message]]]] = []
+        slices: list[tuple[str, TranscriptSlice]] = []
         for sid in sorted(sessions):
-            path = self._transcript_path(project.root, sid)
-            msgs = await _in_thread(read_slice, path, cursors.get(sid, 0))
-            if msgs:
-                project.ends[sid] = max(project.ends.get(sid, 0), msgs[-1][0] + 1)
-                slices.append((sid, msgs))
+            path, bound = self._transcript_extent(project.root, sid)
+            cursor = cursors.get(sid, Cursor(0))
+            piece = await _in_thread(read_from, path, cursor.offset, cursor.position, bound)
+            if piece.messages:
+                end = piece.messages[-1][0] + 1
+                project.ends[sid] = max(project.ends.get(sid, 0), end)
+                slices.append((sid, piece))
         project.extracted = False
         report = self.progress(project.root) if self.progress is not None else None
-        total = sum(len(m) for _, m in slices)
+        total = sum(len(p.messages) for _, p in slices)
         if report is not None and total:
             report(0, total)
         pending = {sid for sid, _ in slices}
@@ -384,16 +408,19 @@ class ExtractionService:
                 pm.note_own_write(*written)
         return pending
 
-    def _transcript_path(self, root: Path, sid: str) -> Path:
+    def _transcript_extent(self, root: Path, sid: str) -> tuple[Path, int | None]:
+        """The session's transcript, and the offset to read up to (None: its end)."""
         live = self.transcripts(sid)
-        return live[0] if live is not None else sessions_dir(root, self.home) / f"{sid}.jsonl"
+        if live is not None:
+            return live
+        return sessions_dir(root, self.home) / f"{sid}.jsonl", None
 
     async def _extract(
         self,
         project: _Project,
         pm: ProjectMemory,
-        slices: list[tuple[str, list[tuple[int, Message]]]],
-        cursors: dict[str, int],
+        slices: list[tuple[str, TranscriptSlice]],
+        cursors: dict[str, Cursor],
         pending: set[str],
         report: Progress | None,
         total: int,
@@ -401,12 +428,17 @@ class ExtractionService:
         """Extract the slices chunk by chunk; `pending` keeps the sessions not finished."""
         directory = pm.directory
         prepared: list[extractor.SessionSlice] = []
-        for sid, msgs in slices:
-            turns = extractor.split_turns(msgs)
+        # Per session, message offset -> the byte position after its line.
+        positions: dict[str, dict[int, int]] = {}
+        for sid, piece in slices:
+            turns = extractor.split_turns(piece.messages)
             # A turn in which the agent wrote memory itself is not extracted twice.
             keep = [not extractor.wrote_memory(t, directory, project.root) for t in turns]
             prepared.append((sid, turns, keep))
-        last = {sid: msgs[-1][0] + 1 for sid, msgs in slices}
+            positions[sid] = {
+                o: p for (o, _), p in zip(piece.messages, piece.positions, strict=True)
+            }
+        last = {sid: piece.messages[-1][0] + 1 for sid, piece in slices}
         budget = [extractor.MAX_OPS]
         done = 0
         for chunk in extractor.make_chunks(prepared):
@@ -414,7 +446,8 @@ class ExtractionService:
             if chunk.text.strip() and budget[0] > 0:
                 written = await self._chunk(project, directory, chunk, budget)
             # Durable writes first, then the cursor that vouches for them.
-            cursors.update(chunk.ends)
+            for sid, end in chunk.ends.items():
+                cursors[sid] = Cursor(end, positions[sid][end - 1])
             await _in_thread(save_cursors, directory, dict(cursors))
             for sid, end in chunk.ends.items():
                 if end >= last[sid]:
