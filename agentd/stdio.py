@@ -5,14 +5,21 @@ through an asyncio write transport, so a slow editor never blocks the event
 loop (asyncio buffers). Regular files, which cannot be polled (for example
 `agentd serve < messages.txt`), fall back to a thread for reads and to
 blocking writes.
+
+`on_terminate` turns SIGTERM into the daemon's own stop: editors end agent
+processes with SIGTERM and may never close stdin (CodeCompanion.nvim does),
+and the default action would kill the daemon mid-write, with no cancelled
+prompt answered, no extraction drained and no transcript closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+import signal
+from collections.abc import Awaitable, Callable, Iterator
 from typing import BinaryIO
 
 ReadFn = Callable[[int], Awaitable[bytes]]
@@ -140,3 +147,19 @@ async def open_writer(
     except (ValueError, OSError):
         return StdoutWriter(stdout, None)
     return StdoutWriter(stdout, transport, on_lost)
+
+
+@contextlib.contextmanager
+def on_terminate(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, SIGTERM calls `stop` on the loop (the same
+    graceful shutdown as the end of stdin) instead of killing the process."""
+    try:
+        loop.add_signal_handler(signal.SIGTERM, stop)
+    except (NotImplementedError, RuntimeError, ValueError):
+        # Not the main thread, or no signals on this platform: keep the default.
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)

@@ -47,7 +47,7 @@ from agentd.errors import (
     REQUEST_CANCELLED,
     SESSION_BUSY,
 )
-from agentd.stdio import ReadFn, open_reader, open_writer
+from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
 from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
@@ -302,15 +302,30 @@ class AcpServer:
 
     # --- the main loop -------------------------------------------------------------------
 
-    async def serve(self, read: ReadFn) -> int:
+    async def serve(self, read: ReadFn, stop: asyncio.Event | None = None) -> int:
+        """Read and dispatch until stdin ends or `stop` is set, then shut down."""
+        loop = asyncio.get_running_loop()
+        reading = loop.create_task(self._read_loop(read), name="acp-read")
+        waits: list[asyncio.Task[Any]] = [reading]
+        if stop is not None:
+            waits.append(loop.create_task(stop.wait(), name="acp-stop"))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():
+            log.info("stdin closed; exiting")
+        else:
+            reading.cancel()
+            await asyncio.wait([reading])
+        for task in waits:
+            task.cancel()
+        await self.aclose()
+        return 0
+
+    async def _read_loop(self, read: ReadFn) -> None:
         async for line in read_lines(read):
             try:
                 self.handle_line(line)
             except Exception:
                 log.exception("failed to dispatch a message")
-        log.info("stdin closed; exiting")
-        await self.aclose()
-        return 0
 
     async def aclose(self) -> None:
         """Stop serving: cancel running prompts, let other requests finish (bounded)."""
@@ -341,20 +356,23 @@ def _bad_param(name: str, message: str) -> RpcError:
 
 async def _main(prefix: bytes = b"") -> int:
     loop = asyncio.get_running_loop()
-    stopped = asyncio.Event()
-    writer = await open_writer(loop, sys.stdout.buffer, stopped.set)
+    stop = asyncio.Event()
+
+    def lost() -> None:
+        log.info("stdout closed; exiting")
+        stop.set()
+
+    def terminated() -> None:
+        log.info("SIGTERM; shutting down")
+        stop.set()
+
+    writer = await open_writer(loop, sys.stdout.buffer, lost)
     server = AcpServer(writer.write)
     read = await open_reader(loop, sys.stdin.buffer, prefix)
-    serving = loop.create_task(server.serve(read), name="acp-serve")
-    gone = loop.create_task(stopped.wait(), name="stdout-closed")
-    await asyncio.wait([serving, gone], return_when=asyncio.FIRST_COMPLETED)
-    if not serving.done():
-        log.info("stdout closed; exiting")
-        serving.cancel()
-        await asyncio.wait([serving])
-        await server.aclose()
-    gone.cancel()
-    return 0
+    # The end of stdin, a closed stdout and SIGTERM (stdin may stay open) all
+    # end in the same shutdown: prompts cancelled, extraction drained, exit 0.
+    with on_terminate(loop, terminated):
+        return await server.serve(read, stop)
 
 
 def run_acp_stdio(prefix: bytes = b"") -> int:

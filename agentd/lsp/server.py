@@ -31,7 +31,7 @@ from agentd.errors import (
 )
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
 from agentd.lsp.transport import read_frames
-from agentd.stdio import ReadFn, open_reader, open_writer
+from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
 from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
@@ -182,7 +182,13 @@ class AgentdServer(LanguageServer):
         self._stop = asyncio.Event()
         writer = await open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
         read = await open_reader(loop, stdin, prefix)
-        return await self.serve_stream(read, writer)
+        # SIGTERM (stdin may stay open) stops as stdin EOF does, exiting 0.
+        with on_terminate(loop, self._terminated):
+            return await self.serve_stream(read, writer)
+
+    def _terminated(self) -> None:
+        log.info("SIGTERM; shutting down")
+        self.request_stop(0)
 
     async def serve_stream(self, read: ReadFn, writer: Any) -> int:
         """Serve one connection: `read(n)` returns bytes (b"" at EOF), `writer`
