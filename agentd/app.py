@@ -84,6 +84,7 @@ class App:
                 fast_model=settings.provider_config().fast_model,
                 model_tier=settings.memory.model_tier,
                 recall_timeout=settings.memory.recall_timeout,
+                first_index_wait=settings.memory.first_index_wait,
                 on_project=app._watch_project,
                 after_reply_hook=app._after_reply,
             )
@@ -97,6 +98,32 @@ class App:
         pm = await self.memory.get(root, progress)
         self._watch_project(pm)
         return pm
+
+    def start_memory(self, root: Path) -> None:
+        """Index the project's memory in the background, so that it is ready by
+        the first prompt: called as soon as a workspace root is known (a new
+        session, or an LSP `initialize` that names its roots). Never waits."""
+        if self.recall is None or self.memory.get_nowait(root) is not None:
+            return
+        title = "agentd: indexing memory"
+        progress = self.progress_factory(title) if self.progress_factory is not None else None
+        self.supervisor.spawn(self.project_memory(root, progress), name=f"memory-start:{root.name}")
+
+    def start_known_roots(self, roots: list[str]) -> None:
+        """`start_memory` for the workspace roots an editor named before any
+        session (LSP `initialize`), those that have notes to index: a project
+        agentd never saw is not given a memory folder just for being open."""
+        from agentd.errors import InvalidParams
+        from agentd.layout import memory_dir, team_memory_dir
+        from agentd.params import workspace_path
+
+        for raw in roots:
+            try:
+                root = workspace_path(raw)
+            except InvalidParams:
+                continue
+            if memory_dir(root, self.memory.home).is_dir() or team_memory_dir(root).is_dir():
+                self.start_memory(root)
 
     # --- results shared by every front end ----------------------------------------------
 

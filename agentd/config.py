@@ -48,6 +48,10 @@ class MemorySettings(_Model):
     model_tier: bool = True
     # Safety limit of the recall side query (not a deadline the prompt waits on).
     recall_timeout: float = Field(default=30.0, gt=0)
+    # How long a prompt that arrives while its project's memory is being indexed
+    # for the first time waits for that index before its first model request
+    # (never longer; once the index exists, no prompt waits at all). 0: never.
+    first_index_wait: float = Field(default=0.5, ge=0)
     extraction: bool = True
     # How long shutdown waits for a running extraction before cancelling it.
     shutdown_grace: float = Field(default=5.0, ge=0)

@@ -98,9 +98,7 @@ async def new_session(
 ) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd")
     session = app.core.new_session(root, server.runner)
-    if app.recall is not None:
-        # Index the project's memory now, so that it is ready by the first prompt.
-        app.supervisor.spawn(app.project_memory(root), name=f"memory-start:{root.name}")
+    app.start_memory(root)
     return {"sessionId": session.id}
 
 

@@ -1,8 +1,13 @@
 """The seams where memory plugs into a prompt.
 
-The turn engine calls these at fixed points and never waits on them:
+The turn engine calls these at fixed points and never waits on them, with
+one bounded exception (`first_index`):
 
 - `prompt_started`: the prompt arrived; fire the recall prefetch.
+- `first_index`: None, except when the project's memory is still being
+  indexed for the first time (a prompt sent the instant its session exists):
+  then an awaitable that waits for the local tier, within a small bound, so
+  that its notes still reach the first model request.
 - `take_nowait(point)`: just before a model request (`user_query` before the
   first one, `tool_result` before each ToolResult step); returns a reminder
   and a delivery report per settled, unconsumed prefetch (one per tier),
@@ -16,6 +21,7 @@ The turn engine calls these at fixed points and never waits on them:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol
 
 from agentd.events import MemoryDelivered, MemoryPoint
@@ -27,6 +33,8 @@ if TYPE_CHECKING:
 
 class MemoryHooks(Protocol):
     def prompt_started(self, session: Session, query: str) -> None: ...
+
+    def first_index(self, session: Session) -> Awaitable[None] | None: ...
 
     def take_nowait(
         self, session: Session, point: MemoryPoint
@@ -49,6 +57,9 @@ class NoMemory:
     """Memory switched off: every seam is a no-op."""
 
     def prompt_started(self, session: Session, query: str) -> None:
+        return None
+
+    def first_index(self, session: Session) -> Awaitable[None] | None:
         return None
 
     def take_nowait(

@@ -13,10 +13,17 @@ Each prompt gets up to two `PrefetchHandle`s, one per tier:
 The turn engine asks `take_nowait(point)` before each model request. A
 settled, unconsumed handle is consumed there (its docs become surfaced for
 the session and are excluded from later recalls); an unsettled one is
-skipped with zero wait. `prompt_ended` aborts whatever is left, so no side
-query outlives its prompt, and cancelling a prompt cancels its handles
-(reported as aborted, never as failures). There is no hard deadline on the
-side query, only a generous safety limit (`memory.recallTimeout`).
+skipped with zero wait. The one exception is a project's first index: a
+prompt that arrives while the project's memory is indexed for the first time
+(sent the instant its session exists, as scripted clients and editors that
+open a thread with text do) would find no index, so `first_index` has it
+wait for the local tier up to `memory.firstIndexWait`; once the index
+exists (kept current by the watcher), no prompt waits.
+
+`prompt_ended` aborts whatever is left, so no side query outlives its
+prompt, and cancelling a prompt cancels its handles (reported as aborted,
+never as failures). There is no hard deadline on the side query, only a
+generous safety limit (`memory.recallTimeout`).
 
 A session's handles and surfaced docs are kept here, by session id
 (`SessionRecall`): the session itself knows nothing of memory.
@@ -29,7 +36,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,6 +137,7 @@ class MemoryRecall:
         fast_model: str,
         model_tier: bool = True,
         recall_timeout: float = 30.0,
+        first_index_wait: float = 0.0,
         config_dir: Path | None = None,
         on_project: Callable[[ProjectMemory], None] | None = None,
         after_reply_hook: Callable[[Session], None] | None = None,
@@ -140,6 +148,7 @@ class MemoryRecall:
         self.fast_model = fast_model
         self.model_tier = model_tier
         self.recall_timeout = recall_timeout
+        self.first_index_wait = first_index_wait
         self.config_dir = config_dir
         self.on_project = on_project
         self.after_reply_hook = after_reply_hook
@@ -172,6 +181,25 @@ class MemoryRecall:
         if self.model_tier:
             handles.append(self._spawn(session, "model", self._model(session, query, exclude)))
         state.handles = handles
+
+    def first_index(self, session: Session) -> Awaitable[None] | None:
+        state = self._sessions.get(session.id)
+        if state is None or self.first_index_wait <= 0:
+            return None
+        local = next((h for h in state.handles if h.tier == "local"), None)
+        if local is None or local.settled:
+            return None
+        if self.manager.get_nowait(session.workspace_root) is not None:
+            return None  # indexed: the local tier answers without waiting for anything
+        return self._wait_first_index(local)
+
+    async def _wait_first_index(self, handle: PrefetchHandle) -> None:
+        self.stats.bump("user_query.local.waitedForIndex")
+        # Waiting does not cancel the task when the bound expires: the notes then
+        # come at the next tool-result point, as a late local tier's would.
+        done, _ = await asyncio.wait([handle.task], timeout=self.first_index_wait)
+        if not done:
+            self.stats.bump("user_query.local.indexWaitExpired")
 
     def take_nowait(
         self, session: Session, point: MemoryPoint

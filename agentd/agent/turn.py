@@ -131,6 +131,11 @@ async def run_prompt(ctx: TurnContext, session: Session, prompt: str, emit: Emit
         # One scheduler yield (not a wait): a recall task that can finish without
         # awaiting anything, such as the local tier, settles here.
         await asyncio.sleep(0)
+        # The one bounded wait: a prompt that came before its project's memory
+        # was ever indexed waits for that index (memory.firstIndexWait at most).
+        first_index = ctx.memory.first_index(session)
+        if first_index is not None:
+            await first_index
         step = 0
         point: Literal["user_query", "tool_result"] = "user_query"
         while True:

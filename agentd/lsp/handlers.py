@@ -21,7 +21,6 @@ import importlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
@@ -97,15 +96,8 @@ async def new_session(ls: AgentdServer, app: App, p: NewSessionParams) -> dict[s
 
     root = workspace_path(p.workspace_root)
     session = app.core.new_session(root, AwaitClientResult(app.client_specs))
-    if app.recall is not None:
-        # Index the project's memory now, so that it is ready by the first prompt.
-        app.supervisor.spawn(_start_memory(ls, app, root), name=f"memory-start:{root.name}")
+    app.start_memory(root)
     return {"sessionId": session.id}
-
-
-async def _start_memory(ls: AgentdServer, app: App, root: Path) -> None:
-    progress = app.progress_factory("agentd: indexing memory") if app.progress_factory else None
-    await app.project_memory(root, progress)
 
 
 async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:

@@ -60,6 +60,11 @@ class ServerProtocol(AgentdProtocol):
             params.initialization_options if isinstance(params.initialization_options, dict) else {}
         )
         server.warmup.options = options
+        # Roots known now: their memory is indexed as soon as the App exists.
+        folders = params.workspace_folders or []
+        server.initial_roots = [f.uri for f in folders] or [
+            r for r in (params.root_uri, params.root_path) if isinstance(r, str) and r
+        ][:1]
         declared = options.get("clientTools") or []
         names = [
             d if isinstance(d, str) else d.get("name")
@@ -103,6 +108,8 @@ class AgentdServer(LanguageServer):
         self._editor_level = 2
         self._watchdog: asyncio.Task[None] | None = None
         self.exit_code: int | None = None
+        # Workspace roots named by `initialize` (rootUri, workspaceFolders).
+        self.initial_roots: list[str] = []
 
     @property
     def agentd_protocol(self) -> ServerProtocol:
@@ -117,6 +124,9 @@ class AgentdServer(LanguageServer):
 
         app.memory_listeners.append(self._memory_changed)
         app.progress_factory = lambda title: WorkDone(self, title)
+        # Before any session asks for them (the index is then ready by the first
+        # prompt); this runs before the requests waiting for the App resume.
+        app.start_known_roots(self.initial_roots)
 
     def _memory_changed(self, root: Path, paths: list[Path]) -> None:
         self.agentd_protocol.notify(

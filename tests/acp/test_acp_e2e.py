@@ -517,3 +517,34 @@ async def test_memory_is_delivered_through_the_same_core(
         user = main_requests(model_server)[0]["body"]["messages"][-1]["content"]
         assert "make ship" in user
     assert editor.schema_problems == []
+
+
+@pytest.mark.parametrize("notes", [3, 100])
+async def test_a_prompt_sent_the_instant_its_session_exists_gets_the_local_tier(
+    editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path, notes: int
+) -> None:
+    """As an editor that opens a thread with text: `session/prompt` written the
+    moment the `session/new` reply is read, before the project's first index
+    is built; its first model request still carries the matching note."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    folder = memory_folder(workspace, tmp_path)
+    for i in range(notes):
+        name, about, fact = (
+            ("Deploy checklist", "How we ship releases to production", "deploy with make ship")
+            if i == 0
+            else (f"Filler {i}", f"Counters of subsystem {i}", f"svc{i} counts requests")
+        )
+        (folder / f"note-{i:03d}.md").write_text(
+            f"---\nname: {name}\ndescription: {about}\ntype: project\n---\n\n{fact}.\n"
+        )
+    async with connect_acp(editor, env, tmp_path / "stderr.log") as conn:
+        # A bound no machine reaches: the test is that the prompt waits for the
+        # first index, not how fast this machine builds it.
+        await start(conn, agentd={"memory": {"modelTier": False, "firstIndexWait": 60}})
+        sid = await new_session(conn, workspace)
+        await conn.prompt(session_id=sid, prompt=[text_block("how do we deploy a release?")])
+        user = main_requests(model_server)[0]["body"]["messages"][-1]["content"]
+        assert user.startswith("<system-reminder>") and "make ship" in user
+        (delivery,) = editor.notifications("_agentd/memory")
+        assert delivery["params"]["docs"] == [str(folder / "note-000.md")]
+    assert editor.schema_problems == []

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pygls.exceptions import JsonRpcException
 
-from agentd.testing.daemon import daemon_command, daemon_env, memory_folder
+from agentd.layout import memory_dir
+from agentd.testing.daemon import agentd_home, daemon_command, daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
 from tests.lsp_client import AgentdClient, start_client
 
@@ -558,5 +559,81 @@ async def test_initial_indexing_of_a_large_folder_reports_progress(
         values: list[Any] = list(reports)
         assert values[0].kind == "begin" and "indexing memory" in values[0].title
         assert values[-1].kind == "end"
+    finally:
+        await lsp.shutdown_session()
+
+
+def write_filler(folder: Path, n: int) -> None:
+    for i in range(n):
+        write_topic(
+            folder,
+            f"Filler note {i}",
+            f"Unrelated notes about subsystem {i}",
+            f"Subsystem {i} keeps its own counters; nothing here is about shipping.",
+        )
+
+
+@pytest.mark.parametrize("notes", [3, 100])
+async def test_a_prompt_sent_the_instant_its_session_exists_gets_the_local_tier(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path], notes: int
+) -> None:
+    """The project's first index is built when the session is created; a prompt
+    written the moment the session reply is read must still find the matching
+    note in its first model request (100 notes: indexed in a worker thread)."""
+    write_filler(memory_folder(workspace, tmp_path), notes - len(topics))
+    # A bound no machine reaches: what is tested is that the prompt waits for
+    # the first index, not how fast this machine builds it.
+    c = await new_memory_client(model_server, tmp_path, modelTier=False, firstIndexWait=60)
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "how do we deploy a release to production?")
+        first = model_server.requests("main")[0]
+        content = user_contents(first)[-1]
+        assert content.startswith("<system-reminder>") and "make ship" in content
+        (delivery,) = memory_updates(c, sid)
+        assert (delivery["point"], delivery["docs"]) == ("user_query", [str(topics["deploy"])])
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_initialize_with_roots_indexes_their_memory_before_any_session(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """A root named by `initialize` whose memory folder exists is indexed as soon
+    as the daemon is warm, before any session: its progress starts with no
+    session created. A root agentd never saw gets no memory folder."""
+    from lsprotocol import types
+    from pytest_lsp import ClientServerConfig, LanguageClient
+
+    folder = memory_folder(workspace, tmp_path)
+    for i in range(250):
+        write_topic(folder, f"Note {i}", f"Fact number {i}", f"Body of note {i} about topic {i}.")
+    unseen = tmp_path / "unseen-project"
+    unseen.mkdir()
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    lsp = await ClientServerConfig(server_command=daemon_command(), server_env=env).start()
+    assert isinstance(lsp, LanguageClient)
+    try:
+        first = asyncio.ensure_future(lsp.wait_for_notification("$/progress"))
+        await lsp.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(
+                    window=types.WindowClientCapabilities(work_done_progress=True)
+                ),
+                workspace_folders=[
+                    types.WorkspaceFolder(uri=workspace.as_uri(), name="ws"),
+                    types.WorkspaceFolder(uri=unseen.as_uri(), name="unseen"),
+                ],
+            )
+        )
+        await asyncio.wait_for(first, 20)
+        (values,) = lsp.progress_reports.values()
+        begin: Any = next(iter(values))
+        assert begin.kind == "begin" and "indexing memory" in begin.title
+        status = await lsp.protocol.send_request_async(  # type: ignore[no-untyped-call]
+            "memory/status", {"workspaceRoot": str(workspace)}
+        )
+        assert status is not None
+        assert not memory_dir(unseen, agentd_home(tmp_path)).exists()
     finally:
         await lsp.shutdown_session()

@@ -3,7 +3,11 @@ session id, and drops it when the session is reset or closed."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from agentd.agent.prefetch import MemoryRecall
 from agentd.agent.session import AwaitClientResult, Session
@@ -52,6 +56,57 @@ async def test_surfaced_docs_are_per_session_and_forgotten_on_reset_and_close(
         # A session that reuses the id (a reload) starts from nothing surfaced.
         assert await delivered(recall, two, "deploy checklist") == [str(folder / "deploy.md")]
     finally:
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
+
+
+async def test_a_prompt_before_the_first_index_waits_for_it_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`first_index` is None once the project is indexed (the common path has no
+    wait at all); before that, it waits for the local tier, and only as long
+    as `first_index_wait` allows: a build that never ends does not hold the
+    prompt."""
+    from agentd.memory.project import ProjectMemory
+
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    release = asyncio.Event()
+    real_start = ProjectMemory.start
+
+    async def stuck_start(self: ProjectMemory, progress: Any = None) -> None:
+        await release.wait()  # the first build "takes" until the test releases it
+        await real_start(self, progress)
+
+    monkeypatch.setattr(ProjectMemory, "start", stuck_start)
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(
+        manager, provider, supervisor, fast_model="m", model_tier=False, first_index_wait=0.05
+    )
+    session = Session("one", workspace, AwaitClientResult([]))
+    try:
+        recall.prompt_started(session, "deploy checklist")
+        await asyncio.sleep(0)  # the turn's one yield: the local tier starts the project
+        wait = recall.first_index(session)
+        assert wait is not None
+        async with asyncio.timeout(30):  # a hang guard, not a measurement
+            await wait
+        (local,) = recall.handles(session.id)
+        assert not local.settled  # the bound expired; the build goes on
+        assert recall.stats.counts["user_query.local.indexWaitExpired"] == 1
+        recall.prompt_ended(session, cancelled=False)
+        release.set()
+        await manager.get(workspace)
+        # Indexed: a prompt does not wait for anything.
+        recall.prompt_started(session, "deploy checklist")
+        await asyncio.sleep(0)
+        assert recall.first_index(session) is None
+        recall.prompt_ended(session, cancelled=False)
+    finally:
+        release.set()
         await supervisor.aclose()
         await manager.aclose()
         await provider.aclose()
