@@ -1,4 +1,5 @@
-"""Memory extraction benchmark: does extraction delay replies, and does it keep up?
+"""Memory extraction benchmark: does extraction delay replies, does it keep up,
+and does a run cost what its slice costs?
 
 Two daemons on one local model server, the fast model's extractor answering
 after `--latency` seconds (default 2 s):
@@ -10,7 +11,17 @@ after `--latency` seconds (default 2 s):
    messages in extraction request bodies (goal 100%), and the time from the
    last reply until every cursor reaches the end of its transcript.
 
-Prints the JSON result and a markdown table.
+3. Run time at transcript sizes (`--sizes`, default 100,10000,100000
+   messages): one extraction run of a new turn in a session whose transcript
+   already holds that many extracted messages, timed from `schedule` to the
+   run's end, `--size-runs` times per size (`bench/_extraction_worker.py`, a
+   process per size: the real provider over loopback HTTP to the bundled
+   model server, the service as the daemon wires it). With `--baseline-src
+   DIR` (another commit's `agentd/`) the same worker runs that code, sizes
+   alternating between the two. Goal: flat across sizes.
+
+`--skip daemons,sizes` leaves parts out (daemons: 1 and 2). Prints the JSON result and a
+markdown table.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,7 +80,54 @@ async def caught_up(client: StdioClient, ws: Path, timeout: float) -> bool:
     return False
 
 
+WORKER = Path(__file__).resolve().parent / "_extraction_worker.py"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def size_run(size: int, runs: int, src: Path) -> dict[str, Any]:
+    """One worker process measuring `size` with the agentd package of `src`."""
+    env = {**os.environ, "PYTHONPATH": str(src.resolve()), "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-P", str(WORKER), str(size), str(runs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def sizes_part(args: argparse.Namespace) -> dict[str, Any]:
+    codes = {"agentd": REPO}
+    if args.baseline_src is not None:
+        codes["baseline"] = args.baseline_src
+    out: dict[str, Any] = {name: {} for name in codes}
+    for k, size in enumerate(args.sizes):
+        names = list(codes) if k % 2 == 0 else list(reversed(codes))
+        for name in names:
+            r = size_run(size, args.size_runs, codes[name])
+            out[name][str(size)] = {
+                "run_ms": summary(r["run_ms"]),
+                "transcript_mb": round(r["transcript_bytes"] / 2**20, 1),
+                "caught_up": r["caught_up"],
+                "last_error": r["last_error"],
+            }
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"extractorLatencyS": args.latency}
+    if "daemons" not in args.skip:
+        result.update(await daemons_part(args))
+    if "sizes" not in args.skip and args.sizes:
+        result["runTimeBySize"] = sizes_part(args)
+        result["sizeRuns"] = args.size_runs
+        result["baselineSrc"] = str(args.baseline_src) if args.baseline_src else None
+    return result
+
+
+async def daemons_part(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="agentd-extraction-bench-"))
     server = ModelServer()
     await server.start()
@@ -112,7 +172,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         bodies = "\n".join(json.dumps(r["body"], ensure_ascii=False) for r in requests)
         covered = sum(t in bodies for t in texts)
         return {
-            "extractorLatencyS": args.latency,
             "replyLatencyMs": {n: summary(v) for n, v in latency.items()},
             "burst": {
                 "prompts": args.burst,
@@ -131,9 +190,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_table(r: dict[str, Any]) -> str:
+    rows: list[list[str]] = []
+    if "replyLatencyMs" in r:
+        rows += daemon_rows(r)
+    by_size = r.get("runTimeBySize") or {}
+    ours, base = by_size.get("agentd", {}), by_size.get("baseline", {})
+    for size, row in ours.items():
+        s = row["run_ms"]
+        cell = f"{fmt(s['median'])} / {fmt(s['p99'])} ms ({row['transcript_mb']} MB)"
+        if size in base:
+            b = base[size]["run_ms"]
+            cell += f"; baseline {fmt(b['median'])} / {fmt(b['p99'])} ms"
+        rows.append([f"extraction run, transcript of {int(size):,} messages (p50 / p99)", cell])
+    return markdown_table(["measure", "value"], rows)
+
+
+def daemon_rows(r: dict[str, Any]) -> list[list[str]]:
     off, on = r["replyLatencyMs"]["off"], r["replyLatencyMs"]["on"]
     b = r["burst"]
-    rows = [
+    return [
         [
             "reply latency, extraction off (median / p90 / p99)",
             f"{fmt(off['median'])} / {fmt(off['p90'])} / {fmt(off['p99'])} ms",
@@ -150,7 +225,6 @@ def build_table(r: dict[str, Any]) -> str:
         ["burst: user messages covered (goal 100%)", f"{100 * (b['coverage'] or 0):.1f}%"],
         ["burst: last reply -> every cursor at the end", f"{b['secondsUntilCursorAtEnd']} s"],
     ]
-    return markdown_table(["measure", "value"], rows)
 
 
 def main() -> int:
@@ -159,8 +233,24 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=40, help="prompts per daemon for latency")
     parser.add_argument("--burst", type=int, default=50)
     parser.add_argument("--sessions", type=int, default=5)
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+        default=[100, 10_000, 100_000],
+        help="transcript sizes in messages for the run-time part (default 100,10000,100000)",
+    )
+    parser.add_argument("--size-runs", type=int, default=20, help="timed runs per size")
+    parser.add_argument("--baseline-src", type=Path, metavar="DIR")
+    parser.add_argument(
+        "--skip",
+        type=lambda s: {x for x in s.split(",") if x},
+        default=set(),
+        help="parts to leave out: daemons (reply latency and burst), sizes",
+    )
     add_output_args(parser)
     args = parser.parse_args()
+    if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
+        parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
     result = asyncio.run(run(args))
     emit(args, result, build_table(result))
     return 0
