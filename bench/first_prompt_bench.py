@@ -1,8 +1,8 @@
 """First prompt the instant a session exists (issue 12, item 2).
 
     python bench/first_prompt_bench.py [--runs 10] [--notes 0,3,100,1000]
-                                       [--modes lsp,acp] [--baseline-src DIR]
-                                       [--json FILE] [--table]
+                                       [--modes lsp,acp] [--first-index-wait S]
+                                       [--baseline-src DIR] [--json FILE] [--table]
 
 Each run spawns a fresh daemon over stdio on a fresh `$AGENTD_HOME` whose
 project memory holds `--notes` notes (one of them, "Deploy checklist", is what
@@ -25,6 +25,7 @@ clock):
 With `--baseline-src DIR` (another commit's `agentd/`, e.g. `git archive main
 agentd | tar -x -C DIR`) each run also spawns that code's daemon, modes and
 daemons alternating so that machine noise hits them alike.
+`--first-index-wait S` sets `memory.firstIndexWait` (default: the daemon's).
 """
 
 from __future__ import annotations
@@ -116,7 +117,12 @@ async def reply(daemon: RawDaemon, msg_id: Any) -> Any:
 
 
 async def one_run(
-    mode: str, notes: int, model: ModelServer, tmp: Path, baseline: Path | None
+    mode: str,
+    notes: int,
+    model: ModelServer,
+    tmp: Path,
+    baseline: Path | None,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     ws, other = tmp / "ws", tmp / "other"
     ws.mkdir(parents=True)
@@ -137,9 +143,9 @@ async def one_run(
     daemon = RawDaemon(await spawn_process(proc_args, env), "acp" if mode == "acp" else "lsp")
     try:
         if mode == "acp":
-            daemon.request(0, "initialize", {"protocolVersion": 1})
+            daemon.request(0, "initialize", {"protocolVersion": 1, "_meta": {"agentd": options}})
         else:
-            daemon.request(0, "initialize", initialize_params({}, os.getpid()))
+            daemon.request(0, "initialize", initialize_params(options, os.getpid()))
         await reply(daemon, 0)
         if mode == "lsp":
             daemon.notify("initialized", {})
@@ -200,6 +206,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.baseline_src is not None:
         daemons.append(args.baseline_src)
     samples: dict[str, list[dict[str, Any]]] = {}
+    options: dict[str, Any] = {}
+    if args.first_index_wait is not None:
+        options = {"memory": {"firstIndexWait": args.first_index_wait}}
     with tempfile.TemporaryDirectory(prefix="agentd-first-prompt-") as tmp_s:
         tmp = Path(tmp_s)
         async with ModelServer() as model:
@@ -211,7 +220,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         order = daemons if (i + count) % 2 == 0 else list(reversed(daemons))
                         for base in order:
                             count += 1
-                            sample = await one_run(mode, notes, model, tmp / f"r{count}", base)
+                            sample = await one_run(
+                                mode, notes, model, tmp / f"r{count}", base, options
+                            )
                             if i:
                                 samples.setdefault(key(mode, notes, base is not None), []).append(
                                     sample
@@ -235,6 +246,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "notes": args.notes,
         "modes": args.modes,
+        "first_index_wait_s": args.first_index_wait,
         "baseline_src": str(args.baseline_src) if args.baseline_src else None,
         "machine": {
             "python": platform.python_version(),
@@ -311,6 +323,12 @@ def main() -> int:
         type=lambda s: [m for m in s.split(",") if m in ("lsp", "acp")],
         default=["lsp", "acp"],
         help="front ends (default lsp,acp)",
+    )
+    parser.add_argument(
+        "--first-index-wait",
+        type=float,
+        metavar="S",
+        help="memory.firstIndexWait for the daemons (default: theirs)",
     )
     parser.add_argument("--baseline-src", type=Path, metavar="DIR")
     add_output_args(parser)
