@@ -340,6 +340,10 @@ class MemoryRecall:
         )
 
         def settled(t: asyncio.Task[RecallResult]) -> None:
+            # A task cancelled before its first step never awaited the tier
+            # coroutine it wraps; close it so it is not collected unawaited
+            # (a no-op when it ran to its end).
+            coro.close()
             # Cancelled before it ran, or cancelled mid-way: settled with nothing.
             if handle.settled_at is None:
                 handle.settled_at = time.monotonic()

@@ -110,3 +110,39 @@ async def test_a_prompt_before_the_first_index_waits_for_it_within_the_bound(
         await supervisor.aclose()
         await manager.aclose()
         await provider.aclose()
+
+
+async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unawaited(
+    tmp_path: Path,
+) -> None:
+    """A prompt cancelled in the same loop iteration it started in cancels its
+    recall tasks before their first step. The tier coroutines they wrap must
+    be closed, not dropped: a dropped one warns "coroutine ... was never
+    awaited" when it is collected (an error under this suite's filterwarnings)."""
+    import gc
+    import warnings
+
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=True)
+    session = Session("one", workspace, AwaitClientResult([]))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            recall.prompt_started(session, "deploy checklist")
+            tasks = [h.task for h in recall.handles(session.id)]
+            assert len(tasks) == 2
+            recall.prompt_ended(session, cancelled=True)  # before either task ran
+            await asyncio.gather(*tasks, return_exceptions=True)
+            assert all(t.cancelled() for t in tasks)
+            del tasks
+            gc.collect()
+        unawaited = [w for w in caught if "never awaited" in str(w.message)]
+        assert unawaited == []
+    finally:
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
