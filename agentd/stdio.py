@@ -6,10 +6,12 @@ loop (asyncio buffers). Regular files, which cannot be polled (for example
 `agentd serve < messages.txt`), fall back to a thread for reads and to
 blocking writes.
 
-`on_terminate` turns SIGTERM into the daemon's own stop: editors end agent
-processes with SIGTERM and may never close stdin (CodeCompanion.nvim does),
-and the default action would kill the daemon mid-write, with no cancelled
-prompt answered, no extraction drained and no transcript closed.
+`on_terminate` turns SIGTERM (and SIGINT) into the daemon's own stop: editors
+end agent processes with SIGTERM and may never close stdin (CodeCompanion.nvim
+does), and the default action would kill the daemon mid-write, with no
+cancelled prompt answered, no extraction drained and no transcript closed.
+SIGINT reaches it from a terminal's Ctrl-C when it is run by hand or shares
+the editor's process group; Python's default would end it with a traceback.
 """
 
 from __future__ import annotations
@@ -149,17 +151,25 @@ async def open_writer(
     return StdoutWriter(stdout, transport, on_lost)
 
 
+# The signals that stop the daemon gracefully rather than by their default action.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 @contextlib.contextmanager
 def on_terminate(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> Iterator[None]:
-    """While the block runs, SIGTERM calls `stop` on the loop (the same
-    graceful shutdown as the end of stdin) instead of killing the process."""
+    """While the block runs, SIGTERM and SIGINT call `stop` on the loop (the
+    same graceful shutdown as the end of stdin) instead of killing the process."""
+    installed: list[signal.Signals] = []
     try:
-        loop.add_signal_handler(signal.SIGTERM, stop)
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, stop)
+            installed.append(signum)
     except (NotImplementedError, RuntimeError, ValueError):
-        # Not the main thread, or no signals on this platform: keep the default.
-        yield
-        return
+        # Not the main thread, or no signals on this platform: keep the defaults.
+        pass
     try:
         yield
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+

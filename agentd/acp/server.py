@@ -363,7 +363,7 @@ async def _main(prefix: bytes = b"") -> int:
         stop.set()
 
     def terminated() -> None:
-        log.info("SIGTERM; shutting down")
+        log.info("stop signal; shutting down")
         stop.set()
 
     writer = await open_writer(loop, sys.stdout.buffer, lost)

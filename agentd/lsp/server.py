@@ -197,7 +197,7 @@ class AgentdServer(LanguageServer):
             return await self.serve_stream(read, writer)
 
     def _terminated(self) -> None:
-        log.info("SIGTERM; shutting down")
+        log.info("stop signal; shutting down")
         self.request_stop(0)
 
     async def serve_stream(self, read: ReadFn, writer: Any) -> int:

@@ -1,4 +1,4 @@
-"""SIGTERM with stdin left open: the same graceful shutdown as the end of stdin.
+"""SIGTERM (or SIGINT) with stdin left open: the same graceful shutdown as the end of stdin.
 
 Editors end agent processes with SIGTERM and may never close stdin
 (CodeCompanion.nvim does on exit). In each transport (LSP over stdio, ACP
@@ -137,8 +137,9 @@ def is_request(text: str, purpose: str, event: dict[str, Any]) -> bool:
     )
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 async def test_sigterm_with_stdin_open_shuts_down_gracefully(
-    peer: Peer, model_server: ModelServer, tmp_path: Path, workspace: Path
+    peer: Peer, model_server: ModelServer, tmp_path: Path, workspace: Path, signum: int
 ) -> None:
     start(peer, workspace)
     await peer.response("init")
@@ -161,7 +162,7 @@ async def test_sigterm_with_stdin_open_shuts_down_gracefully(
         functools.partial(is_request, FACT, "extract"), timeout=30
     )
 
-    peer.proc.send_signal(signal.SIGTERM)  # stdin (or the socket) stays open
+    peer.proc.send_signal(signum)  # stdin (or the socket) stays open
 
     # The running prompt is cancelled and answered; its model stream is closed.
     cancelled = await peer.response("long")
