@@ -61,7 +61,7 @@ REQUEST_DEFS = {
     "terminal/output": "TerminalOutputRequest",
     "terminal/wait_for_exit": "WaitForTerminalExitRequest",
     "terminal/release": "ReleaseTerminalRequest",
-    "terminal/kill": "KillTerminalCommandRequest",
+    "terminal/kill": "KillTerminalRequest",
 }
 NOTIFICATION_DEFS = {"session/update": "SessionNotification"}
 RESPONSE_DEFS = {
