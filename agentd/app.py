@@ -9,9 +9,13 @@ pydantic and the turn engine, which is why front ends import it lazily
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ from agentd.agent.prefetch import MemoryRecall
 from agentd.agent.session import Session
 from agentd.agent.tools import client_tool_specs
 from agentd.config import Settings, load_settings
+from agentd.errors import InvalidParams
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.memory.extraction import ExtractionService
 from agentd.messages import ToolSpec
@@ -28,6 +33,9 @@ from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
 
 log = logging.getLogger(__name__)
+
+# Sessions per `session/list` page (ACP leaves the size to the agent).
+SESSION_PAGE = 50
 
 
 MemoryListener = Callable[[Path, list[Path]], None]
@@ -128,18 +136,42 @@ class App:
     # --- results shared by every front end ----------------------------------------------
 
     def list_sessions(self, root: Path) -> dict[str, Any]:
-        from datetime import UTC, datetime
-
+        """`agent/listSessions`: every saved session of the workspace."""
         return {
             "sessions": [
-                {
-                    "sessionId": i.session_id,
-                    "title": i.title,
-                    "updatedAt": datetime.fromtimestamp(i.updated_at, UTC).isoformat(),
-                }
+                {"sessionId": i.session_id, "title": i.title, "updatedAt": _iso(i.updated_at)}
                 for i in self.core.list_sessions(root)
             ]
         }
+
+    def session_page(
+        self, root: Path | None, cursor: str | None, limit: int = SESSION_PAGE
+    ) -> dict[str, Any]:
+        """ACP `session/list`: one page, newest first, of a workspace's saved
+        sessions (or of all of them), and the cursor of the next page if any.
+        The cursor is the last listed session's (time, id), so a session that
+        moves to the top meanwhile is neither skipped nor listed twice."""
+        after = _cursor_key(cursor) if cursor is not None else None
+        infos = self.core.list_sessions(root)
+        if after is not None:
+            infos = [i for i in infos if (i.updated_at, i.session_id) < after]
+        page = infos[:limit]
+        result: dict[str, Any] = {
+            "sessions": [
+                {
+                    "sessionId": i.session_id,
+                    "cwd": str(i.workspace_root),
+                    "title": i.title,
+                    "updatedAt": _iso(i.updated_at),
+                }
+                for i in page
+            ]
+        }
+        if len(infos) > limit:
+            last = page[-1]
+            key = json.dumps([last.updated_at, last.session_id]).encode()
+            result["nextCursor"] = base64.urlsafe_b64encode(key).decode("ascii")
+        return result
 
     async def memory_list(self, root: Path) -> dict[str, Any]:
         pm = await self.project_memory(root)
@@ -229,3 +261,20 @@ class App:
             writer.close()
         await self.memory.aclose()
         await self.provider.aclose()
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _cursor_key(cursor: str) -> tuple[float, str]:
+    try:
+        t, sid = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        if isinstance(t, int | float) and isinstance(sid, str):
+            return float(t), sid
+    except (ValueError, TypeError, binascii.Error, UnicodeError):
+        pass
+    raise InvalidParams(
+        "Invalid params: cursor: not a cursor this agent gave out",
+        {"fields": [{"field": "cursor", "message": "not a cursor this agent gave out"}]},
+    )

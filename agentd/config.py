@@ -18,11 +18,12 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from agentd.layout import user_config_dir
 from agentd.providers.config import ProviderConfig
+from agentd.vision import choices, default_model
 
 
 class _Model(BaseModel):
@@ -40,6 +41,9 @@ class Limits(_Model):
     session_token_limit: int = Field(default=0, ge=0)
     # Tool output longer than this is cut, with a note saying so.
     tool_result_max_chars: int = Field(default=40_000, ge=1_000)
+    # An image in a prompt larger than this (decoded) is refused with a clear
+    # error. 5 MiB is Anthropic's per-image limit; OpenAI takes 20 MB.
+    max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
 
 
 class MemorySettings(_Model):
@@ -65,6 +69,16 @@ class ToolSettings(_Model):
     search_timeout: float = Field(default=20.0, gt=0, le=600)
 
 
+class ModelEntry(_Model):
+    """One entry of `models = [...]`: a model a session may switch to (same
+    endpoint and key). A plain string in the list is an entry with its id."""
+
+    id: str = Field(min_length=1)
+    name: str = ""
+    # Whether it takes images; None: decided by its family (`agentd.vision`).
+    supports_images: bool | None = None
+
+
 class Settings(_Model):
     provider: Literal["openai", "anthropic"] = "openai"
     base_url: str = ""
@@ -76,16 +90,41 @@ class Settings(_Model):
     total_timeout: float = Field(default=300.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     max_retry_after: float = Field(default=30.0, ge=0)
+    # Whether the main model takes images; None: decided by its family.
+    supports_images: bool | None = None
+    # Models a session may pick (ACP config option, `agent/setModel`).
+    models: tuple[ModelEntry, ...] = ()
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
     tools: ToolSettings = ToolSettings()
     log_level: str = "info"
     problems: tuple[str, ...] = ()
 
+    @field_validator("models", mode="before")
+    @classmethod
+    def _plain_ids(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return [{"id": v} if isinstance(v, str) else v for v in value]
+        return value
+
     def effective_model(self) -> str:
-        if self.model:
-            return self.model
-        return "claude-sonnet-4-5" if self.provider == "anthropic" else "gpt-4o-mini"
+        return self.model or default_model(self.provider)
+
+    def model_choices(self) -> list[tuple[str, bool]]:
+        """The models a session may pick, the main one first, each with
+        whether it takes images."""
+        return choices(
+            self.effective_model(),
+            self.supports_images,
+            [(m.id, m.supports_images) for m in self.models],
+        )
+
+    def model_name(self, model: str) -> str:
+        entry = next((m for m in self.models if m.id == model), None)
+        return entry.name if entry is not None and entry.name else model
+
+    def takes_images(self, model: str) -> bool:
+        return dict(self.model_choices()).get(model, False)
 
     def provider_config(self) -> ProviderConfig:
         model = self.effective_model()

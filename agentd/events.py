@@ -17,6 +17,8 @@ from typing import Any, Literal
 ToolStatus = Literal["running", "completed", "failed", "cancelled"]
 Executor = Literal["client", "daemon"]
 MemoryPoint = Literal["user_query", "tool_result"]
+PlanPriority = Literal["high", "medium", "low"]
+PlanStatus = Literal["pending", "in_progress", "completed"]
 
 
 @dataclass(slots=True)
@@ -45,6 +47,9 @@ class ToolCallStarted:
     executor: Executor
     # The files the call is about (its `path` argument), for editors to follow along.
     locations: list[Location] = field(default_factory=list)
+    # A client tool the session's mode lets run without asking the user
+    # (an edit in the auto-edit mode): the editor applies it at once.
+    auto_approve: bool = False
 
 
 @dataclass(slots=True)
@@ -72,10 +77,39 @@ class UsageReport:
 
 
 @dataclass(slots=True)
+class PlanEntry:
+    content: str
+    priority: PlanPriority
+    status: PlanStatus
+
+
+@dataclass(slots=True)
+class PlanUpdated:
+    """The session's plan, whole (the model's `update_plan` tool replaces it)."""
+
+    entries: list[PlanEntry]
+
+
+@dataclass(slots=True)
+class ModeChanged:
+    """The session's mode changed (`agentd.agent.modes`)."""
+
+    mode: str
+
+
+@dataclass(slots=True)
 class UserMessage:
     """Only emitted when a stored session is replayed to the client."""
 
     text: str
+
+
+@dataclass(slots=True)
+class UserImage:
+    """An image of a user's prompt; only emitted when a session is replayed."""
+
+    mime_type: str
+    data: str
 
 
 @dataclass(slots=True)
@@ -95,10 +129,13 @@ Update = (
     | ToolCallUpdate
     | MemoryDelivered
     | UsageReport
+    | PlanUpdated
+    | ModeChanged
     | UserMessage
+    | UserImage
     | PromptEnded
 )
 # Updates a session keeps beside its history (in the transcript as "note"
 # lines), so that a replay shows what the live view showed.
-Note = MemoryDelivered | UsageReport | PromptEnded
+Note = MemoryDelivered | UsageReport | PlanUpdated | PromptEnded
 Emit = Callable[[Update], None]

@@ -54,6 +54,21 @@ class ToolSpec:
     description: str
     # JSON Schema of the arguments object.
     parameters: dict[str, Any]
+    # True when calling the tool changes nothing outside the conversation
+    # (reads, searches, the plan). The one predicate session modes use: the
+    # read-only mode offers the model only these (`agentd.agent.modes`).
+    read_only: bool = False
+
+
+@dataclass(slots=True)
+class ImagePart:
+    """An image the user attached to a prompt: base64 `data`, as both model
+    APIs take it. In a transcript the bytes live in a file beside it, named
+    by `sha256` (`agentd.transcript`); `data` is empty until they are read."""
+
+    mime_type: str
+    data: str
+    sha256: str = ""
 
 
 @dataclass(slots=True)
@@ -75,7 +90,7 @@ class ToolResultPart:
     is_error: bool = False
 
 
-Part = TextPart | ThinkingPart | ReminderPart | ToolCallPart | ToolResultPart
+Part = TextPart | ThinkingPart | ReminderPart | ImagePart | ToolCallPart | ToolResultPart
 
 
 @dataclass(slots=True)
@@ -97,6 +112,10 @@ class Message:
     def tool_results(self) -> list[ToolResultPart]:
         return [p for p in self.parts if isinstance(p, ToolResultPart)]
 
+    @property
+    def images(self) -> list[ImagePart]:
+        return [p for p in self.parts if isinstance(p, ImagePart)]
+
 
 def user_text(text: str) -> Message:
     return Message("user", [TextPart(text)])
@@ -117,6 +136,13 @@ def part_to_json(part: Part) -> dict[str, Any]:
         return {"type": "thinking", "text": part.text}
     if isinstance(part, ReminderPart):
         return {"type": "reminder", "text": part.text, "source": part.source}
+    if isinstance(part, ImagePart):
+        out: dict[str, Any] = {"type": "image", "mimeType": part.mime_type}
+        if part.sha256:
+            out["sha256"] = part.sha256
+        if part.data:
+            out["data"] = part.data
+        return out
     if isinstance(part, ToolCallPart):
         c = part.call
         return {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
@@ -136,6 +162,10 @@ def part_from_json(data: dict[str, Any]) -> Part:
         return ThinkingPart(str(data["text"]))
     if kind == "reminder":
         return ReminderPart(str(data["text"]), str(data.get("source", "")))
+    if kind == "image":
+        return ImagePart(
+            str(data["mimeType"]), str(data.get("data", "")), str(data.get("sha256", ""))
+        )
     if kind == "tool_call":
         return ToolCallPart(ToolCall(str(data["id"]), str(data["name"]), dict(data["arguments"])))
     if kind == "tool_result":

@@ -16,6 +16,7 @@ inside `validate_params` (called after the warm-up), for the same reason.
 
 from __future__ import annotations
 
+import binascii
 import inspect
 from collections.abc import Callable
 from functools import cache
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from agentd.errors import InvalidParams
+from agentd.messages import ImagePart, TextPart
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -85,6 +87,74 @@ def workspace_path(value: str, field: str = "workspaceRoot") -> Path:
             {"fields": [{"field": field, "message": "not a directory"}]},
         )
     return path.resolve()
+
+
+def check_choice(value: str, allowed: list[str], field: str) -> str:
+    """`value` if it is one of `allowed`, else `InvalidParams` naming `field`."""
+    if value in allowed:
+        return value
+    message = f"{value!r} is not one of {', '.join(allowed)}"
+    raise InvalidParams(
+        f"Invalid params: {field}: {message}", {"fields": [{"field": field, "message": message}]}
+    )
+
+
+# The image formats both model APIs take (OpenAI `image_url`, Anthropic `image`).
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def prompt_input(
+    blocks: list[dict[str, Any]] | str, max_image_bytes: int
+) -> str | list[TextPart | ImagePart]:
+    """Prompt content blocks -> what the core takes: the text (flattened as by
+    `prompt_text`), or, when there are images, text and images in order.
+    An image of another format, not base64, or over `max_image_bytes` once
+    decoded is refused (`InvalidParams` naming `prompt.N`)."""
+    if isinstance(blocks, str) or not any(b.get("type") == "image" for b in blocks):
+        return prompt_text(blocks)
+    out: list[TextPart | ImagePart] = []
+    pending: list[dict[str, Any]] = []
+    for i, block in enumerate(blocks):
+        if block.get("type") != "image":
+            pending.append(block)
+            continue
+        if pending:
+            out.append(TextPart(prompt_text(pending)))
+            pending = []
+        out.append(_image(i, block, max_image_bytes))
+    if pending:
+        out.append(TextPart(prompt_text(pending)))
+    return out
+
+
+def _image(i: int, block: dict[str, Any], limit: int) -> ImagePart:
+    mime = str(block.get("mimeType") or "")
+    if mime not in IMAGE_TYPES:
+        raise _bad_image(i, "mimeType", f"{mime or 'no type'}: use one of {', '.join(IMAGE_TYPES)}")
+    data = block.get("data")
+    if not isinstance(data, str) or not data:
+        raise _bad_image(i, "data", "must be the image's bytes in base64")
+    # Checked before decoding: a huge image is refused without the work.
+    size = len(data) * 3 // 4 - data[-2:].count("=")
+    if size > limit:
+        raise _bad_image(
+            i,
+            "data",
+            f"the image is {size / 1_048_576:.1f} MiB; the limit is "
+            f"{limit / 1_048_576:.1f} MiB (limits.maxImageBytes)",
+        )
+    try:
+        binascii.a2b_base64(data, strict_mode=True)
+    except binascii.Error:
+        raise _bad_image(i, "data", "is not valid base64") from None
+    return ImagePart(mime, data)
+
+
+def _bad_image(i: int, key: str, message: str) -> InvalidParams:
+    field = f"prompt.{i}.{key}"
+    return InvalidParams(
+        f"Invalid params: {field}: {message}", {"fields": [{"field": field, "message": message}]}
+    )
 
 
 def prompt_text(blocks: list[dict[str, Any]] | str) -> str:

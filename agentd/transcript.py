@@ -6,12 +6,29 @@ One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
     {"type": "message", "offset": n, "ts", "message": {...}}             one per message
     {"type": "reset", "offset": n, "ts"}                                 agent/resetSession
     {"type": "note", "ts", "note": {"kind", ...}}                        what the view showed
+    {"type": "config", "ts", "mode"?, "model"?}                          the session's settings
 
 A note is something the editor was shown beside the messages and that a
-replay must show again: a memory delivery, a model step's token usage, how a
-prompt ended (a cancel, an error). It belongs after the message lines before
-it and counts no offset, so extraction, which reads messages only, never sees
-it.
+replay must show again: a memory delivery, a model step's token usage, the
+plan, how a prompt ended (a cancel, an error). It belongs after the message
+lines before it and counts no offset, so extraction, which reads messages
+only, never sees it. A config line records a mode or model the user chose;
+unlike notes it survives a reset (a reset clears the conversation, not how
+the session runs).
+
+Images of a prompt are not inlined: each is written once, decoded, to
+`<sessionId>.images/<sha256>` beside the transcript, and the message line
+holds `{"type": "image", "mimeType", "sha256"}`. Lines stay small whatever
+the pictures weigh (each is capped at `limits.maxImageBytes`), the same
+image sent twice is stored once, and a loaded session sends them to the
+model again; an image whose file is gone becomes a line of text saying so.
+
+`<sessionId>.meta.json` beside it holds what `session/list` shows (the title
+of the conversation since its last reset, the workspace), rewritten when the
+title changes, so that listing a thousand sessions reads a thousand small
+files instead of every transcript (`SessionCatalog`, which also caches by
+file status). A transcript without one (older, or its write failed) is read
+whole instead.
 
 `offset` counts message lines from the start of the file and never goes
 back, resets included: it is the coordinate the extraction cursor
@@ -28,6 +45,9 @@ neither imports the other.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import logging
 import os
@@ -37,9 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from agentd.events import MemoryDelivered, Note, PromptEnded, UsageReport
+from agentd.events import MemoryDelivered, Note, PlanEntry, PlanUpdated, PromptEnded, UsageReport
 from agentd.layout import agentd_home, project_slug
-from agentd.messages import Message, TextPart, message_from_json, message_to_json
+from agentd.messages import ImagePart, Message, TextPart, message_from_json, message_to_json
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +89,51 @@ class LoadedTranscript:
     notes: list[tuple[int, Note]] = field(default_factory=list)
     # The session's token count after its last model step (0 after a reset).
     tokens_used: int = 0
+    # The plan of the conversation since the last reset (its last plan note).
+    plan: list[PlanEntry] = field(default_factory=list)
+    # The last mode and model chosen (config lines; a reset keeps them).
+    mode: str | None = None
+    model: str | None = None
+
+
+EMPTY_TITLE = "(empty session)"
+MISSING_IMAGE = "[an image of this prompt: its stored copy is missing]"
+
+
+def images_dir(path: Path) -> Path:
+    """Where a transcript's images live (`<sessionId>.images/`)."""
+    return path.with_suffix(".images")
+
+
+def meta_path(path: Path) -> Path:
+    return path.with_suffix(".meta.json")
 
 
 class TranscriptWriter:
     """Appends one session's messages. Opened lazily, kept open, flushed per line."""
 
-    def __init__(self, path: Path, session_id: str, workspace_root: Path, offset: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        session_id: str,
+        workspace_root: Path,
+        offset: int = 0,
+        title: str = "",
+    ) -> None:
         self.path = path
         self.session_id = session_id
         self.workspace_root = workspace_root
         self.offset = offset
         # Set by the owner after a failed append, so that it reports the failure once.
         self.failed = False
+        # The title of the conversation since the last reset ("" before its first prompt).
+        self.title = title
         self._file: IO[str] | None = None
+        # Settings chosen before anything was written: a session that never
+        # gets a prompt leaves no file behind.
+        self._pending_config: dict[str, str] = {}
+        # Image files written since the last sync (made durable with it).
+        self._unsynced: list[Path] = []
 
     def _open(self) -> IO[str]:
         if self._file is None:
@@ -97,6 +149,11 @@ class TranscriptWriter:
                         "createdAt": time.time(),
                     }
                 )
+            if new or not meta_path(self.path).exists():
+                self._write_meta()
+            if self._pending_config:
+                self._line({"type": "config", "ts": time.time(), **self._pending_config})
+                self._pending_config = {}
         return self._file
 
     def _line(self, record: dict[str, Any]) -> None:
@@ -109,30 +166,89 @@ class TranscriptWriter:
         """Write one message; returns its offset."""
         self._open()
         offset = self.offset
-        self._line(
-            {
-                "type": "message",
-                "offset": offset,
-                "ts": time.time(),
-                "message": message_to_json(message),
-            }
-        )
+        record = message_to_json(message)
+        if message.images:
+            for part in record["parts"]:
+                if part["type"] == "image" and "data" in part:
+                    part["sha256"] = self._store_image(part.pop("data"))
+        self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
         self.offset += 1
+        if not self.title and message.role == "user":
+            title = _title(message)
+            if title:
+                self.title = title
+                self._write_meta()
         return offset
 
     def reset(self) -> None:
         self._open()
         self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
+        self.title = ""
+        self._write_meta()
 
     def note(self, note: Note) -> None:
         self._open()
         self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)})
+
+    def config(self, **values: str) -> None:
+        """Record a setting the user chose for the session (`mode`, `model`)."""
+        if self._file is None and not self.path.exists():
+            self._pending_config.update(values)
+            return
+        self._open()
+        self._line({"type": "config", "ts": time.time(), **values})
+
+    def _store_image(self, data: str) -> str:
+        """Write an image's bytes once, named by their hash; returns the hash."""
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raw = data.encode("ascii", "replace")  # validated at the boundary; keep what came
+        digest = hashlib.sha256(raw).hexdigest()
+        folder = images_dir(self.path)
+        target = folder / digest
+        if not target.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{digest}.tmp"
+            tmp.write_bytes(raw)
+            os.replace(tmp, target)
+            self._unsynced.append(target)
+        return digest
+
+    def _write_meta(self) -> None:
+        """The listing's summary of this session; a cache, so a failure only
+        makes listing read the transcript instead."""
+        meta = {
+            "sessionId": self.session_id,
+            "workspaceRoot": str(self.workspace_root),
+            "title": self.title or EMPTY_TITLE,
+        }
+        target = meta_path(self.path)
+        tmp = target.with_name(f".{target.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, target)
+        except OSError as exc:
+            log.info("cannot write %s: %s", target, exc)
 
     def sync(self) -> None:
         """Make what was written durable (end of a prompt)."""
         if self._file is not None:
             self._file.flush()
             os.fsync(self._file.fileno())
+        images, self._unsynced = self._unsynced, []
+        for image in images:
+            fd = os.open(image, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if images:
+            fd = os.open(images[0].parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         if self._file is not None:
@@ -184,6 +300,14 @@ def _records(path: Path) -> list[dict[str, Any]]:
 def note_to_json(note: Note) -> dict[str, Any]:
     if isinstance(note, MemoryDelivered):
         return {"kind": "memory", "point": note.point, "tier": note.tier, "docs": note.docs}
+    if isinstance(note, PlanUpdated):
+        return {
+            "kind": "plan",
+            "entries": [
+                {"content": e.content, "priority": e.priority, "status": e.status}
+                for e in note.entries
+            ],
+        }
     if isinstance(note, UsageReport):
         return {
             "kind": "usage",
@@ -212,16 +336,29 @@ def note_from_json(data: dict[str, Any]) -> Note:
     if kind == "prompt_end":
         error = data.get("error")
         return PromptEnded(str(data["stopReason"]), error if isinstance(error, dict) else None)
+    if kind == "plan":
+        entries = []
+        for e in data["entries"]:
+            if e["priority"] not in ("high", "medium", "low"):
+                raise ValueError(f"unknown plan priority {e['priority']!r}")
+            if e["status"] not in ("pending", "in_progress", "completed"):
+                raise ValueError(f"unknown plan status {e['status']!r}")
+            entries.append(PlanEntry(str(e["content"]), e["priority"], e["status"]))
+        return PlanUpdated(entries)
     raise ValueError(f"unknown note kind {kind!r}")
 
 
-def load(path: Path) -> LoadedTranscript | None:
+def load(path: Path, images: bool = True) -> LoadedTranscript | None:
+    """The session as it stands (after its last reset); `images=False` leaves
+    image parts without their bytes."""
     records = _records(path)
     if not records or records[0].get("type") != "session":
         return None
     head = records[0]
     history: list[Message] = []
     notes: list[tuple[int, Note]] = []
+    plan: list[PlanEntry] = []
+    config: dict[str, str] = {}
     tokens = 0
     start = 0
     total = 0
@@ -237,6 +374,7 @@ def load(path: Path) -> LoadedTranscript | None:
         elif kind == "reset":
             history = []
             notes = []
+            plan = []
             tokens = 0
             start = int(record.get("offset", total))
         elif kind == "note":
@@ -247,9 +385,45 @@ def load(path: Path) -> LoadedTranscript | None:
             notes.append((len(history), note))
             if isinstance(note, UsageReport):
                 tokens = note.session_total_tokens
+            elif isinstance(note, PlanUpdated):
+                plan = note.entries
+        elif kind == "config":
+            config.update({k: v for k, v in record.items() if k in ("mode", "model")})
+    for msg in history if images else ():
+        if msg.images:
+            _read_images(path, msg)
     return LoadedTranscript(
-        str(head["sessionId"]), Path(head["workspaceRoot"]), history, start, total, notes, tokens
+        str(head["sessionId"]),
+        Path(head["workspaceRoot"]),
+        history,
+        start,
+        total,
+        notes,
+        tokens,
+        list(plan),
+        _str_or_none(config.get("mode")),
+        _str_or_none(config.get("model")),
     )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _read_images(path: Path, msg: Message) -> None:
+    """Give a loaded message's images their bytes again (from their files)."""
+    folder = images_dir(path)
+    for i, part in enumerate(msg.parts):
+        if not isinstance(part, ImagePart) or part.data:
+            continue
+        try:
+            if not part.sha256 or "/" in part.sha256 or part.sha256.startswith("."):
+                raise FileNotFoundError(part.sha256)
+            raw = (folder / part.sha256).read_bytes()
+        except OSError:
+            msg.parts[i] = TextPart(MISSING_IMAGE)
+            continue
+        part.data = base64.b64encode(raw).decode("ascii")
 
 
 def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int, Message]]:
@@ -361,33 +535,99 @@ def _prefix_offset_bytes(line: bytes) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+def _title(message: Message) -> str:
+    for part in message.parts:
+        if isinstance(part, TextPart) and part.text.strip():
+            return part.text.strip().splitlines()[0][:80]
+    return ""
+
+
 def title_of(history: list[Message]) -> str:
     for msg in history:
         if msg.role == "user":
-            for part in msg.parts:
-                if isinstance(part, TextPart) and part.text.strip():
-                    return part.text.strip().splitlines()[0][:80]
-    return "(empty session)"
+            title = _title(msg)
+            if title:
+                return title
+    return EMPTY_TITLE
 
 
 def list_sessions(workspace_root: Path, home: Path | None = None) -> list[TranscriptInfo]:
-    folder = sessions_dir(workspace_root, home)
-    out: list[TranscriptInfo] = []
-    if not folder.is_dir():
+    return SessionCatalog(home).list(workspace_root)
+
+
+class SessionCatalog:
+    """The saved sessions, newest first, listed without reading transcripts.
+
+    One directory listing and one `stat` per session: what a session shows
+    (its `.meta.json`: title, workspace) is read again only when its
+    transcript's size or time changed, since the writer rewrites the meta
+    file only beside a transcript write. A transcript without a readable
+    meta file is loaded whole instead (and cached the same way)."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home
+        self._cache: dict[str, tuple[tuple[int, int], TranscriptInfo | None]] = {}
+
+    def list(self, workspace_root: Path | None = None) -> list[TranscriptInfo]:
+        """The sessions of one workspace, or of every workspace (None)."""
+        if workspace_root is not None:
+            folders = [str(sessions_dir(workspace_root, self.home))]
+        else:
+            projects = (self.home or agentd_home()) / "projects"
+            try:
+                with os.scandir(projects) as it:
+                    folders = [os.path.join(e.path, "sessions") for e in it if e.is_dir()]
+            except OSError:
+                folders = []
+        out: list[TranscriptInfo] = []
+        for folder in folders:
+            try:
+                with os.scandir(folder) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            names = {e.name for e in entries}
+            for entry in entries:
+                if entry.name.endswith(".jsonl"):
+                    info = self._info(folder, entry, names)
+                    if info is not None:
+                        out.append(info)
+        out.sort(key=lambda i: (i.updated_at, i.session_id), reverse=True)
         return out
-    for path in folder.glob("*.jsonl"):
-        loaded = load(path)
-        if loaded is None:
-            continue
-        # The title is that of the history since the last reset: a reset
-        # session is a new conversation, as it is for the model.
-        out.append(
-            TranscriptInfo(
-                loaded.session_id,
-                loaded.workspace_root,
-                title_of(loaded.history),
-                path.stat().st_mtime,
-            )
+
+    def _info(self, folder: str, entry: os.DirEntry[str], names: set[str]) -> TranscriptInfo | None:
+        try:
+            st = entry.stat()
+        except OSError:
+            return None
+        key = (st.st_mtime_ns, st.st_size)
+        cached = self._cache.get(entry.path)
+        if cached is None or cached[0] != key:
+            meta = entry.name.removesuffix(".jsonl") + ".meta.json"
+            info = _read_meta(Path(folder, meta)) if meta in names else None
+            if info is None:
+                info = _info_from_transcript(Path(entry.path))
+            self._cache[entry.path] = cached = (key, info)
+        info = cached[1]
+        if info is None:
+            return None
+        return TranscriptInfo(info.session_id, info.workspace_root, info.title, st.st_mtime)
+
+
+def _read_meta(path: Path) -> TranscriptInfo | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return TranscriptInfo(
+            str(data["sessionId"]), Path(data["workspaceRoot"]), str(data["title"]), 0.0
         )
-    out.sort(key=lambda i: i.updated_at, reverse=True)
-    return out
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _info_from_transcript(path: Path) -> TranscriptInfo | None:
+    loaded = load(path, images=False)
+    if loaded is None:
+        return None
+    # The title is that of the history since the last reset: a reset
+    # session is a new conversation, as it is for the model.
+    return TranscriptInfo(loaded.session_id, loaded.workspace_root, title_of(loaded.history), 0.0)

@@ -12,7 +12,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from agentd.agent import commands
 from agentd.agent.hooks import MemoryHooks, NoMemory
+from agentd.agent.modes import MODES
+from agentd.agent.plan import UPDATE_PLAN
 from agentd.agent.session import ClientToolRunner, Session
 from agentd.agent.tools import ToolConfig, call_locations
 from agentd.agent.turn import (
@@ -20,31 +23,42 @@ from agentd.agent.turn import (
     PromptOutcome,
     TurnContext,
     TurnLimits,
+    UserInput,
     run_prompt,
 )
 from agentd.config import Settings
-from agentd.errors import SessionBusy, SessionNotFound
+from agentd.errors import InvalidParams, SessionBusy, SessionNotFound
 from agentd.events import (
     Emit,
     MemoryDelivered,
     MessageChunk,
     Note,
+    PlanUpdated,
     PromptEnded,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
     Update,
     UsageReport,
+    UserImage,
     UserMessage,
 )
 from agentd.layout import agentd_home
-from agentd.messages import Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
-from agentd.providers.base import ModelProvider
+from agentd.messages import (
+    ImagePart,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from agentd.providers.base import ModelProvider, Usage
 from agentd.tasks import Supervisor
 from agentd.transcript import (
+    EMPTY_TITLE,
+    SessionCatalog,
     TranscriptInfo,
     TranscriptWriter,
-    list_sessions,
     load,
     sessions_dir,
     title_of,
@@ -73,6 +87,7 @@ class AgentCore:
         self.writers: dict[str, TranscriptWriter] = {}
         # Transcript offset at which each running prompt began.
         self._prompt_starts: dict[str, int] = {}
+        self.catalog = SessionCatalog(home)
 
     # --- sessions ------------------------------------------------------------
 
@@ -89,7 +104,7 @@ class AgentCore:
         if not self.persist:
             return
         path = sessions_dir(session.workspace_root, self.home) / f"{session.id}.jsonl"
-        writer = TranscriptWriter(path, session.id, session.workspace_root, offset)
+        writer = TranscriptWriter(path, session.id, session.workspace_root, offset, session.title)
         self.writers[session.id] = writer
 
         def persist(_: Session, message: Message) -> None:
@@ -115,8 +130,9 @@ class AgentCore:
             return None
         return writer.path, self._prompt_starts.get(session_id, writer.offset)
 
-    def list_sessions(self, workspace_root: Path) -> list[TranscriptInfo]:
-        return list_sessions(workspace_root, self.home)
+    def list_sessions(self, workspace_root: Path | None) -> list[TranscriptInfo]:
+        """Saved sessions, newest first: of one workspace, or of all (None)."""
+        return self.catalog.list(workspace_root)
 
     def load_session(
         self,
@@ -136,10 +152,16 @@ class AgentCore:
             session = Session(loaded.session_id, loaded.workspace_root, client_tools)
             session.history = loaded.history
             session.notes = loaded.notes
+            session.plan = loaded.plan
+            if loaded.mode in MODES:
+                session.mode = loaded.mode
+            if loaded.model is not None and self.knows_model(loaded.model):
+                session.model = loaded.model
             session.turns = sum(1 for m in loaded.history if m.role == "user" and m.text)
             # The session's token count goes on where it was (the limit too).
             session.tokens_used = loaded.tokens_used
-            session.title = title_of(loaded.history)
+            title = title_of(loaded.history)
+            session.title = "" if title == EMPTY_TITLE else title
             self._track(session, offset=loaded.total)
         client_names = {s.name for s in client_tools.specs}
         for update in replay(session.history, client_names, session.notes, session.workspace_root):
@@ -167,6 +189,33 @@ class AgentCore:
             return path
         return None
 
+    # --- what a session runs with: mode, model --------------------------------
+
+    def set_mode(self, session_id: str, mode: str) -> Session:
+        """Switch the session's mode (validated by the caller against `MODES`);
+        kept in the transcript, so that a loaded session has it again."""
+        session = self.get(session_id)
+        session.mode = mode
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            writer.config(mode=mode)
+        return session
+
+    def set_model(self, session_id: str, model: str) -> Session:
+        """Switch the session's model (one of `model_choices`), from its next request."""
+        session = self.get(session_id)
+        session.model = None if model == self.settings.effective_model() else model
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            writer.config(model=model)
+        return session
+
+    def knows_model(self, model: str) -> bool:
+        return any(m == model for m, _ in self.settings.model_choices())
+
+    def model_of(self, session: Session) -> str:
+        return session.model or self.settings.effective_model()
+
     def get(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None or session.closed:
@@ -182,6 +231,7 @@ class AgentCore:
             writer.reset()
         session.history.clear()
         session.notes.clear()
+        session.plan = []
         session.turns = 0
         session.tokens_used = 0
         session.title = ""
@@ -204,19 +254,28 @@ class AgentCore:
 
     # --- prompts -------------------------------------------------------------
 
-    async def prompt(self, session_id: str, prompt: str, emit: Emit) -> PromptOutcome:
+    async def prompt(self, session_id: str, prompt: UserInput, emit: Emit) -> PromptOutcome:
         """Run a prompt in the calling task (so that cancelling it cancels the turn).
 
         A second prompt while one runs is refused with `SessionBusy`: queueing
-        would hide from the user that their first prompt is still working.
+        would hide from the user that their first prompt is still working. A
+        prompt starting with a slash command's name runs the command
+        (`agentd.agent.commands`). Images reach only a model that takes them:
+        for another one the prompt is refused (`InvalidParams` on `prompt`),
+        never sent as text.
         """
         session = self.get(session_id)
         if session.running is not None and not session.running.done():
             raise SessionBusy(f"session {session_id} is already running a prompt")
+        self._check_images(session, prompt)
+        command = commands.parse_command(prompt)
+        if command is not None and command.name == commands.INIT:
+            prompt, command = commands.init_prompt(command.args), None
         session.running = asyncio.current_task()
         writer = self.writers.get(session_id)
         if writer is not None:
             self._prompt_starts[session_id] = writer.offset
+        session.prompt_usage = Usage()
         closed = False
         messages_before = len(session.history)
         ended: PromptEnded | None = None
@@ -225,12 +284,14 @@ class AgentCore:
             # Nothing is reported for a prompt after it has ended.
             if closed:
                 return
-            if isinstance(update, MemoryDelivered | UsageReport):
+            if isinstance(update, MemoryDelivered | UsageReport | PlanUpdated):
                 self._keep_note(session, update)
             emit(update)
 
         try:
-            outcome = await run_prompt(self._turn_context(), session, prompt, guarded)
+            if command is not None:
+                return await self._run_command(session, command, guarded)
+            outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
             ended = PromptEnded(outcome.stop_reason, outcome.error)
             return outcome
         except asyncio.CancelledError:
@@ -244,6 +305,41 @@ class AgentCore:
             # replay (an early limit stop appends nothing).
             if ended is not None and len(session.history) > messages_before:
                 self._keep_note(session, ended)
+
+    def _check_images(self, session: Session, prompt: UserInput) -> None:
+        if isinstance(prompt, str) or not any(isinstance(p, ImagePart) for p in prompt):
+            return
+        model = self.model_of(session)
+        if not self.settings.takes_images(model):
+            raise InvalidParams(
+                f"The model {model} cannot take images (supportsImages is off for it), so "
+                "the image was not sent. Pick a model that can, or set supportsImages = true "
+                "for this one in the config if it does take them.",
+                {"fields": [{"field": "prompt", "message": f"{model} cannot take images"}]},
+            )
+
+    async def _run_command(
+        self, session: Session, command: commands.CommandCall, emit: Emit
+    ) -> PromptOutcome:
+        """A slash command that is not a model prompt; its words go to the chat
+        only (they are not the conversation's, so not in the history)."""
+        if command.name == commands.RESET:
+            await self.reset(session.id)
+            emit(MessageChunk("The conversation was cleared; the next prompt starts fresh."))
+        elif command.name == commands.MEMORY:
+            emit(MessageChunk(await self.memory.describe(session)))
+        elif command.name == commands.COMPACT:
+            # The seam for compaction (issue 15): `AgentCore.compact(session_id,
+            # instructions)` once the core has it.
+            compact = getattr(self, "compact", None)
+            if compact is None:
+                emit(MessageChunk("Compaction is not available in this version of agentd."))
+            else:
+                await compact(session.id, command.args or None)
+        return PromptOutcome("end_turn")
+
+    def commands(self) -> list[commands.CommandInfo]:
+        return list(commands.COMMANDS.values())
 
     def cancel(self, session_id: str) -> bool:
         return self.get(session_id).cancel_running()
@@ -262,11 +358,11 @@ class AgentCore:
         if session is not None:
             self.memory.after_reply(session)
 
-    def _turn_context(self) -> TurnContext:
+    def _turn_context(self, session: Session) -> TurnContext:
         lim = self.settings.limits
         return TurnContext(
             provider=self.provider,
-            model=self.settings.effective_model(),
+            model=self.model_of(session),
             limits=TurnLimits(
                 max_steps_per_prompt=lim.max_steps_per_prompt,
                 max_session_turns=lim.max_session_turns,
@@ -296,9 +392,11 @@ def replay(
 ) -> Iterator[Update]:
     """A stored history as the updates a client would have seen live: each
     note comes right after the messages that preceded it. With the workspace
-    `root`, tool calls carry the locations of the files they name."""
+    `root`, tool calls carry the locations of the files they name. The plan
+    tool's calls are not shown (its plan notes are, as live)."""
     pending = iter(notes)
     note = next(pending, None)
+    plan_calls: set[str] = set()
     for index, msg in enumerate(history):
         while note is not None and note[0] <= index:
             yield note[1]
@@ -306,10 +404,15 @@ def replay(
         for part in msg.parts:
             if isinstance(part, TextPart) and part.text:
                 yield UserMessage(part.text) if msg.role == "user" else MessageChunk(part.text)
+            elif isinstance(part, ImagePart) and part.data:
+                yield UserImage(part.mime_type, part.data)
             elif isinstance(part, ThinkingPart):
                 yield ThoughtChunk(part.text)
             elif isinstance(part, ToolCallPart):
                 c = part.call
+                if c.name == UPDATE_PLAN:
+                    plan_calls.add(c.id)
+                    continue
                 yield ToolCallStarted(
                     c.id,
                     c.name,
@@ -318,6 +421,8 @@ def replay(
                     call_locations(c.name, c.arguments, root) if root is not None else [],
                 )
             elif isinstance(part, ToolResultPart):
+                if part.tool_call_id in plan_calls:
+                    continue
                 # A call the cancel cut short was shown "cancelled", not "failed".
                 if part.is_error and part.content == CANCELLED_RESULT:
                     yield ToolCallUpdate(part.tool_call_id, "cancelled")

@@ -17,6 +17,8 @@ one bounded exception (`first_index`):
 - `session_reset` / `session_closed`: the same abort, plus per-session state.
 - `after_reply`: the front end has sent the prompt's reply; schedule
   background work (extraction) that must never delay the reply.
+- `describe`: what the project's memory holds and where, in words for the
+  chat (the `/memory` command; not on a prompt's path).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class MemoryHooks(Protocol):
         """Text appended to the system prompt (instruction files)."""
         ...
 
+    async def describe(self, session: Session) -> str:
+        """Markdown: the memory folder, its notes, the instruction files."""
+        ...
+
 
 class NoMemory:
     """Memory switched off: every seam is a no-op."""
@@ -81,3 +87,9 @@ class NoMemory:
 
     def system_context(self, session: Session) -> str:
         return ""
+
+    async def describe(self, session: Session) -> str:
+        return (
+            "Memory is off for this daemon (`AGENTD_MEMORY=off` or `memory.enabled = false` "
+            "in the settings): nothing is recalled or saved."
+        )

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from agentd.events import MemoryDelivered, MemoryPoint
 from agentd.layout import user_config_dir
 from agentd.memory import InstructionFiles, MemoryManager, ProjectMemory, render_recall
+from agentd.memory.describe import describe_memory
 from agentd.memory.recall import RecallResult
 from agentd.messages import Message, ReminderPart, TextPart, ToolSpec
 from agentd.providers.base import ModelProvider, ModelRequest, ToolCallReady
@@ -253,12 +254,20 @@ class MemoryRecall:
             self.after_reply_hook(session)
 
     def system_context(self, session: Session) -> str:
-        root = session.workspace_root
+        return self._instruction_files(session.workspace_root).render()
+
+    def _instruction_files(self, root: Path) -> InstructionFiles:
         files = self._instructions.get(root)
         if files is None:
             files = InstructionFiles(root, self.config_dir or user_config_dir())
             self._instructions[root] = files
-        return files.render()
+        return files
+
+    async def describe(self, session: Session) -> str:
+        pm = await self.project(session.workspace_root)
+        files = self._instruction_files(session.workspace_root)
+        instructions = [path for path, _ in files.candidates() if path.is_file()]
+        return describe_memory(pm, instructions)
 
     # --- the tiers -------------------------------------------------------------------
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentd.events import Note
+from agentd.agent.modes import DEFAULT_MODE
+from agentd.events import Note, PlanEntry
 from agentd.messages import Message, ToolCall, ToolResultPart, ToolSpec
+from agentd.providers.base import Usage
 
 
 class ClientToolRunner(Protocol):
@@ -60,6 +62,15 @@ class Session:
     # shows them again.
     notes: list[tuple[int, Note]] = field(default_factory=list)
     title: str = ""
+    # `agentd.agent.modes`: what the model is offered, what runs without asking.
+    mode: str = DEFAULT_MODE
+    # The model chosen for this session (`models = [...]`); None: the configured one.
+    model: str | None = None
+    # The model's plan (`update_plan`), whole; cleared by a reset.
+    plan: list[PlanEntry] = field(default_factory=list)
+    # The running (or last) prompt's token usage, kept up to date as it goes:
+    # a cancelled prompt's reply reports what it had used.
+    prompt_usage: Usage = field(default_factory=Usage)
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     turns: int = 0

@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentd.agent import modes
 from agentd.agent.hooks import MemoryHooks
+from agentd.agent.plan import UPDATE_PLAN, UPDATE_PLAN_SPEC, parse_plan, plan_summary
 from agentd.agent.session import Session
 from agentd.agent.tools import (
     DAEMON_TOOL_SPECS,
@@ -35,12 +37,14 @@ from agentd.events import (
     Emit,
     Location,
     MessageChunk,
+    PlanUpdated,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
     UsageReport,
 )
 from agentd.messages import (
+    ImagePart,
     Message,
     Part,
     ReminderPart,
@@ -105,12 +109,26 @@ class TurnContext:
     tools: ToolConfig = field(default_factory=ToolConfig)
 
 
-async def run_prompt(ctx: TurnContext, session: Session, prompt: str, emit: Emit) -> PromptOutcome:
+# What the user sends: text, or text and images (`ImagePart`s) in order.
+UserInput = str | list[TextPart | ImagePart]
+
+
+def input_text(prompt: UserInput) -> str:
+    """The words of a prompt (what recall and the session's title read)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n\n".join(p.text for p in prompt if isinstance(p, TextPart) and p.text)
+
+
+async def run_prompt(
+    ctx: TurnContext, session: Session, prompt: UserInput, emit: Emit
+) -> PromptOutcome:
     """Run one prompt to its end. Raises `CancelledError` when cancelled."""
-    usage = Usage()
+    usage = session.prompt_usage = Usage()
     limits = ctx.limits
     session.request_sent = asyncio.Event()
-    ctx.memory.prompt_started(session, prompt)
+    text = input_text(prompt)
+    ctx.memory.prompt_started(session, text)
     cancelled = False
     try:
         # Early returns, each with its stop reason; memory is aborted in `finally`.
@@ -122,12 +140,10 @@ async def run_prompt(ctx: TurnContext, session: Session, prompt: str, emit: Emit
             return PromptOutcome("max_turns", usage)
         session.turns += 1
         if not session.title:
-            session.title = prompt.strip().splitlines()[0][:80] if prompt.strip() else "(empty)"
-        user_msg = Message("user", [TextPart(prompt)])
-        session.append(user_msg)
+            session.title = text.strip().splitlines()[0][:80] if text.strip() else "(empty)"
+        parts: list[Part] = [TextPart(prompt)] if isinstance(prompt, str) else list(prompt)
+        session.append(Message("user", parts))
         tools = DaemonTools(session.workspace_root, ctx.tools)
-        specs = _tool_specs(session)
-        system = _system_prompt(ctx, session)
         # One scheduler yield (not a wait): a recall task that can finish without
         # awaiting anything, such as the local tier, settles here.
         await asyncio.sleep(0)
@@ -147,11 +163,13 @@ async def run_prompt(ctx: TurnContext, session: Session, prompt: str, emit: Emit
                 _attach_reminder(session.history[-1], reminder, point, position)
                 emit(delivery)
             step += 1
+            # Tools and system text follow the session's mode, which the
+            # user may switch while a prompt runs: it counts from this step.
             request = ModelRequest(
                 model=ctx.model,
-                system=system,
+                system=_system_prompt(ctx, session),
                 messages=session.history,
-                tools=specs,
+                tools=_tool_specs(session),
                 purpose="main",
                 max_tokens=ctx.max_tokens,
                 on_sent=session.request_sent.set,
@@ -181,11 +199,12 @@ def _over_token_limit(session: Session, limits: TurnLimits) -> bool:
 
 
 def _tool_specs(session: Session) -> list[ToolSpec]:
+    """The tools the model is offered now: by source, then filtered by the mode."""
     client = session.client_tools.specs
     client_names = {s.name for s in client}
     # A client's read_file wins: it can see unsaved buffers.
     daemon = [s for n, s in DAEMON_TOOL_SPECS.items() if n not in client_names]
-    return daemon + list(client)
+    return modes.offered(session.mode, [*daemon, *client, UPDATE_PLAN_SPEC])
 
 
 def _system_prompt(ctx: TurnContext, session: Session) -> str:
@@ -193,6 +212,8 @@ def _system_prompt(ctx: TurnContext, session: Session) -> str:
     extra = ctx.memory.system_context(session)
     date = time.strftime("%Y-%m-%d")
     text = f"{base}\n\nToday's date is {date}."
+    if session.mode == modes.ASK:
+        text = f"{text}\n\n{modes.ASK_MODE_NOTE}"
     return f"{text}\n\n{extra}" if extra else text
 
 
@@ -275,12 +296,23 @@ async def _run_tools(
     limit = ctx.limits.tool_result_max_chars
 
     async def run_one(call: ToolCall) -> None:
+        if call.name == UPDATE_PLAN:
+            results[call.id] = _update_plan(session, call, emit)
+            return
         executor: Literal["client", "daemon"] = "client" if call.name in client_names else "daemon"
         where = call_locations(call.name, call.arguments, session.workspace_root)
-        emit(ToolCallStarted(call.id, call.name, call.arguments, executor, where))
+        # Checked when the call runs, not only when tools are offered: the
+        # mode may have changed since, and a model may call what it was not offered.
+        offered = {s.name for s in _tool_specs(session)}
+        auto = executor == "client" and not modes.asks_before(session.mode, call.name)
+        emit(ToolCallStarted(call.id, call.name, call.arguments, executor, where, auto))
         found: list[Location] = []
         try:
-            if executor == "client":
+            if call.name not in offered and (
+                call.name in client_names or call.name in DAEMON_TOOL_SPECS
+            ):
+                res = ToolResultPart(call.id, modes.refusal(session.mode, call.name), True)
+            elif executor == "client":
                 res = await session.client_tools.run(session, call)
                 res = ToolResultPart(call.id, truncate_result(res.content, limit), res.is_error)
             else:
@@ -315,6 +347,17 @@ async def _run_tools(
         session.append(Message("user", [*done, *cancelled]))
         raise
     return [results[c.id] for c in calls]
+
+
+def _update_plan(session: Session, call: ToolCall, emit: Emit) -> ToolResultPart:
+    """The plan tool runs inline: it is shown as the plan, not as a tool call."""
+    try:
+        plan = parse_plan(call.arguments)
+    except ToolError as exc:
+        return ToolResultPart(call.id, str(exc), True)
+    session.plan = plan
+    emit(PlanUpdated(list(plan)))
+    return ToolResultPart(call.id, plan_summary(plan))
 
 
 async def _run_daemon_tool(

@@ -13,6 +13,7 @@ Where memory lives (AGENTD_HOME, project slug, team folder) is
     project       ProjectMemory: one project's index + watcher
     manager       MemoryManager: the daemon's owner of every ProjectMemory
     instructions  AGENTS.md / AGENTD.md for the system prompt
+    describe      what the memory holds and where, for the chat (`/memory`)
     cli           ``agentd memory dir|list|recall|status``
 
 Nothing here imports the wire layer (pygls / lsprotocol) or the turn engine

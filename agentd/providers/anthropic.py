@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.errors import ModelError
-from agentd.messages import Message, ReminderPart, TextPart, ToolCall, render_reminder
+from agentd.messages import (
+    ImagePart,
+    Message,
+    ReminderPart,
+    TextPart,
+    ToolCall,
+    render_reminder,
+)
 from agentd.providers.base import (
     ModelRequest,
     StopReason,
@@ -116,6 +123,9 @@ def _user_blocks(msg: Message) -> list[dict[str, Any]]:
             blocks.append({"type": "text", "text": render_reminder(part.text)})
         elif isinstance(part, TextPart) and part.text:
             blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            source = {"type": "base64", "media_type": part.mime_type, "data": part.data}
+            blocks.append({"type": "image", "source": source})
     return blocks
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from agentd.errors import ModelError
 from agentd.messages import (
+    ImagePart,
     Message,
     ReminderPart,
     TextPart,
@@ -117,7 +118,19 @@ def _user_messages(msg: Message) -> list[dict[str, Any]]:
         for p in msg.parts
         if isinstance(p, ReminderPart) or (isinstance(p, TextPart) and p.text)
     ]
-    if texts:
+    if msg.images:
+        # With images the content is a list of parts, in the prompt's order.
+        content: list[dict[str, Any]] = []
+        for p in msg.parts:
+            if isinstance(p, ImagePart):
+                url = f"data:{p.mime_type};base64,{p.data}"
+                content.append({"type": "image_url", "image_url": {"url": url}})
+            elif isinstance(p, ReminderPart):
+                content.append({"type": "text", "text": render_reminder(p.text)})
+            elif isinstance(p, TextPart) and p.text:
+                content.append({"type": "text", "text": p.text})
+        out.append({"role": "user", "content": content})
+    elif texts:
         out.append({"role": "user", "content": "\n\n".join(texts)})
     return out
 

@@ -15,8 +15,9 @@ inside functions count as much as any other: they are dependencies too.
     agent               sessions, the turn engine, recall prefetch, daemon tools
     memory              the store, index, watcher, local recall, extraction
     config              the settings model
-    providers, transcript, testing   model access over HTTP; session transcripts
-                        on disk; the model server and test/benchmark plumbing
+    providers, transcript, testing, vision   model access over HTTP; session
+                        transcripts on disk; the model server and test/benchmark
+                        plumbing; which models take images
     tasks, stdio, layout, paths, params   small shared pieces
     agentd, messages, events, errors   the vocabulary: nothing of agentd imported
 
@@ -44,7 +45,7 @@ LAYERS: list[set[str]] = [
         "agentd.paths",
         "agentd.params",
     },
-    {"agentd.providers", "agentd.transcript", "agentd.testing"},
+    {"agentd.providers", "agentd.transcript", "agentd.testing", "agentd.vision"},
     {"agentd.config"},
     {"agentd.memory"},
     {"agentd.agent"},

@@ -60,6 +60,7 @@ READ_FILE = ToolSpec(
         },
         "required": ["path"],
     },
+    read_only=True,
 )
 
 LIST_DIR = ToolSpec(
@@ -84,6 +85,7 @@ LIST_DIR = ToolSpec(
         },
         "required": [],
     },
+    read_only=True,
 )
 
 SEARCH = ToolSpec(
@@ -139,6 +141,7 @@ SEARCH = ToolSpec(
         },
         "required": ["query"],
     },
+    read_only=True,
 )
 
 GLOB = ToolSpec(
@@ -172,6 +175,7 @@ GLOB = ToolSpec(
         },
         "required": ["pattern"],
     },
+    read_only=True,
 )
 
 DAEMON_TOOL_SPECS: dict[str, ToolSpec] = {s.name: s for s in (READ_FILE, LIST_DIR, SEARCH, GLOB)}

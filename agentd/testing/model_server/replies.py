@@ -12,6 +12,8 @@ request body; `default_reply` answers when nothing was scripted.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -217,6 +219,10 @@ def _require(body: JSONDict, api: Api) -> list[JSONDict]:
             raise BadRequest(f"messages.{i}: must be an object with a role")
         if api == "anthropic" and msg["role"] not in ("user", "assistant"):
             raise BadRequest(f"messages.{i}.role: must be 'user' or 'assistant'")
+        content = msg.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(part, dict) and part.get("type") in ("image_url", "image"):
+                _check_image(api, part, f"messages.{i}.content.{j}")
     if api == "anthropic":
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -225,6 +231,36 @@ def _require(body: JSONDict, api: Api) -> list[JSONDict]:
     if not isinstance(stream, bool):
         raise BadRequest("stream: must be a boolean")
     return messages
+
+
+_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def _check_image(api: Api, part: JSONDict, where: str) -> None:
+    """Image parts as the real APIs check them: the right shape for the API,
+    a type it takes, base64 data."""
+    data: Any
+    if api == "openai":
+        url = part.get("image_url", {}).get("url") if part.get("type") == "image_url" else None
+        if not isinstance(url, str):
+            raise BadRequest(f"{where}: an image part is {{type: image_url, image_url: {{url}}}}")
+        head, _, data = url.partition(",")
+        mime = head.removeprefix("data:").removesuffix(";base64")
+        if not (head.startswith("data:") and head.endswith(";base64")) or mime not in _IMAGE_TYPES:
+            raise BadRequest(f"{where}: image_url.url must be a base64 data URL of an image")
+    else:
+        source = part.get("source") if part.get("type") == "image" else None
+        if not isinstance(source, dict) or source.get("type") != "base64":
+            raise BadRequest(
+                f"{where}: an image block is {{type: image, source: {{type: base64}}}}"
+            )
+        if source.get("media_type") not in _IMAGE_TYPES:
+            raise BadRequest(f"{where}.source.media_type: must be one of {', '.join(_IMAGE_TYPES)}")
+        data = source.get("data")
+    try:
+        base64.b64decode(str(data), validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{where}: the image data is not valid base64") from None
 
 
 def _openai_view(body: JSONDict) -> RequestView:
