@@ -15,6 +15,11 @@ and is the one place that maps agentd's `ProtocolError`s to ACP error codes:
 | `SessionNotFound` | `-32002` (ACP's "resource not found") |
 | `SessionBusy`     | `-32003` (agentd's, as over LSP)      |
 
+Some replies are followed by notifications the client needs the reply's
+result to read (`available_commands_update` after `session/new`): they are
+queued on `request.after_reply`, which the server runs once the reply is
+written.
+
 Imported before `initialize` is answered (the server routes by the table),
 so at run time this module needs only the stdlib and agentd's light modules:
 the params models, pydantic and the App are imported for type checking only
@@ -30,8 +35,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentd.acp import options
 from agentd.acp.rpc import RpcError
-from agentd.acp.updates import to_acp
+from agentd.acp.updates import Outgoing, to_acp
+from agentd.agent.modes import MODES
 from agentd.errors import (
     INTERNAL_ERROR,
     RESOURCE_NOT_FOUND,
@@ -39,21 +46,32 @@ from agentd.errors import (
     ProtocolError,
     SessionNotFound,
 )
-from agentd.events import ToolCallUpdate, Update
-from agentd.params import params_model, prompt_text, validate_params, workspace_path
+from agentd.events import ModeChanged, ToolCallUpdate, Update
+from agentd.params import (
+    check_choice,
+    params_model,
+    prompt_input,
+    validate_params,
+    workspace_path,
+)
 
 if TYPE_CHECKING:
     from agentd.acp.params import (
         AuthenticateParams,
         ContentBlock,
+        ListSessionsParams,
         LoadSessionParams,
         NewSessionParams,
         PromptParams,
         RecallParams,
         SessionParams,
+        SetConfigOptionParams,
+        SetModeParams,
         WorkspaceParams,
     )
     from agentd.acp.server import AcpServer, Request
+    from agentd.agent.session import Session
+    from agentd.agent.turn import UserInput
     from agentd.app import App
 
 log = logging.getLogger("agentd.acp")
@@ -99,7 +117,8 @@ async def new_session(
     root = workspace_path(p.cwd, "cwd")
     session = app.core.new_session(root, server.runner)
     app.start_memory(root)
-    return {"sessionId": session.id}
+    _after(server, request, options.commands_update(session.id))
+    return {"sessionId": session.id, **options.session_setup(app.core, session)}
 
 
 async def load_session(
@@ -111,14 +130,60 @@ async def load_session(
         _send(server, p.session_id, update, root)
 
     # The core restores the session and replays its history through `emit`.
-    app.core.load_session(p.session_id, server.runner, emit, root)
-    return {}
+    session = app.core.load_session(p.session_id, server.runner, emit, root)
+    _after(server, request, options.commands_update(session.id))
+    return options.session_setup(app.core, session)
+
+
+async def resume_session(
+    server: AcpServer, app: App, request: Request, p: LoadSessionParams
+) -> dict[str, Any]:
+    """`session/load` without the replay: the client still shows the conversation."""
+    root = workspace_path(p.cwd, "cwd")
+    session = app.core.load_session(p.session_id, server.runner, lambda update: None, root)
+    _after(server, request, options.commands_update(session.id))
+    return options.session_setup(app.core, session)
 
 
 async def list_sessions(
-    server: AcpServer, app: App, request: Request, p: WorkspaceParams
+    server: AcpServer, app: App, request: Request, p: ListSessionsParams
 ) -> dict[str, Any]:
-    return app.list_sessions(_workspace(p))
+    root = workspace_path(p.cwd, "cwd") if p.cwd is not None else None
+    return app.session_page(root, p.cursor)
+
+
+async def set_mode(
+    server: AcpServer, app: App, request: Request, p: SetModeParams
+) -> dict[str, Any]:
+    mode = check_choice(p.mode_id, list(MODES), "modeId")
+    session = app.core.set_mode(p.session_id, mode)
+    _mode_changed(server, app, session)
+    server.conn.notify(*options.options_update(app.core, session))
+    return {}
+
+
+async def set_config_option(
+    server: AcpServer, app: App, request: Request, p: SetConfigOptionParams
+) -> dict[str, Any]:
+    session = app.core.get(p.session_id)
+    if p.config_id == options.MODE_OPTION:
+        app.core.set_mode(session.id, check_choice(p.value, list(MODES), "value"))
+        _mode_changed(server, app, session)
+    elif p.config_id == options.MODEL_OPTION:
+        choices = [m for m, _ in app.core.settings.model_choices()]
+        app.core.set_model(session.id, check_choice(p.value, choices, "value"))
+    else:
+        check_choice(p.config_id, [options.MODE_OPTION, options.MODEL_OPTION], "configId")
+    return {"configOptions": options.config_options(app.core, session)}
+
+
+def _mode_changed(server: AcpServer, app: App, session: Session) -> None:
+    # For clients of the older modes API; config-option clients read the reply.
+    _send(server, session.id, ModeChanged(session.mode), session.workspace_root)
+
+
+def _after(server: AcpServer, request: Request, message: Outgoing) -> None:
+    request.after_reply.append(lambda: server.conn.notify(*message))
 
 
 async def reset_session(
@@ -137,6 +202,13 @@ async def close_session(
     return {}
 
 
+async def list_sessions_ext(
+    server: AcpServer, app: App, request: Request, p: WorkspaceParams
+) -> dict[str, Any]:
+    """`_agentd/session/list`: every session of a workspace, as `agent/listSessions`."""
+    return app.list_sessions(_workspace(p))
+
+
 # --- the prompt turn --------------------------------------------------------------------
 
 
@@ -149,33 +221,35 @@ def _send(server: AcpServer, session_id: str, update: Update, root: Path) -> Non
         runner.display.pop(update.tool_call_id, None)
 
 
-def flatten_prompt(blocks: list[ContentBlock]) -> str:
+def prompt_content(blocks: list[ContentBlock], max_image_bytes: int) -> UserInput:
     for i, block in enumerate(blocks):
-        if block.type in ("image", "audio"):
+        if block.type == "audio":
             raise InvalidParams(
-                f"Invalid params for session/prompt: prompt.{i}: {block.type} content is not "
-                f"supported (promptCapabilities.{block.type} is false)",
+                f"Invalid params for session/prompt: prompt.{i}: audio content is not "
+                "supported (promptCapabilities.audio is false)",
                 {"fields": [{"field": f"prompt.{i}.type", "message": "not supported"}]},
             )
-    return prompt_text([b.model_dump(by_alias=True, exclude_none=True) for b in blocks])
+    dumped = [b.model_dump(by_alias=True, exclude_none=True) for b in blocks]
+    return prompt_input(dumped, max_image_bytes)
 
 
 async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams) -> dict[str, Any]:
-    text = flatten_prompt(p.prompt)
+    content = prompt_content(p.prompt, app.settings.limits.max_image_bytes)
     sid = p.session_id
     session = app.core.get(sid)
     state = request.prompt
     assert state is not None and state.session_id == sid
     if state.cancel_requested:
-        return {"stopReason": "cancelled"}
+        return _cancelled(None)
 
     def emit(update: Update) -> None:
         _send(server, sid, update, session.workspace_root)
 
     state.started = True
     request.after_reply.append(lambda: app.core.after_reply(sid))
+    title = session.title
     try:
-        outcome = await app.core.prompt(sid, text, emit)
+        outcome = await app.core.prompt(sid, content, emit)
     except asyncio.CancelledError:
         if server.closing:
             raise  # shutdown, not the user: not an outcome
@@ -183,7 +257,12 @@ async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams)
         if task is not None:
             task.uncancel()
         await server.drain(sid)
-        return {"stopReason": "cancelled"}
+        return _cancelled(session)
+    finally:
+        if session.title and session.title != title:
+            # The conversation got its title (its first prompt, or the first after a reset).
+            update = {"sessionUpdate": "session_info_update", "title": session.title}
+            server.conn.notify("session/update", {"sessionId": sid, "update": update})
     if outcome.stop_reason == "error":
         # ACP has no "error" stop reason: a failed model request is an error reply,
         # which clients show as such. The partial answer stays in the history.
@@ -193,6 +272,20 @@ async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams)
     return {
         "stopReason": STOP_REASONS[outcome.stop_reason],
         "_meta": {"agentd": {"stopReason": outcome.stop_reason, "usage": usage}},
+    }
+
+
+def _cancelled(session: Session | None) -> dict[str, Any]:
+    """A cancelled prompt's reply, with what it used before the cancel (nothing
+    when it was cancelled before it started)."""
+    used = session.prompt_usage if session is not None else None
+    usage = {
+        "inputTokens": used.input_tokens if used is not None else 0,
+        "outputTokens": used.output_tokens if used is not None else 0,
+    }
+    return {
+        "stopReason": "cancelled",
+        "_meta": {"agentd": {"stopReason": "cancelled", "usage": usage}},
     }
 
 
@@ -235,8 +328,13 @@ HANDLERS: dict[str, Handler] = {
     "authenticate": authenticate,
     "session/new": new_session,
     "session/load": load_session,
+    "session/resume": resume_session,
+    "session/list": list_sessions,
+    "session/close": close_session,
+    "session/set_mode": set_mode,
+    "session/set_config_option": set_config_option,
     "session/prompt": prompt,
-    "_agentd/session/list": list_sessions,
+    "_agentd/session/list": list_sessions_ext,
     "_agentd/session/reset": reset_session,
     "_agentd/session/close": close_session,
     "_agentd/memory/status": memory_status,

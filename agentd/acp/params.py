@@ -28,6 +28,8 @@ class NewSessionParams(AcpModel):
 
 
 class LoadSessionParams(AcpModel):
+    """`session/load` and `session/resume`."""
+
     session_id: str
     cwd: str
     mcp_servers: list[Any] = []
@@ -35,6 +37,23 @@ class LoadSessionParams(AcpModel):
 
 class SessionParams(AcpModel):
     session_id: str
+
+
+class ListSessionsParams(AcpModel):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class SetModeParams(AcpModel):
+    session_id: str
+    mode_id: str
+
+
+class SetConfigOptionParams(AcpModel):
+    session_id: str
+    config_id: str
+    # Select options take a value id; agentd has no boolean options.
+    value: str
 
 
 # --- content blocks (ACP `ContentBlock`) --------------------------------------------
@@ -70,6 +89,9 @@ class ResourceBlock(AcpModel):
 
 class ImageBlock(AcpModel):
     type: Literal["image"]
+    data: str
+    mime_type: str
+    uri: str | None = None
 
 
 class AudioBlock(AcpModel):

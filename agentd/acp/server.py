@@ -9,8 +9,8 @@ end does.
 
 Routing: `handlers.HANDLERS` is the one table of methods; the server knows
 only `initialize` (it starts the warm-up) and the `session/cancel`
-notification, and advertises `session/load` and the extension methods from
-the table.
+notification, and advertises `session/load`, the session capabilities
+(`list`, `resume`, `close`) and the extension methods from the table.
 
 Every request is answered exactly once: by its handler's result, by the
 error it raised (`RpcError` as is, agentd's `ProtocolError`s mapped in
@@ -48,6 +48,7 @@ from agentd.errors import (
     SESSION_BUSY,
 )
 from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
+from agentd.vision import peek_images
 from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ DRAIN_TIMEOUT = 5.0
 SHUTDOWN_TIMEOUT = 10.0
 
 NOTIFICATIONS_SENT = ["_agentd/memory", "_agentd/memory/changed"]
+# `agentCapabilities.sessionCapabilities` entries, each advertised when its
+# `session/<name>` method is in the handler table.
+SESSION_CAPABILITIES = ("list", "resume", "close")
 
 
 @dataclass(eq=False)
@@ -277,13 +281,19 @@ class AcpServer:
             # client tools come from clientCapabilities instead.
             self.warmup.options = {k: v for k, v in options.items() if k != "clientTools"}
         self.initialized = True
+        # Images are advertised when a model the user can pick takes them
+        # (a session on another model gets a clear error instead).
+        image = peek_images(self.warmup.options)
         return {
             # We speak version 1 only; a client asking for another gets our latest.
             "protocolVersion": ACP_VERSION,
             "agentCapabilities": {
                 "loadSession": "session/load" in HANDLERS,
-                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "promptCapabilities": {"image": image, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": False, "sse": False},
+                "sessionCapabilities": {
+                    name: {} for name in SESSION_CAPABILITIES if f"session/{name}" in HANDLERS
+                },
                 "_meta": {
                     "agentd": {
                         "version": __version__,

@@ -14,8 +14,9 @@ offers the model only what the client advertised in `initialize`:
   `terminal/output`, `terminal/release`.
 
 Edits and commands ask `session/request_permission` first (allow once,
-allow always, reject). "Always" is remembered per session and tool kind
-(`edit`, `execute`). Anything but an explicit allow refuses the tool: a
+allow always, reject), unless the session's mode says otherwise (edits in
+the auto-edit mode; `agentd.agent.modes`). "Always" is remembered per
+session and tool kind (`edit`, `execute`). Anything but an explicit allow refuses the tool: a
 failed or malformed permission request fails closed.
 
 Cancellation: requests to the client are awaited through `asyncio.shield`,
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 from agentd.acp.caps import ClientCaps
 from agentd.acp.rpc import RpcError
 from agentd.acp.updates import SESSION_UPDATE, text_content, tool_locations, tool_title
+from agentd.agent.modes import asks_before
 from agentd.agent.session import Session
 from agentd.agent.tools import CLIENT_TOOL_SPECS
 from agentd.errors import ToolError
@@ -223,8 +225,8 @@ class AcpToolRunner:
     ) -> None:
         """Return when the user allowed the call; raise `Refused` otherwise."""
         allowed = self.always.get(session.id, set())
-        if kind in allowed:
-            return
+        if kind in allowed or not asks_before(session.mode, call.name):
+            return  # "always" earlier, or the session's mode (auto-edit) allows it
         what = "the edit" if kind == "edit" else "the command"
         tool_call: dict[str, Any] = {
             "toolCallId": call.id,

@@ -17,6 +17,9 @@ against the published ACP JSON Schema.
 | ToolCallUpdate failed       | `tool_call_update` `failed` + content                          |
 | ToolCallUpdate cancelled    | `tool_call_update` `failed` (ACP v1 has no cancelled status)   |
 | MemoryDelivered             | `_agentd/memory` notification (extension)                      |
+| PlanUpdated                 | `session/update` `plan` (the whole plan)                       |
+| ModeChanged                 | `session/update` `current_mode_update`                         |
+| UserImage (replay)          | `session/update` `user_message_chunk`, image content           |
 | UsageReport                 | nothing (summed into the prompt result's `_meta.agentd.usage`) |
 | PromptEnded (replay)        | nothing (ACP shows no stop reason in a loaded session)         |
 """
@@ -32,12 +35,15 @@ from agentd.events import (
     Location,
     MemoryDelivered,
     MessageChunk,
+    ModeChanged,
+    PlanUpdated,
     PromptEnded,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
     Update,
     UsageReport,
+    UserImage,
     UserMessage,
 )
 
@@ -121,6 +127,26 @@ def to_acp(
         return _chunk(session_id, "agent_thought_chunk", update.text)
     if isinstance(update, UserMessage):
         return _chunk(session_id, "user_message_chunk", update.text)
+    if isinstance(update, UserImage):
+        image = {"type": "image", "mimeType": update.mime_type, "data": update.data}
+        return SESSION_UPDATE, {
+            "sessionId": session_id,
+            "update": {"sessionUpdate": "user_message_chunk", "content": image},
+        }
+    if isinstance(update, PlanUpdated):
+        entries = [
+            {"content": e.content, "priority": e.priority, "status": e.status}
+            for e in update.entries
+        ]
+        return SESSION_UPDATE, {
+            "sessionId": session_id,
+            "update": {"sessionUpdate": "plan", "entries": entries},
+        }
+    if isinstance(update, ModeChanged):
+        return SESSION_UPDATE, {
+            "sessionId": session_id,
+            "update": {"sessionUpdate": "current_mode_update", "currentModeId": update.mode},
+        }
     if isinstance(update, ToolCallStarted):
         body: dict[str, Any] = {
             "sessionUpdate": "tool_call",

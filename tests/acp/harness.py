@@ -69,6 +69,11 @@ RESPONSE_DEFS = {
     "authenticate": "AuthenticateResponse",
     "session/new": "NewSessionResponse",
     "session/load": "LoadSessionResponse",
+    "session/resume": "ResumeSessionResponse",
+    "session/list": "ListSessionsResponse",
+    "session/close": "CloseSessionResponse",
+    "session/set_mode": "SetSessionModeResponse",
+    "session/set_config_option": "SetSessionConfigOptionResponse",
     "session/prompt": "PromptResponse",
 }
 
@@ -118,7 +123,15 @@ def check_agent_message(message: dict[str, Any], sent_methods: dict[Any, str]) -
 def normalize(value: Any, workspace: Path | None = None) -> Any:
     """Replace what changes from run to run (ids, temporary paths) with placeholders."""
     # Token counts depend on the prompt's size, which includes the workspace path.
-    volatile = {"sessionId", "toolCallId", "terminalId", "inputTokens", "outputTokens"}
+    volatile = {
+        "sessionId",
+        "toolCallId",
+        "terminalId",
+        "inputTokens",
+        "outputTokens",
+        "updatedAt",
+        "nextCursor",
+    }
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():

@@ -41,7 +41,13 @@ def test_tool_kind_table_matches_the_code() -> None:
     assert table(acp_doc(), "Tool kinds:") == TOOL_KINDS
 
 
-def test_documented_initialize_result_has_the_real_shape(tmp_path: Path) -> None:
+def test_documented_initialize_result_has_the_real_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As documented: the default model, which takes images, and no config file.
+    monkeypatch.delenv("AGENTD_MODEL", raising=False)
+    monkeypatch.delenv("AGENTD_PROVIDER", raising=False)
+    monkeypatch.setenv("AGENTD_CONFIG_DIR", str(tmp_path))
     block = acp_doc().split("### ACP lifecycle", 1)[1].split("```json", 1)[1].split("```", 1)[0]
     documented = json.loads(block)
     real = server.AcpServer(lambda data: None).initialize(
@@ -57,6 +63,7 @@ def test_documented_initialize_result_has_the_real_shape(tmp_path: Path) -> None
     caps, real_caps = documented["agentCapabilities"], real["agentCapabilities"]
     assert caps.keys() == real_caps.keys()
     assert caps["promptCapabilities"] == real_caps["promptCapabilities"]
+    assert caps["sessionCapabilities"] == real_caps["sessionCapabilities"]
     assert caps["_meta"]["agentd"].keys() == real_caps["_meta"]["agentd"].keys()
     assert set(real_caps["_meta"]["agentd"]["extMethods"]) <= set(
         caps["_meta"]["agentd"]["extMethods"]

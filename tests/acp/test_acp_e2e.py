@@ -86,7 +86,7 @@ async def test_a_client_without_fs_or_terminal_gets_no_client_tools(
     sid = await new_session(daemon, workspace)
     await daemon.prompt(session_id=sid, prompt=[text_block("hi")])
     offered = {t["function"]["name"] for t in main_requests(model_server)[0]["body"]["tools"]}
-    assert offered == {"read_file", "list_dir", "search", "glob"}
+    assert offered == {"read_file", "list_dir", "search", "glob", "update_plan"}
 
 
 async def test_streamed_prompt(
@@ -99,7 +99,12 @@ async def test_streamed_prompt(
     chunks = editor.updates(sid, "agent_message_chunk")
     assert len(chunks) > 1
     assert editor.text(sid) == "w1 w2 w3 w4 w5"
-    first = next(m for m in editor.received if m.get("method") == "session/update")
+    first = next(
+        m
+        for m in editor.received
+        if m.get("method") == "session/update"
+        and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    )
     check_golden("session_update_agent_message_chunk", first)
     check_golden("session_prompt_response_end_turn", last_response(editor, "session/prompt"))
 

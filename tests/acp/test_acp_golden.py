@@ -23,6 +23,11 @@ GOLDEN_FILES = sorted(GOLDEN.glob("*.json"))
 RESPONSES = {
     "initialize_response": "initialize",
     "session_new_response": "session/new",
+    "session_load_response": "session/load",
+    "session_resume_response": "session/resume",
+    "session_list_response": "session/list",
+    "session_set_mode_response": "session/set_mode",
+    "session_set_config_option_response": "session/set_config_option",
     "session_prompt_response_end_turn": "session/prompt",
     "session_prompt_response_cancelled": "session/prompt",
 }

@@ -122,12 +122,22 @@ async def test_invalid_params_name_the_field(wire: Wire, tmp_path: Path) -> None
     sid = (await wire.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"][
         "sessionId"
     ]
+    audio = await wire.call(
+        "session/prompt",
+        {"sessionId": sid, "prompt": [{"type": "audio", "data": "", "mimeType": "audio/wav"}]},
+    )
+    assert audio["error"]["code"] == -32602
+    assert audio["error"]["data"]["fields"][0]["field"] == "prompt.0.type"
     image = await wire.call(
         "session/prompt",
         {"sessionId": sid, "prompt": [{"type": "image", "data": "", "mimeType": "image/png"}]},
     )
-    assert image["error"]["code"] == -32602
-    assert image["error"]["data"]["fields"][0]["field"] == "prompt.0.type"
+    assert image["error"]["data"]["fields"][0]["field"] == "prompt.0.data"
+    bmp = await wire.call(
+        "session/prompt",
+        {"sessionId": sid, "prompt": [{"type": "image", "data": "Qk0=", "mimeType": "image/bmp"}]},
+    )
+    assert bmp["error"]["data"]["fields"][0]["field"] == "prompt.0.mimeType"
     wrong = await wire.call("session/prompt", {"sessionId": sid, "prompt": "not a list"})
     assert wrong["error"]["data"]["fields"][0]["field"] == "prompt"
     unknown = await wire.call("_agentd/nope", {})
@@ -146,13 +156,15 @@ async def test_a_cancel_that_races_the_prompt_start_still_cancels_it(
     wire.send("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}, 1)
     wire.send("session/cancel", {"sessionId": sid})
     reply = await wire.reply(1)
-    assert reply["result"] == {"stopReason": "cancelled"}
+    # Cancelled before it started: it used nothing, and says so.
+    unused = {"stopReason": "cancelled", "usage": {"inputTokens": 0, "outputTokens": 0}}
+    assert reply["result"] == {"stopReason": "cancelled", "_meta": {"agentd": unused}}
     # A second prompt while one runs is refused at once (prompts are not queued).
     wire.send("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "a"}]}, 2)
     busy = await wire.call("session/prompt", {"sessionId": sid, "prompt": []})
     assert busy["error"]["code"] == -32003
     wire.send("session/cancel", {"sessionId": sid})
-    assert (await wire.reply(2))["result"] == {"stopReason": "cancelled"}
+    assert (await wire.reply(2))["result"]["stopReason"] == "cancelled"
     # Cancels for unknown sessions, or without a session id, do nothing.
     wire.send("session/cancel", {"sessionId": "nope"})
     wire.send("session/cancel", {})
@@ -183,12 +195,18 @@ async def test_session_load_replays_through_the_acp_mapping(wire: Wire, tmp_path
     session = app.core.get(sid)
     session.append(Message("user", [TextPart("remember 7")]))
     session.append(Message("assistant", [TextPart("Noted: 7.")]))
+    before = len(wire.out)
     result = await wire.call(
         "session/load", {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": []}
     )
-    assert result["result"] == {}
+    assert result["result"]["modes"]["currentModeId"] == "code"
     assert schema_errors(result["result"], "LoadSessionResponse") == []
-    replayed = [m["params"] for m in wire.out if m.get("method") == "session/update"]
+    replayed = [
+        m["params"]
+        for m in wire.out[before:]
+        if m.get("method") == "session/update"
+        and m["params"]["update"]["sessionUpdate"] != "available_commands_update"
+    ]
     assert [(p["update"]["sessionUpdate"], p["update"]["content"]["text"]) for p in replayed] == [
         ("user_message_chunk", "remember 7"),
         ("agent_message_chunk", "Noted: 7."),
