@@ -48,7 +48,18 @@ class ResourceBlock(WireModel):
     resource: EmbeddedResource
 
 
-ContentBlock = Annotated[TextBlock | ResourceLinkBlock | ResourceBlock, Field(discriminator="type")]
+class ImageBlock(WireModel):
+    """An image: base64 `data`, `mimeType` png, jpeg, gif or webp."""
+
+    type: Literal["image"]
+    data: str
+    mime_type: str
+    uri: str | None = None
+
+
+ContentBlock = Annotated[
+    TextBlock | ResourceLinkBlock | ResourceBlock | ImageBlock, Field(discriminator="type")
+]
 
 
 # --- initialize ---------------------------------------------------------------
@@ -72,6 +83,8 @@ class InitializationOptions(WireModel):
     api_key: str | None = None
     model: str | None = None
     fast_model: str | None = None
+    supports_images: bool | None = None
+    models: list[str | dict[str, Any]] | None = None
     limits: dict[str, int] | None = None
     memory: dict[str, Any] | None = None
     tools: dict[str, Any] | None = Field(
@@ -87,6 +100,8 @@ class AgentdCapabilities(WireModel):
     client_tools: list[str]
     daemon_tools: list[str]
     memory: bool
+    # Content block types `agent/prompt` takes; "image" when a model the user
+    # can pick takes images.
     prompt_content: list[str]
 
 
@@ -97,8 +112,73 @@ class NewSessionParams(WireModel):
     workspace_root: str = Field(min_length=1, description="Path or file:// URI")
 
 
-class NewSessionResult(WireModel):
+class PlanEntryOut(WireModel):
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class ModeOut(WireModel):
+    id: str
+    name: str
+    description: str
+
+
+class ModelOut(WireModel):
+    id: str
+    name: str
+    supports_images: bool
+
+
+class SessionSetup(WireModel):
+    """How a session runs: its mode and model, and the choices of each."""
+
+    mode: Literal["ask", "code", "auto-edit"]
+    modes: list[ModeOut]
+    model: str
+    models: list[ModelOut]
+
+
+class NewSessionResult(SessionSetup):
     session_id: str
+
+
+class LoadSessionResult(SessionSetup):
+    # The session's plan as it stands (also replayed as `plan` updates).
+    plan: list[PlanEntryOut]
+
+
+class SetModeParams(WireModel):
+    session_id: str
+    mode: str
+
+
+class SetModeResult(WireModel):
+    mode: Literal["ask", "code", "auto-edit"]
+
+
+class SetModelParams(WireModel):
+    session_id: str
+    model: str
+
+
+class SetModelResult(WireModel):
+    model: str
+
+
+class ListCommandsParams(WireModel):
+    session_id: str | None = None
+
+
+class CommandOut(WireModel):
+    name: str
+    description: str
+    # What to type after the name; absent when the command takes nothing.
+    hint: str | None = None
+
+
+class ListCommandsResult(WireModel):
+    commands: list[CommandOut]
 
 
 class PromptParams(WireModel):
@@ -240,6 +320,9 @@ class ToolCallUpdateOut(WireModel):
     arguments: dict[str, Any]
     executor: Literal["client", "daemon"]
     locations: list[ToolLocation] | None = None
+    # Present (true) for a client tool the session's mode runs without asking
+    # the user (an edit in the auto-edit mode): apply it at once.
+    auto_approve: bool | None = None
 
 
 class ToolCallStatusUpdate(WireModel):
@@ -264,9 +347,25 @@ class UsageUpdate(WireModel):
     session_total_tokens: int
 
 
+class PlanUpdate(WireModel):
+    kind: Literal["plan"]
+    entries: list[PlanEntryOut]
+
+
+class ModeUpdate(WireModel):
+    kind: Literal["mode"]
+    mode: Literal["ask", "code", "auto-edit"]
+
+
 class UserMessageUpdate(WireModel):
     kind: Literal["user_message"]
     text: str
+
+
+class UserImageUpdate(WireModel):
+    kind: Literal["user_image"]
+    mime_type: str
+    data: str
 
 
 class PromptEndUpdate(WireModel):
@@ -284,7 +383,10 @@ AgentUpdate = Annotated[
     | ToolCallStatusUpdate
     | MemoryUpdate
     | UsageUpdate
+    | PlanUpdate
+    | ModeUpdate
     | UserMessageUpdate
+    | UserImageUpdate
     | PromptEndUpdate,
     Field(discriminator="kind"),
 ]
@@ -309,7 +411,10 @@ REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
     "agent/resetSession": (SessionParams, Empty),
     "agent/closeSession": (SessionParams, Empty),
     "agent/listSessions": (WorkspaceParams, ListSessionsResult),
-    "agent/loadSession": (LoadSessionParams, Empty),
+    "agent/loadSession": (LoadSessionParams, LoadSessionResult),
+    "agent/setMode": (SetModeParams, SetModeResult),
+    "agent/setModel": (SetModelParams, SetModelResult),
+    "agent/listCommands": (ListCommandsParams, ListCommandsResult),
     "memory/list": (WorkspaceParams, MemoryListResult),
     "memory/recall": (RecallParams, RecallResult),
     "memory/status": (WorkspaceParams, MemoryStatusResult),
@@ -332,7 +437,10 @@ UPDATE_KINDS = [
     "tool_call_update",
     "memory",
     "usage",
+    "plan",
+    "mode",
     "user_message",
+    "user_image",
     "prompt_end",
 ]
 

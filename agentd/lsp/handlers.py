@@ -26,18 +26,28 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
 from agentd.errors import ProtocolError
-from agentd.params import params_model, prompt_text, validate_params, workspace_path
+from agentd.params import (
+    check_choice,
+    params_model,
+    prompt_input,
+    validate_params,
+    workspace_path,
+)
 
 if TYPE_CHECKING:
+    from agentd.agent.session import Session
     from agentd.app import App
     from agentd.events import Update
     from agentd.lsp.ext import (
         Empty,
+        ListCommandsParams,
         LoadSessionParams,
         NewSessionParams,
         PromptParams,
         RecallParams,
         SessionParams,
+        SetModelParams,
+        SetModeParams,
         ToolResultParams,
         WorkspaceParams,
     )
@@ -97,14 +107,33 @@ async def new_session(ls: AgentdServer, app: App, p: NewSessionParams) -> dict[s
     root = workspace_path(p.workspace_root)
     session = app.core.new_session(root, AwaitClientResult(app.client_specs))
     app.start_memory(root)
-    return {"sessionId": session.id}
+    return {"sessionId": session.id, **_setup(app, session)}
+
+
+def _setup(app: App, session: Session) -> dict[str, Any]:
+    """How the session runs, and the choices: `agent/newSession` and `agent/loadSession`."""
+    from agentd.agent.modes import MODES
+
+    settings = app.settings
+    return {
+        "mode": session.mode,
+        "modes": [
+            {"id": m.id, "name": m.name, "description": m.description} for m in MODES.values()
+        ],
+        "model": app.core.model_of(session),
+        "models": [
+            {"id": m, "name": settings.model_name(m), "supportsImages": images}
+            for m, images in settings.model_choices()
+        ],
+    }
 
 
 async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:
     from agentd.lsp.updates import update_to_wire
 
-    text = prompt_text(
-        p.prompt if isinstance(p.prompt, str) else [b.model_dump(by_alias=True) for b in p.prompt]
+    content = prompt_input(
+        p.prompt if isinstance(p.prompt, str) else [b.model_dump(by_alias=True) for b in p.prompt],
+        app.settings.limits.max_image_bytes,
     )
     sid = p.session_id
     notify = ls.agentd_protocol.notify
@@ -114,7 +143,7 @@ async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:
 
     app.core.get(sid)  # unknown session -> -32001 before anything runs
     ls.agentd_protocol.after_reply(ls.agentd_protocol.msg_id, lambda: app.core.after_reply(sid))
-    outcome = await app.core.prompt(sid, text, emit)
+    outcome = await app.core.prompt(sid, content, emit)
     result: dict[str, Any] = {
         "stopReason": outcome.stop_reason,
         "usage": {
@@ -151,9 +180,40 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     def emit(update: Update) -> None:
         notify("agent/update", {"sessionId": sid, "update": update_to_wire(update)})
 
+    from agentd.lsp.updates import plan_to_wire
+
     root = workspace_path(p.workspace_root) if p.workspace_root else None
-    app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
-    return {}
+    session = app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
+    return {**_setup(app, session), "plan": plan_to_wire(session.plan)}
+
+
+async def set_mode(ls: AgentdServer, app: App, p: SetModeParams) -> dict[str, Any]:
+    from agentd.agent.modes import MODES
+    from agentd.events import ModeChanged
+    from agentd.lsp.updates import update_to_wire
+
+    session = app.core.set_mode(p.session_id, check_choice(p.mode, list(MODES), "mode"))
+    update = update_to_wire(ModeChanged(session.mode))
+    ls.agentd_protocol.notify("agent/update", {"sessionId": session.id, "update": update})
+    return {"mode": session.mode}
+
+
+async def set_model(ls: AgentdServer, app: App, p: SetModelParams) -> dict[str, Any]:
+    choices = [m for m, _ in app.settings.model_choices()]
+    session = app.core.set_model(p.session_id, check_choice(p.model, choices, "model"))
+    return {"model": app.core.model_of(session)}
+
+
+async def list_commands(ls: AgentdServer, app: App, p: ListCommandsParams) -> dict[str, Any]:
+    if p.session_id is not None:
+        app.core.get(p.session_id)  # an unknown session is -32001, as elsewhere
+    commands = []
+    for c in app.core.commands():
+        command = {"name": c.name, "description": c.description}
+        if c.hint is not None:
+            command["hint"] = c.hint
+        commands.append(command)
+    return {"commands": commands}
 
 
 async def cancel(ls: AgentdServer, app: App, p: SessionParams) -> None:
@@ -192,6 +252,9 @@ REQUESTS: dict[str, Handler] = {
     "agent/closeSession": close_session,
     "agent/listSessions": list_sessions,
     "agent/loadSession": load_session,
+    "agent/setMode": set_mode,
+    "agent/setModel": set_model,
+    "agent/listCommands": list_commands,
     "memory/list": memory_list,
     "memory/recall": memory_recall,
     "memory/status": memory_status,

@@ -32,6 +32,7 @@ from agentd.errors import (
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
 from agentd.lsp.transport import read_frames
 from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
+from agentd.vision import peek_images
 from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
@@ -78,7 +79,9 @@ class ServerProtocol(AgentdProtocol):
                 "clientTools": [n for n in names if isinstance(n, str)],
                 "daemonTools": DAEMON_TOOLS,
                 "memory": True,
-                "promptContent": ["text", "resource_link", "resource"],
+                # "image" when a model the user can pick takes images.
+                "promptContent": ["text", "resource_link", "resource"]
+                + (["image"] if peek_images(options) else []),
             }
         }
         result.server_info = types.ServerInfo(name="agentd", version=__version__)

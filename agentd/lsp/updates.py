@@ -13,12 +13,16 @@ from agentd.events import (
     Location,
     MemoryDelivered,
     MessageChunk,
+    ModeChanged,
+    PlanEntry,
+    PlanUpdated,
     PromptEnded,
     ThoughtChunk,
     ToolCallStarted,
     ToolCallUpdate,
     Update,
     UsageReport,
+    UserImage,
     UserMessage,
 )
 
@@ -46,6 +50,8 @@ def update_to_wire(update: Update) -> dict[str, Any]:
         }
         if update.locations:
             out["locations"] = locations_to_wire(update.locations)
+        if update.auto_approve:
+            out["autoApprove"] = True
         return out
     if isinstance(update, ToolCallUpdate):
         out = {
@@ -67,11 +73,21 @@ def update_to_wire(update: Update) -> dict[str, Any]:
             "outputTokens": update.output_tokens,
             "sessionTotalTokens": update.session_total_tokens,
         }
+    if isinstance(update, PlanUpdated):
+        return {"kind": "plan", "entries": plan_to_wire(update.entries)}
+    if isinstance(update, ModeChanged):
+        return {"kind": "mode", "mode": update.mode}
     if isinstance(update, UserMessage):
         return {"kind": "user_message", "text": update.text}
+    if isinstance(update, UserImage):
+        return {"kind": "user_image", "mimeType": update.mime_type, "data": update.data}
     if isinstance(update, PromptEnded):
         ended: dict[str, Any] = {"kind": "prompt_end", "stopReason": update.stop_reason}
         if update.error is not None:
             ended["error"] = update.error
         return ended
     raise TypeError(f"unknown update {update!r}")
+
+
+def plan_to_wire(entries: list[PlanEntry]) -> list[dict[str, Any]]:
+    return [{"content": e.content, "priority": e.priority, "status": e.status} for e in entries]

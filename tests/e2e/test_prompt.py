@@ -47,7 +47,15 @@ async def test_prompt_streams_chunks_and_result(
     assert body["messages"][-1] == {"role": "user", "content": "say hello"}
     # No client tools beyond those declared; the daemon's own are offered.
     names = {t["function"]["name"] for t in body["tools"]}
-    assert names == {"read_file", "list_dir", "search", "glob", "edit_file", "run_command"}
+    assert names == {
+        "read_file",
+        "list_dir",
+        "search",
+        "glob",
+        "edit_file",
+        "run_command",
+        "update_plan",
+    }
 
 
 async def test_history_carries_over_between_prompts(
@@ -336,7 +344,8 @@ async def test_sessions_persist_list_and_load_after_restart(
         assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [
             (sid, "What is in here?")
         ]
-        assert await c2.request("agent/loadSession", {"sessionId": sid}) == {}
+        loaded = await c2.request("agent/loadSession", {"sessionId": sid})
+        assert (loaded["mode"], loaded["model"], loaded["plan"]) == ("code", "test-model", [])
         kinds = c2.kinds(sid)
         assert kinds == [
             "user_message",
@@ -388,12 +397,8 @@ async def test_anthropic_provider_end_to_end(
         first, second = model_server.requests("main")
         assert first["api"] == "anthropic" and first["headers"]["x-api-key"] == "<redacted>"
         # No client tools declared: only the daemon's own tools are offered.
-        assert {t["name"] for t in first["body"]["tools"]} == {
-            "read_file",
-            "list_dir",
-            "search",
-            "glob",
-        }
+        offered = {t["name"] for t in first["body"]["tools"]}
+        assert offered == {"read_file", "list_dir", "search", "glob", "update_plan"}
         last = second["body"]["messages"][-1]
         assert last["role"] == "user"
         assert last["content"][0]["type"] == "tool_result"
@@ -431,7 +436,8 @@ async def test_replay_shows_what_the_live_view_showed_and_the_token_count_goes_o
 
     c2 = await start_client(env)
     try:
-        assert await c2.request("agent/loadSession", {"sessionId": sid}) == {}
+        loaded = await c2.request("agent/loadSession", {"sessionId": sid})
+        assert (loaded["mode"], loaded["model"], loaded["plan"]) == ("code", "test-model", [])
         replayed = [u["update"] for u in c2.updates if u["sessionId"] == sid]
         assert [u["kind"] for u in replayed] == [
             "user_message",
