@@ -13,6 +13,7 @@ import base64
 import binascii
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,11 +32,13 @@ from agentd.messages import ToolSpec
 from agentd.providers import make_provider
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
+from agentd.transcript import TranscriptInfo
 
 log = logging.getLogger(__name__)
 
 # Sessions per `session/list` page (ACP leaves the size to the agent).
 SESSION_PAGE = 50
+SNAPSHOT_SECONDS = 30.0
 
 
 MemoryListener = Callable[[Path, list[Path]], None]
@@ -58,6 +61,8 @@ class App:
     # Set by a front end that can show progress: title -> (done, total) callback.
     progress_factory: ProgressFactory | None = None
     _watched: set[Path] = field(default_factory=set)
+    # The listing the last first page of `session/list` was cut from.
+    _listing: tuple[Path | None, float, list[TranscriptInfo]] | None = None
 
     @classmethod
     def create(cls, init_options: dict[str, Any] | None = None) -> App:
@@ -149,10 +154,22 @@ class App:
     ) -> dict[str, Any]:
         """ACP `session/list`: one page, newest first, of a workspace's saved
         sessions (or of all of them), and the cursor of the next page if any.
-        The cursor is the last listed session's (time, id), so a session that
-        moves to the top meanwhile is neither skipped nor listed twice."""
+        The cursor is the last listed session's (time, id). The pages after
+        the first are cut from the listing the first one was (for up to
+        `SNAPSHOT_SECONDS`): a paging pass sees one list, in which a session
+        updated meanwhile is neither skipped nor shown twice, and the
+        folder is read once per pass."""
         after = _cursor_key(cursor) if cursor is not None else None
-        infos = self.core.list_sessions(root)
+        snapshot = self._listing
+        now = time.monotonic()
+        if after is not None and snapshot is not None and snapshot[0] == root:
+            if now - snapshot[1] < SNAPSHOT_SECONDS:
+                infos = snapshot[2]
+            else:
+                infos = self.core.list_sessions(root)
+        else:
+            infos = self.core.list_sessions(root)
+            self._listing = (root, now, infos)
         if after is not None:
             infos = [i for i in infos if (i.updated_at, i.session_id) < after]
         page = infos[:limit]

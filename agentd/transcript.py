@@ -602,16 +602,16 @@ class SessionCatalog:
             return None
         key = (st.st_mtime_ns, st.st_size)
         cached = self._cache.get(entry.path)
-        if cached is None or cached[0] != key:
-            meta = entry.name.removesuffix(".jsonl") + ".meta.json"
-            info = _read_meta(Path(folder, meta)) if meta in names else None
-            if info is None:
-                info = _info_from_transcript(Path(entry.path))
-            self._cache[entry.path] = cached = (key, info)
-        info = cached[1]
+        if cached is not None and cached[0] == key:
+            return cached[1]  # the time shown is part of the key: nothing to redo
+        meta = entry.name.removesuffix(".jsonl") + ".meta.json"
+        info = _read_meta(Path(folder, meta)) if meta in names else None
         if info is None:
-            return None
-        return TranscriptInfo(info.session_id, info.workspace_root, info.title, st.st_mtime)
+            info = _info_from_transcript(Path(entry.path))
+        if info is not None:
+            info = TranscriptInfo(info.session_id, info.workspace_root, info.title, st.st_mtime)
+        self._cache[entry.path] = (key, info)
+        return info
 
 
 def _read_meta(path: Path) -> TranscriptInfo | None:

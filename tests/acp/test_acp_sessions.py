@@ -73,10 +73,15 @@ async def test_session_list_pages_newest_first_and_filters_by_cwd(
     assert first.sessions[0].title == "question 59"
     assert first.sessions[0].cwd == str(workspace)
     assert first.next_cursor is not None
+    # A session of the second page is used meanwhile: this pass still lists it once.
+    touched = sessions_dir(workspace, agentd_home(tmp_path)) / "w005.jsonl"
+    os.utime(touched, (1_800_000_000, 1_800_000_000))
     second = await daemon.list_sessions(cwd=str(workspace), cursor=first.next_cursor)
     assert [s.session_id for s in second.sessions] == [f"w{i:03d}" for i in range(9, -1, -1)]
     assert second.next_cursor is None
 
+    # A new pass sees it at the top.
+    assert (await daemon.list_sessions(cwd=str(workspace))).sessions[0].session_id == "w005"
     everything: list[str] = []
     cursor = None
     while True:
