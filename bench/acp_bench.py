@@ -15,6 +15,9 @@ as a table. With `--baseline-src DIR` (a checkout of another commit, e.g.
 `git worktree add /tmp/base main`) the same runs are made against daemons of
 that code too, interleaved with this tree's.
 
+With `--config-file` each start-up run's daemon finds a user config file
+(which the handshake reads to advertise images).
+
 `session/list` (`--sessions N`, default 1000; 0 skips): N sessions as an
 editor leaves them (8 messages each, tool output of 2 KB) are written under
 one workspace, an ACP daemon is started on them, and `--list-requests`
@@ -45,23 +48,34 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
-from agentd.testing.daemon import agentd_home, daemon_command, daemon_env, spawn_process
+from agentd.testing.daemon import agentd_home, daemon_command, daemon_env
 from agentd.testing.framing import initialize_params
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
 from agentd.transcript import TranscriptWriter, sessions_dir
 
+# `--config-file`: the config.toml each daemon of the start-up runs finds.
+CONFIG_FILE = ""
 METRICS = ("spawn_to_initialize_ms", "spawn_to_session_ms", "prompt_to_model_request_ms")
 LIST_METRICS = ("first_page_ms", "all_pages_ms", "whole_list_ms")
 
 
 async def spawn(env: dict[str, str], acp: bool, baseline: Path | None) -> RawDaemon:
     """This tree's daemon, or (`baseline`) the one of another checkout: `-P`
-    keeps the current directory off sys.path, so PYTHONPATH decides."""
-    if baseline is None:
-        return await RawDaemon.spawn(env, acp=acp)
-    command = [sys.executable, "-P", *daemon_command(acp=acp)[1:]]
-    proc = await spawn_process(command, {**env, "PYTHONPATH": str(baseline.resolve())})
+    keeps the current directory off sys.path, so PYTHONPATH decides. Lines
+    up to 64 MiB (a whole list of a thousand sessions is one line)."""
+    command = daemon_command(acp=acp)
+    if baseline is not None:
+        command = [sys.executable, "-P", *command[1:]]
+        env = {**env, "PYTHONPATH": str(baseline.resolve())}
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+        limit=64 * 1024 * 1024,
+    )
     return RawDaemon(proc, "acp" if acp else "lsp")
 
 
@@ -77,6 +91,11 @@ async def one_run(
 ) -> dict[str, float]:
     # The daemon's default log level, as an editor would run it.
     env = daemon_env(model.openai_base_url, home, AGENTD_LOG_LEVEL="warning")
+    if CONFIG_FILE:
+        # A user's config file (the handshake reads it to advertise images).
+        folder = Path(env["AGENTD_CONFIG_DIR"])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.toml").write_text(CONFIG_FILE)
     start = time.perf_counter()
     daemon = await spawn(env, mode == "acp", baseline)
     try:
@@ -303,7 +322,18 @@ if __name__ == "__main__":
     parser.add_argument("--baseline-src", type=Path, default=None)
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--list-requests", type=int, default=200)
+    parser.add_argument(
+        "--config-file",
+        action="store_true",
+        help="give each start-up run's daemon a config.toml with a model list",
+    )
     args = parser.parse_args()
+    if args.config_file:
+        CONFIG_FILE = (
+            'model = "gpt-4o"\n'
+            'models = ["gpt-4o-mini", { id = "local", supports_images = false }]\n'
+            "[limits]\nmax_steps_per_prompt = 30\n"
+        )
     if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
         parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
     result = asyncio.run(
