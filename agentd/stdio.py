@@ -172,4 +172,3 @@ def on_terminate(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> I
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
-
