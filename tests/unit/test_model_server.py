@@ -1006,3 +1006,106 @@ async def test_cli_prints_url_and_stops_on_sigterm(tmp_path: Path) -> None:
 def test_cli_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err
+
+
+# --- the context window and the stand-in summariser -------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+async def test_a_request_over_the_window_is_refused_as_the_api_refuses_it(
+    server: ModelServer, client: httpx.AsyncClient, path: str
+) -> None:
+    openai = path.endswith("completions")
+    make = openai_body if openai else anthropic_body
+    server.set_context_window(500)
+    server.enqueue({"text": "kept for the request that fits"})
+    long = make("x" * 4000, max_tokens=16)
+    resp = await client.post(path, json=long)
+    assert resp.status_code == 400
+    error = resp.json()
+    # The server's count: a quarter of the JSON of messages, tools (and system).
+    used = (len(json.dumps(long["messages"])) + len("[]") + (0 if openai else len('""'))) // 4
+    if openai:
+        assert error["error"]["code"] == "context_length_exceeded"
+        assert error["error"]["type"] == "invalid_request_error"
+        assert "maximum context length is 500 tokens" in error["error"]["message"]
+        assert f"({used} in the messages, 16 in the completion)" in error["error"]["message"]
+    else:
+        assert error["type"] == "error"
+        assert error["error"] == {
+            "type": "invalid_request_error",
+            "message": f"prompt is too long: {used} tokens > 500 maximum",
+        }
+    # Nothing scripted was used up by the refused request.
+    resp = await client.post(path, json=make("short", max_tokens=16))
+    assert resp.status_code == 200 and "kept for the request" in resp.text
+    fault = next(e for e in server.log if e["type"] == "fault")
+    assert (fault["kind"], fault["status"], fault["window"]) == ("overflow", 400, 500)
+    assert server.requests()[0]["replySource"] == "overflow"
+
+
+@pytest.mark.asyncio
+async def test_openai_counts_the_completion_room_against_the_window(
+    server: ModelServer, client: httpx.AsyncClient
+) -> None:
+    server.set_context_window(500)
+    resp = await client.post("/v1/chat/completions", json=openai_body("hi", max_tokens=495))
+    assert resp.status_code == 400
+    resp = await client.post("/v1/chat/completions", json=openai_body("hi", max_tokens=400))
+    assert resp.status_code == 200
+    # Anthropic, when input and max_tokens together are over the window:
+    resp = await client.post("/v1/messages", json=anthropic_body("hi", max_tokens=495))
+    assert resp.status_code == 400
+    assert "input length and `max_tokens` exceed context limit" in resp.text
+
+
+@pytest.mark.asyncio
+async def test_the_window_is_reported_by_the_model_list_and_set_over_http(
+    server: ModelServer, client: httpx.AsyncClient
+) -> None:
+    resp = await client.post("/_agentd/context_window", json={"tokens": 8192})
+    assert resp.status_code == 200
+    models = (await client.get("/v1/models")).json()["data"]
+    assert all(m["context_length"] == m["max_model_len"] == 8192 for m in models)
+    resp = await client.post("/_agentd/context_window", json={"tokens": 0})
+    assert resp.status_code == 400
+    await client.post("/_agentd/context_window", json={"tokens": None})
+    assert "context_length" not in (await client.get("/v1/models")).json()["data"][0]
+
+
+@pytest.mark.asyncio
+async def test_compact_requests_get_the_stand_in_summary(
+    server: ModelServer, client: httpx.AsyncClient
+) -> None:
+    text = (
+        "<previous-summary>\n1. Never deploy on Fridays.\n</previous-summary>\n\n<conversation>\n"
+        "<turn>\n<user>Hello there. Always use tabs in Makefiles.\nThe build takes long."
+        "</user>\n<assistant>Fine.</assistant>\n"
+        '<tool-call name="read_file">{"path": "Makefile"}</tool-call>\n'
+        '<tool-result name="run_command" error="true">make: *** [all] Error 2\nmore'
+        "</tool-result>\n</turn>\n</conversation>\n\nCall record_summary now."
+    )
+    body = openai_body(
+        text,
+        tools=[{"type": "function", "function": {"name": "record_summary", "parameters": {}}}],
+        tool_choice={"type": "function", "function": {"name": "record_summary"}},
+    )
+    resp = await client.post(
+        "/v1/chat/completions", json=body, headers={"x-agentd-purpose": "compact"}
+    )
+    call = resp.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "record_summary"
+    args = json.loads(call["arguments"])
+    # Only the new conversation's constraints, verbatim; the previous ones are the daemon's.
+    assert args["constraints"] == ["Always use tabs in Makefiles."]
+    assert args["files"] == ["Makefile (read_file)"]
+    assert args["errors"] == ["run_command: make: *** [all] Error 2"]
+    assert args["revoked"] == []
+    assert server.requests("compact")[0]["replySource"] == "standin"
+    # A main request forcing a tool still gets the plain default.
+    resp = await client.post("/v1/chat/completions", json=body)
+    assert (
+        json.loads(resp.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
+        == {}
+    )

@@ -35,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
         "--script", type=Path, help="a JSON list of {purpose?, reply} to enqueue at start"
     )
     parser.add_argument(
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="refuse requests over this many input tokens, as the real APIs do",
+    )
+    parser.add_argument(
         "--hold-headers",
         action="store_true",
         help="send a stream's headers only with its first chunk, as some servers do",
@@ -95,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     """`agentd model-server`: print {"url", "port"} on one line, serve until SIGINT/SIGTERM."""
     args = _parser().parse_args(argv)
     try:
-        server = ModelServer(args.host, args.port, args.log, hold_headers=args.hold_headers)
+        server = ModelServer(
+            args.host,
+            args.port,
+            args.log,
+            hold_headers=args.hold_headers,
+            context_window=args.context_window,
+        )
         _configure(server, args.latency, args.script)
     except (ValueError, OSError) as exc:
         print(f"agentd model-server: {exc}", file=sys.stderr)

@@ -184,6 +184,13 @@ class RequestView:
     # Content of the tool result the conversation ends with, if it ends with one.
     tool_result: str | None
     input_chars: int
+    # The answer's room the request asked for (0: not given).
+    max_tokens: int = 0
+
+    @property
+    def input_tokens(self) -> int:
+        """The server's count of the request's input: a quarter of its JSON."""
+        return max(1, self.input_chars // 4)
 
 
 _REMINDER_RE = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -296,7 +303,12 @@ def _openai_view(body: JSONDict) -> RequestView:
         last_user_text=last_user,
         tool_result=tool_result,
         input_chars=len(json.dumps(messages)) + len(json.dumps(body.get("tools", []))),
+        max_tokens=_int(body.get("max_tokens") or body.get("max_completion_tokens")),
     )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _anthropic_view(body: JSONDict) -> RequestView:
@@ -332,6 +344,7 @@ def _anthropic_view(body: JSONDict) -> RequestView:
         input_chars=len(json.dumps(messages))
         + len(json.dumps(system))
         + len(json.dumps(body.get("tools", []))),
+        max_tokens=_int(body.get("max_tokens")),
     )
 
 
@@ -466,6 +479,6 @@ def resolve(
     else:
         out_chars = sum(map(len, text)) + sum(map(len, thinking))
         out_chars += sum(len(c.name) + len(c.arguments) for c in calls)
-        input_tokens = max(1, view.input_chars // 4)
+        input_tokens = view.input_tokens
         output_tokens = max(1, out_chars // 4)
     return Output(thinking, text, calls, stop, input_tokens, output_tokens)

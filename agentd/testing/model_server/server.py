@@ -10,14 +10,30 @@ code path a real provider uses. It speaks:
     POST /_agentd/rule           {"match", "reply", "purpose"?, "times"?}
     POST /_agentd/latency        {"purpose", "seconds"}
     POST /_agentd/default_arguments  {"tool", "arguments"}
+    POST /_agentd/context_window {"tokens": N or null}
     GET  /_agentd/log            every log entry, as a JSON array
     POST /_agentd/reset
 
+A context window (`context_window`, `--context-window`, the control
+endpoint; none by default) makes the server count each request's input
+tokens as a real API would (here: a quarter of the characters of its
+messages, system prompt and tools as JSON, the same count its `usage`
+reports) and refuse one that does not fit, before any reply is chosen, the
+way each API does: OpenAI-style 400 `context_length_exceeded` ("This
+model's maximum context length is W tokens. However, you requested T tokens
+(I in the messages, M in the completion)...", input plus `max_tokens` over
+the window), Anthropic-style 400 `invalid_request_error` ("prompt is too
+long: I tokens > W maximum", or "input length and `max_tokens` exceed
+context limit: I + M > W"). `/v1/models` then reports the window as
+`context_length` (OpenRouter's name) and `max_model_len` (vLLM's).
+
 Which reply answers a request of purpose P (header `X-Agentd-Purpose`,
 default `main`): the head of P's queue, else the first of P's rules whose
-`match` is a substring of the last user text, else `default_reply` (forced
-tool -> a call of it; a trailing tool result -> "Tool result received: ...";
-otherwise `!tool`/`!ttft`/`!delay`/`!chunks`/`!status` directives or an echo).
+`match` is a substring of the last user text, else, for a `compact` request
+that forces a tool, the stand-in summariser (`summarise.py`), else
+`default_reply` (forced tool -> a call of it; a trailing tool result ->
+"Tool result received: ..."; otherwise `!tool`/`!ttft`/`!delay`/`!chunks`/
+`!status` directives or an echo).
 Reply dicts are documented in `replies.parse_reply`'s keys:
 text, chunks, thinking, toolCalls, stopReason, ttft, chunkDelay, usage,
 status, retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
@@ -38,7 +54,8 @@ Log entries, in order (and as JSON lines in `log_path`):
     first_chunk  id, ts                 the first content chunk was sent
     complete     id, ts                 the whole response was sent
     disconnect   id, ts, chunksSent     the client left before the end
-    fault        id, ts, kind, ...      kind: status (with status), drop, stall, malformed
+    fault        id, ts, kind, ...      kind: status (with status), drop, stall, malformed,
+                                        overflow (with inputTokens, window)
     bad_request  ts, path, status, message
     reset        ts                     (file only: `reset()` empties the list)
 """
@@ -65,11 +82,13 @@ from agentd.testing.model_server.replies import (
     Output,
     Reply,
     RequestView,
+    ScriptedToolCall,
     default_reply,
     inspect_request,
     parse_reply,
     resolve,
 )
+from agentd.testing.model_server.summarise import standin_summary
 from agentd.testing.model_server.wire import (
     Frame,
     anthropic_body,
@@ -133,10 +152,13 @@ class ModelServer:
         log_path: str | Path | None = None,
         *,
         hold_headers: bool = False,
+        context_window: int | None = None,
     ) -> None:
         self.host = _loopback_host(host)
         self.port = port
         self.hold_headers = hold_headers
+        self.context_window: int | None = None
+        self.set_context_window(context_window)
         self.log: list[dict[str, Any]] = []
         self._log_path = Path(log_path) if log_path is not None else None
         self._log_file: IO[str] | None = None
@@ -235,6 +257,14 @@ class ModelServer:
             raise ValueError("arguments must be an object")
         self._default_args[tool_name] = dict(arguments)
 
+    def set_context_window(self, tokens: int | None) -> None:
+        """Refuse requests whose input does not fit `tokens` (None: no limit)."""
+        if tokens is not None and (
+            isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1
+        ):
+            raise ValueError("tokens must be a positive integer or null")
+        self.context_window = tokens
+
     def set_hold_headers(self, hold: bool) -> None:
         """Hold a stream's headers until its first chunk (True) or send them at once."""
         self.hold_headers = bool(hold)
@@ -259,6 +289,9 @@ class ModelServer:
                     if rule.times == 0:
                         self._rules.remove(rule)
                 return rule.reply, "rule"
+        if purpose == "compact" and view.forced_tool is not None:
+            arguments = standin_summary(view.last_user_text)
+            return Reply(tool_calls=(ScriptedToolCall(view.forced_tool, arguments),)), "standin"
         return default_reply(view), "default"
 
     # --- the log -------------------------------------------------------------------
@@ -367,7 +400,8 @@ class ModelServer:
         if path == "/v1/models":
             if method != "GET":
                 return await self._plain(conn, request, 405, {"error": "use GET"})
-            await conn.send(200, _json_bytes(models_body()), _JSON_HEADERS, keep_alive=keep)
+            body = _json_bytes(models_body(self.context_window))
+            await conn.send(200, body, _JSON_HEADERS, keep_alive=keep)
             return True
         if path.startswith("/_agentd/"):
             return await self._control(conn, request)
@@ -390,6 +424,7 @@ class ModelServer:
             "rule": self._control_rule,
             "latency": self._control_latency,
             "default_arguments": self._control_default_arguments,
+            "context_window": self._control_context_window,
             "reset": self._control_reset,
         }
         handler = handlers.get(name)
@@ -451,6 +486,10 @@ class ModelServer:
         self.set_default_arguments(tool, arguments)
         return {}
 
+    def _control_context_window(self, data: JSONDict) -> JSONDict:
+        self.set_context_window(data.get("tokens"))
+        return {}
+
     def _control_reset(self, data: JSONDict) -> JSONDict:
         self.reset()
         return {}
@@ -469,7 +508,13 @@ class ModelServer:
             await conn.send(400, body, _JSON_HEADERS, keep_alive=keep)
             return True
         purpose = request.headers.get("x-agentd-purpose", "").strip() or "main"
-        reply, source = self._choose(purpose, view)
+        overflow = self._overflow(api, view)
+        if overflow is not None:
+            # Refused before a reply is chosen, as a real API refuses it:
+            # nothing scripted is used up.
+            reply, source = overflow, "overflow"
+        else:
+            reply, source = self._choose(purpose, view)
         self._next_id += 1
         rid = self._next_id
         headers = {
@@ -493,7 +538,9 @@ class ModelServer:
         try:
             ttft = reply.ttft + self._latency.get(purpose, 0.0)
             if reply.status is not None:
-                return await self._fault_status(conn, request, api, reply, rid, ttft)
+                return await self._fault_status(
+                    conn, request, api, reply, rid, ttft, overflow=source == "overflow"
+                )
             out = resolve(reply, view, rid, self._default_args)
             if view.stream:
                 return await self._stream(conn, request, api, view, reply, out, progress, ttft)
@@ -505,6 +552,44 @@ class ModelServer:
         finally:
             await conn.unwatch()
 
+    def _overflow(self, api: Api, view: RequestView) -> Reply | None:
+        """The error reply for a request over the context window, else None."""
+        window = self.context_window
+        if window is None:
+            return None
+        used, room = view.input_tokens, view.max_tokens
+        if api == "openai":
+            if used + room <= window:
+                return None
+            message = (
+                f"This model's maximum context length is {window} tokens. However, you "
+                f"requested {used + room} tokens ({used} in the messages, {room} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
+            body: JSONDict = {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            }
+        else:
+            if used > window:
+                message = f"prompt is too long: {used} tokens > {window} maximum"
+            elif used + room > window:
+                message = (
+                    f"input length and `max_tokens` exceed context limit: {used} + {room} > "
+                    f"{window}, decrease input length or `max_tokens` and try again"
+                )
+            else:
+                return None
+            body = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": message},
+            }
+        return Reply(status=400, error_body=body)
+
     def _bad_request(self, path: str | None, status: int, message: str) -> None:
         entry = {"type": "bad_request", "ts": time.time(), "path": path}
         self._record({**entry, "status": status, "message": message})
@@ -513,7 +598,15 @@ class ModelServer:
         self._record({"type": "fault", "id": rid, "ts": time.time(), "kind": kind, **fields})
 
     async def _fault_status(
-        self, conn: Connection, request: Request, api: Api, reply: Reply, rid: int, ttft: float
+        self,
+        conn: Connection,
+        request: Request,
+        api: Api,
+        reply: Reply,
+        rid: int,
+        ttft: float,
+        *,
+        overflow: bool = False,
     ) -> bool:
         await conn.pause(ttft)
         status = reply.status
@@ -522,7 +615,10 @@ class ModelServer:
         if reply.retry_after is not None:
             headers["retry-after"] = reply.retry_after
         body = reply.error_body if reply.error_body is not None else error_body(api, status)
-        self._fault(rid, "status", status=status)
+        if overflow:
+            self._fault(rid, "overflow", status=status, window=self.context_window)
+        else:
+            self._fault(rid, "status", status=status)
         await conn.send(status, _json_bytes(body), headers, keep_alive=request.keep_alive)
         return True
 

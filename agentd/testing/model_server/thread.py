@@ -31,8 +31,11 @@ class ModelServerThread:
         log_path: str | Path | None = None,
         *,
         hold_headers: bool = False,
+        context_window: int | None = None,
     ) -> None:
-        self.server = ModelServer(host, port, log_path, hold_headers=hold_headers)
+        self.server = ModelServer(
+            host, port, log_path, hold_headers=hold_headers, context_window=context_window
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -133,6 +136,9 @@ class ModelServerThread:
 
     def set_hold_headers(self, hold: bool) -> None:
         self._call(lambda: self.server.set_hold_headers(hold))
+
+    def set_context_window(self, tokens: int | None) -> None:
+        self._call(lambda: self.server.set_context_window(tokens))
 
     def reset(self) -> None:
         self._call(self.server.reset)

@@ -346,8 +346,9 @@ def split_odd(data: bytes) -> list[bytes]:
     return pieces
 
 
-def models_body() -> JSONDict:
-    """A model list both OpenAI and Anthropic clients can read."""
+def models_body(context_window: int | None = None) -> JSONDict:
+    """A model list both OpenAI and Anthropic clients can read; with a
+    context window, each model reports it as OpenRouter and vLLM do."""
     created = 1_700_000_000
     data = [
         {
@@ -358,6 +359,11 @@ def models_body() -> JSONDict:
             "type": "model",
             "display_name": name,
             "created_at": "2023-11-14T22:13:20Z",
+            **(
+                {"context_length": context_window, "max_model_len": context_window}
+                if context_window
+                else {}
+            ),
         }
         for name in MODELS
     ]
