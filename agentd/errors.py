@@ -7,6 +7,7 @@
     │   └── SessionBusy              -32003 SESSION_BUSY (a prompt already runs on the session)
     ├── ModelError                   a model request failed; becomes stopReason "error"
     │   ├── ModelHTTPError           the endpoint answered with an error status
+    │   │   └── ContextOverflow      ... because the request does not fit the model's window
     │   ├── ModelTimeout             connect / idle / total time limit reached
     │   ├── ModelConnectionError     could not reach the endpoint
     │   └── ModelStreamInterrupted   the stream broke after output had started
@@ -95,6 +96,27 @@ class ModelError(AgentdError):
 
 class ModelHTTPError(ModelError):
     kind = "http_error"
+
+
+class ContextOverflow(ModelHTTPError):
+    """The request is longer than the model's context window (OpenAI
+    `context_length_exceeded`, Anthropic "prompt is too long", 413s). The
+    turn engine compacts the history and retries the step once. `limit` is
+    the window the provider named, when it did."""
+
+    kind = "context_overflow"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message, status=status, retryable=retryable, retry_after=retry_after)
+        self.limit = limit
 
 
 class ModelTimeout(ModelError):

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from agentd.messages import Message, ToolCall, ToolSpec
 
-Purpose = Literal["main", "recall", "extract"]
+Purpose = Literal["main", "recall", "extract", "compact"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
 
 
@@ -110,3 +110,14 @@ class ModelProvider(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ReportsContextWindow(Protocol):
+    """A provider that can ask its endpoint for a model's context window
+    (OpenAI-compatible servers that list `context_length` in `/models`)."""
+
+    async def context_window(self, model: str) -> int | None:
+        """The window in tokens, or None when the endpoint does not say.
+        Never raises for a failed or odd answer: the window is a hint."""
+        ...

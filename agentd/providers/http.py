@@ -42,6 +42,7 @@ import httpx
 
 from agentd import __version__
 from agentd.errors import (
+    ContextOverflow,
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
@@ -50,6 +51,7 @@ from agentd.errors import (
 )
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.config import ProviderConfig
+from agentd.providers.overflow import is_context_overflow, overflow_limit
 from agentd.providers.sse import SSEDecoder, SSEError, SSEEvent
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -59,6 +61,7 @@ BACKOFF_BASE = 0.5
 BACKOFF_CAP = 8.0
 RETRY_STATUSES = frozenset({408, 409, 429})
 ERROR_BODY_LIMIT = 64 * 1024
+MODELS_BODY_LIMIT = 8 * 1024 * 1024  # a model list (OpenRouter's is a few MB)
 DETAIL_LIMIT = 500  # characters of a provider's error message kept in ours
 
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
@@ -182,6 +185,18 @@ class ModelHTTP:
     def warm(self) -> None:
         """Build the client (and its SSL context) now; safe off the event loop."""
         self._get_client()
+
+    async def get_json(self, url: str, headers: Mapping[str, str], timeout: float) -> Any:
+        """GET a small JSON document (no retries); None on any failure."""
+        client = self._get_client()
+        try:
+            async with asyncio.timeout(timeout):
+                response = await client.get(url, headers={**headers, "Accept": "application/json"})
+                if not response.is_success or len(response.content) > MODELS_BODY_LIMIT:
+                    return None
+                return response.json()
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError, ValueError):
+            return None
 
     async def _sse(
         self,
@@ -345,9 +360,17 @@ def _status_error(
         return ModelHTTPError(
             f"{host} answered with JSON instead of an event stream{tail}", status=status
         )
+    head = f"{status} {httpx.codes.get_reason_phrase(status) or 'error'} from {host}"
+    raw = body.decode("utf-8", "replace")
+    if is_context_overflow(status, raw):
+        # Not a dead end: the turn engine compacts the history and retries.
+        return ContextOverflow(
+            f"the conversation does not fit the model's context window ({head}{tail})",
+            status=status,
+            limit=overflow_limit(raw),
+        )
     retryable = status in RETRY_STATUSES or status >= 500
     retry_after = parse_retry_after(response.headers.get("retry-after"))
-    head = f"{status} {httpx.codes.get_reason_phrase(status) or 'error'} from {host}"
     if retryable and retry_after is not None and retry_after > config.max_retry_after:
         who = f"rate limited by {host}" if status == 429 else head
         return ModelHTTPError(
@@ -438,9 +461,11 @@ def rebuild(
     text = err.message if message is None else message
     if note:
         text = f"{text} ({note})"
-    return (cls or type(err))(
-        text, status=err.status, retryable=err.retryable, retry_after=err.retry_after
-    )
+    kind = cls or type(err)
+    if issubclass(kind, ContextOverflow):
+        limit = err.limit if isinstance(err, ContextOverflow) else None
+        return kind(text, status=err.status, limit=limit)
+    return kind(text, status=err.status, retryable=err.retryable, retry_after=err.retry_after)
 
 
 def host_of(url: str) -> str:

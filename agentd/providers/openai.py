@@ -62,6 +62,52 @@ class OpenAIProvider(HTTPProvider):
             parser=ChatStreamParser(self._http),
         )
 
+    async def context_window(self, model: str) -> int | None:
+        """The model's context length as `/models` reports it (vLLM, OpenRouter,
+        LM Studio, llama.cpp do; OpenAI and Ollama do not)."""
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        url = f"{self.config.effective_base_url()}/models"
+        data = await self._http.get_json(url, headers, timeout=MODELS_TIMEOUT)
+        return context_length_of(data, model or self.config.model)
+
+
+# --- the model list -------------------------------------------------------------
+
+MODELS_TIMEOUT = 10.0
+# Where OpenAI-compatible servers put a model's window in their `/models` entries.
+_LENGTH_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
+
+
+def context_length_of(data: Any, model: str) -> int | None:
+    """A model's context window from a `/models` answer, or None.
+
+    Reads `context_length` (OpenRouter, and agentd's model server),
+    `max_model_len` (vLLM), `context_window`, `max_context_length` (LM
+    Studio), `top_provider.context_length` (OpenRouter) and `meta.n_ctx`
+    or `meta.n_ctx_train` (llama.cpp). The entry whose `id` is `model`
+    wins; without one, a server whose models all report the same window
+    (a single-model server under another name) is taken at its word.
+    """
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return _entry_length(entry)
+    lengths = {_entry_length(e) for e in entries if isinstance(e, dict)}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def _entry_length(entry: dict[str, Any]) -> int | None:
+    for place in (entry, entry.get("top_provider"), entry.get("meta")):
+        if not isinstance(place, dict):
+            continue
+        for key in (*_LENGTH_KEYS, "n_ctx", "n_ctx_train"):
+            value = place.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
 
 # --- request ----------------------------------------------------------------
 
