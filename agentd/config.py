@@ -79,6 +79,23 @@ class ModelEntry(_Model):
     supports_images: bool | None = None
 
 
+class CompactionSettings(_Model):
+    """Keeping a long session inside the model's context window."""
+
+    enabled: bool = True
+    # Compact once the next request would take this share of the input budget
+    # (the window less the room kept for the answer).
+    threshold: float = Field(default=0.8, ge=0.1, le=0.95)
+    # The newest part of the history kept verbatim: this share of the budget
+    # (never less than the current prompt and its tool steps).
+    keep_recent: float = Field(default=0.3, ge=0.05, le=0.7)
+    # Tool results of the newest steps are never cleared (as long as they
+    # take at most half the budget).
+    keep_tool_results: int = Field(default=3, ge=1)
+    # The longest summary the summariser may write.
+    summary_max_tokens: int = Field(default=4096, ge=256)
+
+
 class Settings(_Model):
     provider: Literal["openai", "anthropic"] = "openai"
     base_url: str = ""
@@ -97,6 +114,11 @@ class Settings(_Model):
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
     tools: ToolSettings = ToolSettings()
+    # The main model's context window in tokens: one number, or a table
+    # {model name: tokens}; 0 (or a model missing from the table) means
+    # "ask the endpoint's /models, else the model family's default".
+    context_window: int | dict[str, int] = 0
+    compaction: CompactionSettings = CompactionSettings()
     log_level: str = "info"
     problems: tuple[str, ...] = ()
 
@@ -126,6 +148,13 @@ class Settings(_Model):
     def takes_images(self, model: str) -> bool:
         return dict(self.model_choices()).get(model, False)
 
+    def context_window_for(self, model: str) -> int:
+        """The configured window of `model` in tokens, 0 when not configured."""
+        value = self.context_window
+        if isinstance(value, dict):
+            return max(0, int(value.get(model, 0)))
+        return max(0, value)
+
     def provider_config(self) -> ProviderConfig:
         model = self.effective_model()
         return ProviderConfig(
@@ -148,6 +177,7 @@ ENV_FIELDS = {
     "AGENTD_API_KEY": "apiKey",
     "AGENTD_MODEL": "model",
     "AGENTD_FAST_MODEL": "fastModel",
+    "AGENTD_CONTEXT_WINDOW": "contextWindow",
     "AGENTD_LOG_LEVEL": "logLevel",
 }
 
@@ -173,9 +203,19 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Tables whose keys are names (of models), not settings: kept as written.
+_NAME_TABLES = frozenset({"contextWindow"})
+
+
 def _normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
     # The config file may use snake_case (TOML habit); the model's aliases are camelCase.
-    return {to_camel(k): _normalise_keys(v) if isinstance(v, dict) else v for k, v in data.items()}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = to_camel(key)
+        if isinstance(value, dict) and name not in _NAME_TABLES:
+            value = _normalise_keys(value)
+        out[name] = value
+    return out
 
 
 def load_settings(

@@ -74,6 +74,11 @@ class UsageReport:
     input_tokens: int
     output_tokens: int
     session_total_tokens: int
+    # The context meter: the tokens the conversation now takes in the model's
+    # context window (what the next request starts from) and that window;
+    # 0 when unknown (a usage note written before the meter existed).
+    context_tokens: int = 0
+    context_window: int = 0
 
 
 @dataclass(slots=True)
@@ -122,6 +127,32 @@ class PromptEnded:
     error: dict[str, Any] | None = None
 
 
+CompactionStatus = Literal["started", "done", "failed", "cancelled"]
+# Why a compaction ran: the history passed the threshold (between turns or at
+# a request), the next request would not fit the window, the provider said it
+# did not fit, or the user asked for it.
+CompactionTrigger = Literal["threshold", "window", "overflow", "manual"]
+
+
+@dataclass(slots=True)
+class CompactionReport:
+    """A compaction of a session's history: `started` when a prompt (or the
+    user) waits for one, then `done`, `failed` or `cancelled`. A `done` one
+    is kept as a note: a replay shows it as the divider where it happened."""
+
+    status: CompactionStatus
+    trigger: CompactionTrigger
+    tokens_before: int = 0
+    tokens_after: int = 0
+    # Old tool results replaced by a one-line stub, and messages summarised.
+    cleared: int = 0
+    summarized: int = 0
+    # The summary that replaced the older messages (None: only output cleared).
+    summary: str | None = None
+    # Why it failed, in words for the chat panel.
+    message: str | None = None
+
+
 Update = (
     MessageChunk
     | ThoughtChunk
@@ -134,8 +165,9 @@ Update = (
     | UserMessage
     | UserImage
     | PromptEnded
+    | CompactionReport
 )
 # Updates a session keeps beside its history (in the transcript as "note"
 # lines), so that a replay shows what the live view showed.
-Note = MemoryDelivered | UsageReport | PlanUpdated | PromptEnded
+Note = MemoryDelivered | UsageReport | PlanUpdated | PromptEnded | CompactionReport
 Emit = Callable[[Update], None]

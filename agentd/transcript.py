@@ -7,6 +7,8 @@ One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
     {"type": "reset", "offset": n, "ts"}                                 agent/resetSession
     {"type": "note", "ts", "note": {"kind", ...}}                        what the view showed
     {"type": "config", "ts", "mode"?, "model"?}                          the session's settings
+    {"type": "compaction", "offset": n, "ts", "split", "summary",        the history was compacted
+     "summaryText", "cleared", "note"}
 
 A note is something the editor was shown beside the messages and that a
 replay must show again: a memory delivery, a model step's token usage, the
@@ -29,6 +31,14 @@ title changes, so that listing a thousand sessions reads a thousand small
 files instead of every transcript (`SessionCatalog`, which also caches by
 file status). A transcript without one (older, or its write failed) is read
 whole instead.
+
+A compaction record says how the model's view of the history changed at
+that point (`apply_compaction`): the first `split` messages since the last
+reset or compaction were replaced by one summary message (`summaryText`, and
+`summary`, the structured summary the next compaction builds on), and the
+output of the tool calls in `cleared` by a stub. The message lines stay as
+they were: extraction reads every turn, summarised or not. `note` is the
+compaction's report, which a replay shows as the divider.
 
 `offset` counts message lines from the start of the file and never goes
 back, resets included: it is the coordinate the extraction cursor
@@ -57,9 +67,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from agentd.events import MemoryDelivered, Note, PlanEntry, PlanUpdated, PromptEnded, UsageReport
+from agentd.events import (
+    CompactionReport,
+    MemoryDelivered,
+    Note,
+    PlanEntry,
+    PlanUpdated,
+    PromptEnded,
+    UsageReport,
+)
 from agentd.layout import agentd_home, project_slug
-from agentd.messages import ImagePart, Message, TextPart, message_from_json, message_to_json
+from agentd.messages import (
+    ImagePart,
+    Message,
+    Part,
+    ReminderPart,
+    TextPart,
+    ToolResultPart,
+    message_from_json,
+    message_to_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +121,12 @@ class LoadedTranscript:
     # The last mode and model chosen (config lines; a reset keeps them).
     mode: str | None = None
     model: str | None = None
+    # Prompts since the last reset, and the first one's first line: both count
+    # the summarised turns too (the compacted `history` no longer holds them).
+    turns: int = 0
+    title: str = "(empty session)"  # EMPTY_TITLE, defined below
+    # The structured summary of the last compaction (None: none yet).
+    summary: dict[str, Any] | None = None
 
 
 EMPTY_TITLE = "(empty session)"
@@ -107,6 +140,90 @@ def images_dir(path: Path) -> Path:
 
 def meta_path(path: Path) -> Path:
     return path.with_suffix(".meta.json")
+
+
+# The `ReminderPart.source` of the message that holds a compaction's summary.
+SUMMARY_SOURCE = "compaction"
+
+
+@dataclass
+class CompactionRecord:
+    """How a compaction changed the model's view of the history."""
+
+    # history[:split] was replaced by the summary (0: nothing was summarised).
+    split: int
+    # The summary message's text and the structured summary behind it.
+    summary_text: str | None
+    summary: dict[str, Any] | None
+    # Tool call id -> the stub that replaced its output.
+    cleared: dict[str, str]
+    report: CompactionReport
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "split": self.split,
+            "summary": self.summary,
+            "summaryText": self.summary_text,
+            "cleared": self.cleared,
+            "note": note_to_json(self.report),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CompactionRecord:
+        """Raises KeyError, ValueError or TypeError for a record it cannot read."""
+        report = note_from_json(data["note"])
+        if not isinstance(report, CompactionReport):
+            raise ValueError("a compaction record's note must be a compaction")
+        text = data.get("summaryText")
+        summary = data.get("summary")
+        cleared = data.get("cleared") or {}
+        if not isinstance(cleared, dict):
+            raise TypeError("cleared must be an object")
+        return cls(
+            split=int(data["split"]),
+            summary_text=str(text) if text is not None else None,
+            summary=summary if isinstance(summary, dict) else None,
+            cleared={str(k): str(v) for k, v in cleared.items()},
+            report=report,
+        )
+
+
+def summary_message(text: str) -> Message:
+    return Message("user", [ReminderPart(text, source=SUMMARY_SOURCE)])
+
+
+def apply_compaction(
+    history: list[Message], notes: list[tuple[int, Note]], record: CompactionRecord
+) -> tuple[list[Message], list[tuple[int, Note]]]:
+    """The history and notes after `record`: the one function both a live
+    session and a reload use, so a restored session is the compacted one.
+
+    The summary message replaces `history[:split]`; the notes of the
+    summarised turns go with them (a note at index `split` closed the last
+    summarised prompt). The report becomes the divider: first when a summary
+    replaced the start, else where the compaction happened (the end).
+    """
+    split = max(0, min(record.split, len(history)))
+    head = [summary_message(record.summary_text)] if record.summary_text is not None else []
+    tail = [_cleared(m, record.cleared) for m in history[split:]]
+    shift = len(head) - split
+    kept = [(i + shift, n) for i, n in notes if split == 0 or i > split]
+    new = head + tail
+    divider = (0, record.report) if head else (len(new), record.report)
+    return new, [divider, *kept] if head else [*kept, divider]
+
+
+def _cleared(message: Message, cleared: dict[str, str]) -> Message:
+    hit = any(isinstance(p, ToolResultPart) and p.tool_call_id in cleared for p in message.parts)
+    if not hit:
+        return message
+    parts: list[Part] = [
+        ToolResultPart(p.tool_call_id, cleared[p.tool_call_id], p.is_error)
+        if isinstance(p, ToolResultPart) and p.tool_call_id in cleared
+        else p
+        for p in message.parts
+    ]
+    return Message(message.role, parts, interrupted=message.interrupted)
 
 
 class TranscriptWriter:
@@ -231,6 +348,12 @@ class TranscriptWriter:
         except OSError as exc:
             log.info("cannot write %s: %s", target, exc)
 
+    def compaction(self, record: CompactionRecord) -> None:
+        self._open()
+        self._line(
+            {"type": "compaction", "offset": self.offset, "ts": time.time(), **record.to_json()}
+        )
+
     def sync(self) -> None:
         """Make what was written durable (end of a prompt)."""
         if self._file is not None:
@@ -309,15 +432,39 @@ def note_to_json(note: Note) -> dict[str, Any]:
             ],
         }
     if isinstance(note, UsageReport):
-        return {
+        usage: dict[str, Any] = {
             "kind": "usage",
             "inputTokens": note.input_tokens,
             "outputTokens": note.output_tokens,
             "sessionTotalTokens": note.session_total_tokens,
         }
+        if note.context_window:
+            usage["contextTokens"] = note.context_tokens
+            usage["contextWindow"] = note.context_window
+        return usage
+    if isinstance(note, CompactionReport):
+        return compaction_to_json(note)
     out: dict[str, Any] = {"kind": "prompt_end", "stopReason": note.stop_reason}
     if note.error is not None:
         out["error"] = note.error
+    return out
+
+
+def compaction_to_json(report: CompactionReport) -> dict[str, Any]:
+    """A compaction report as the wire and the transcript both write it."""
+    out: dict[str, Any] = {
+        "kind": "compaction",
+        "status": report.status,
+        "trigger": report.trigger,
+        "tokensBefore": report.tokens_before,
+        "tokensAfter": report.tokens_after,
+        "cleared": report.cleared,
+        "summarized": report.summarized,
+    }
+    if report.summary is not None:
+        out["summary"] = report.summary
+    if report.message is not None:
+        out["message"] = report.message
     return out
 
 
@@ -331,7 +478,28 @@ def note_from_json(data: dict[str, Any]) -> Note:
         return MemoryDelivered(point, str(data["tier"]), [str(d) for d in data["docs"]])
     if kind == "usage":
         return UsageReport(
-            int(data["inputTokens"]), int(data["outputTokens"]), int(data["sessionTotalTokens"])
+            int(data["inputTokens"]),
+            int(data["outputTokens"]),
+            int(data["sessionTotalTokens"]),
+            int(data.get("contextTokens", 0)),
+            int(data.get("contextWindow", 0)),
+        )
+    if kind == "compaction":
+        status, trigger = data["status"], data["trigger"]
+        if status not in ("started", "done", "failed", "cancelled"):
+            raise ValueError(f"unknown compaction status {status!r}")
+        if trigger not in ("threshold", "window", "overflow", "manual"):
+            raise ValueError(f"unknown compaction trigger {trigger!r}")
+        summary, message = data.get("summary"), data.get("message")
+        return CompactionReport(
+            status,
+            trigger,
+            int(data.get("tokensBefore", 0)),
+            int(data.get("tokensAfter", 0)),
+            int(data.get("cleared", 0)),
+            int(data.get("summarized", 0)),
+            str(summary) if summary is not None else None,
+            str(message) if message is not None else None,
         )
     if kind == "prompt_end":
         error = data.get("error")
@@ -362,21 +530,41 @@ def load(path: Path, images: bool = True) -> LoadedTranscript | None:
     tokens = 0
     start = 0
     total = 0
+    turns = 0
+    title = ""
+    summary: dict[str, Any] | None = None
     for record in records[1:]:
         kind = record.get("type")
         if kind == "message":
             try:
-                history.append(message_from_json(record["message"]))
+                message = message_from_json(record["message"])
             except (KeyError, ValueError, TypeError):
                 log.warning("skipping an unreadable message in %s", path)
                 continue
+            history.append(message)
             total = int(record.get("offset", total)) + 1
+            if message.role == "user" and message.text:
+                turns += 1
+            if not title and message.role == "user":
+                first = title_of([message])
+                title = "" if first == EMPTY_TITLE else first
         elif kind == "reset":
             history = []
             notes = []
             plan = []
             tokens = 0
+            turns = 0
+            title = ""
+            summary = None
             start = int(record.get("offset", total))
+        elif kind == "compaction":
+            try:
+                compaction = CompactionRecord.from_json(record)
+            except (KeyError, ValueError, TypeError):
+                log.warning("skipping an unreadable compaction record in %s", path)
+                continue
+            history, notes = apply_compaction(history, notes, compaction)
+            summary = compaction.summary if compaction.summary_text is not None else summary
         elif kind == "note":
             try:
                 note = note_from_json(record["note"])
@@ -403,6 +591,9 @@ def load(path: Path, images: bool = True) -> LoadedTranscript | None:
         list(plan),
         _str_or_none(config.get("mode")),
         _str_or_none(config.get("model")),
+        turns,
+        title or EMPTY_TITLE,
+        summary,
     )
 
 
@@ -628,6 +819,6 @@ def _info_from_transcript(path: Path) -> TranscriptInfo | None:
     loaded = load(path, images=False)
     if loaded is None:
         return None
-    # The title is that of the history since the last reset: a reset
-    # session is a new conversation, as it is for the model.
-    return TranscriptInfo(loaded.session_id, loaded.workspace_root, title_of(loaded.history), 0.0)
+    # The title is that of the conversation since the last reset (a reset
+    # session is a new one, as it is for the model), summarised turns included.
+    return TranscriptInfo(loaded.session_id, loaded.workspace_root, loaded.title, 0.0)

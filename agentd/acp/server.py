@@ -63,7 +63,12 @@ ACP_VERSION = 1
 DRAIN_TIMEOUT = 5.0
 SHUTDOWN_TIMEOUT = 10.0
 
-NOTIFICATIONS_SENT = ["_agentd/memory", "_agentd/memory/changed"]
+NOTIFICATIONS_SENT = [
+    "_agentd/memory",
+    "_agentd/memory/changed",
+    "_agentd/usage",
+    "_agentd/compaction",
+]
 # `agentCapabilities.sessionCapabilities` entries, each advertised when its
 # `session/<name>` method is in the handler table.
 SESSION_CAPABILITIES = ("list", "resume", "close")

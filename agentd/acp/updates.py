@@ -20,7 +20,8 @@ against the published ACP JSON Schema.
 | PlanUpdated                 | `session/update` `plan` (the whole plan)                       |
 | ModeChanged                 | `session/update` `current_mode_update`                         |
 | UserImage (replay)          | `session/update` `user_message_chunk`, image content           |
-| UsageReport                 | nothing (summed into the prompt result's `_meta.agentd.usage`) |
+| UsageReport                 | `_agentd/usage` notification (extension; with the context meter) |
+| CompactionReport            | `_agentd/compaction` notification (extension)                  |
 | PromptEnded (replay)        | nothing (ACP shows no stop reason in a loaded session)         |
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from agentd.agent.tools import call_locations
 from agentd.events import (
+    CompactionReport,
     Location,
     MemoryDelivered,
     MessageChunk,
@@ -46,9 +48,12 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
+from agentd.transcript import compaction_to_json
 
 SESSION_UPDATE = "session/update"
 MEMORY_NOTIFICATION = "_agentd/memory"
+USAGE_NOTIFICATION = "_agentd/usage"
+COMPACTION_NOTIFICATION = "_agentd/compaction"
 
 TOOL_KINDS = {
     "read_file": "read",
@@ -174,7 +179,22 @@ def to_acp(
             "tier": update.tier,
             "docs": list(update.docs),
         }
-    if isinstance(update, UsageReport | PromptEnded):
+    if isinstance(update, UsageReport):
+        usage: dict[str, Any] = {
+            "sessionId": session_id,
+            "inputTokens": update.input_tokens,
+            "outputTokens": update.output_tokens,
+            "sessionTotalTokens": update.session_total_tokens,
+        }
+        if update.context_window:
+            usage["contextTokens"] = update.context_tokens
+            usage["contextWindow"] = update.context_window
+        return USAGE_NOTIFICATION, usage
+    if isinstance(update, CompactionReport):
+        body = compaction_to_json(update)
+        del body["kind"]
+        return COMPACTION_NOTIFICATION, {"sessionId": session_id, **body}
+    if isinstance(update, PromptEnded):
         return None
     raise TypeError(f"unknown update {update!r}")
 

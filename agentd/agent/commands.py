@@ -7,7 +7,7 @@ LSP clients from `agent/listCommands`; both are built from `COMMANDS`.
 
 | command    | what it does                                                        |
 | ---------- | ------------------------------------------------------------------- |
-| `/compact` | compacts the conversation (the core's `compact`, issue 15's seam)    |
+| `/compact` | compacts the conversation (the core's compaction, as `agent/compact`) |
 | `/init`    | a prompt: the model reads the project and writes `AGENTS.md`        |
 | `/memory`  | shows what the project's memory holds and where (no model request)  |
 | `/reset`   | clears the conversation, as `agent/resetSession` does               |

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from agentd.agent import commands
+from agentd.agent.compaction import CompactionOptions, Compactor, compaction_line, kept_memory
+from agentd.agent.context import ContextWindow
 from agentd.agent.hooks import MemoryHooks, NoMemory
 from agentd.agent.modes import MODES
 from agentd.agent.plan import UPDATE_PLAN
@@ -20,6 +22,7 @@ from agentd.agent.session import ClientToolRunner, Session
 from agentd.agent.tools import ToolConfig, call_locations
 from agentd.agent.turn import (
     CANCELLED_RESULT,
+    MAX_OUTPUT_TOKENS,
     PromptOutcome,
     TurnContext,
     TurnLimits,
@@ -29,6 +32,7 @@ from agentd.agent.turn import (
 from agentd.config import Settings
 from agentd.errors import InvalidParams, SessionBusy, SessionNotFound
 from agentd.events import (
+    CompactionReport,
     Emit,
     MemoryDelivered,
     MessageChunk,
@@ -56,12 +60,12 @@ from agentd.providers.base import ModelProvider, Usage
 from agentd.tasks import Supervisor
 from agentd.transcript import (
     EMPTY_TITLE,
+    CompactionRecord,
     SessionCatalog,
     TranscriptInfo,
     TranscriptWriter,
     load,
     sessions_dir,
-    title_of,
 )
 
 log = logging.getLogger(__name__)
@@ -88,6 +92,20 @@ class AgentCore:
         # Transcript offset at which each running prompt began.
         self._prompt_starts: dict[str, int] = {}
         self.catalog = SessionCatalog(home)
+        model = settings.effective_model()
+        self.window = ContextWindow(model, settings.context_window_for(model))
+        c = settings.compaction
+        self.compactor = Compactor(
+            provider,
+            supervisor,
+            self.window,
+            options=CompactionOptions(
+                c.enabled, c.threshold, c.keep_recent, c.keep_tool_results, c.summary_max_tokens
+            ),
+            fast_model=settings.provider_config().fast_model,
+            max_output=MAX_OUTPUT_TOKENS,
+            commit=self._commit_compaction,
+        )
 
     # --- sessions ------------------------------------------------------------
 
@@ -150,6 +168,8 @@ class AgentCore:
             if loaded is None:
                 raise SessionNotFound(f"no stored session with id {session_id!r}")
             session = Session(loaded.session_id, loaded.workspace_root, client_tools)
+            # The compacted state, when the session was compacted: the
+            # summary, then the verbatim tail.
             session.history = loaded.history
             session.notes = loaded.notes
             session.plan = loaded.plan
@@ -157,12 +177,14 @@ class AgentCore:
                 session.mode = loaded.mode
             if loaded.model is not None and self.knows_model(loaded.model):
                 session.model = loaded.model
-            session.turns = sum(1 for m in loaded.history if m.role == "user" and m.text)
+            # Both count the summarised turns too (the compacted history no
+            # longer holds them).
+            session.turns = loaded.turns
             # The session's token count goes on where it was (the limit too).
             session.tokens_used = loaded.tokens_used
-            title = title_of(loaded.history)
-            session.title = "" if title == EMPTY_TITLE else title
+            session.title = "" if loaded.title == EMPTY_TITLE else loaded.title
             self._track(session, offset=loaded.total)
+            self.compactor.restore(session, loaded.summary)
         client_names = {s.name for s in client_tools.specs}
         for update in replay(session.history, client_names, session.notes, session.workspace_root):
             emit(update)
@@ -226,6 +248,7 @@ class AgentCore:
         session = self.get(session_id)
         await self._stop_running(session)
         self.memory.session_reset(session)
+        self.compactor.forget(session)
         writer = self.writers.get(session_id)
         if writer is not None:
             writer.reset()
@@ -240,6 +263,7 @@ class AgentCore:
         session = self.get(session_id)
         await self._stop_running(session)
         self.memory.session_closed(session)
+        self.compactor.forget(session, closed=True)
         session.closed = True
         del self.sessions[session_id]
         writer = self.writers.pop(session_id, None)
@@ -329,17 +353,73 @@ class AgentCore:
         elif command.name == commands.MEMORY:
             emit(MessageChunk(await self.memory.describe(session)))
         elif command.name == commands.COMPACT:
-            # The seam for compaction (issue 15): `AgentCore.compact(session_id,
-            # instructions)` once the core has it.
-            compact = getattr(self, "compact", None)
-            if compact is None:
-                emit(MessageChunk("Compaction is not available in this version of agentd."))
-            else:
-                await compact(session.id, command.args or None)
+            # The same compaction as `agent/compact` (`compact`), in this
+            # prompt's task: cancelling the prompt cancels the summariser.
+            report = await self._compact_now(session, command.args or None, emit)
+            emit(MessageChunk(compaction_line(report)))
         return PromptOutcome("end_turn")
 
     def commands(self) -> list[commands.CommandInfo]:
         return list(commands.COMMANDS.values())
+
+    async def compact(
+        self, session_id: str, instructions: str | None, emit: Emit
+    ) -> CompactionReport:
+        """Compact the session's history now (`agent/compact`, ACP `/compact`).
+
+        Runs in the calling task like a prompt, so that cancelling it (or
+        `agent/cancel`) cancels the summariser; refused with `SessionBusy`
+        while a prompt runs. A failure or a cancel leaves the history as it
+        was; the report says what happened.
+        """
+        session = self.get(session_id)
+        if session.running is not None and not session.running.done():
+            raise SessionBusy(f"session {session_id} is already running a prompt")
+        session.running = asyncio.current_task()
+        closed = False
+
+        def guarded(update: Update) -> None:
+            if not closed:
+                emit(update)
+
+        try:
+            return await self._compact_now(session, instructions, guarded)
+        finally:
+            closed = True
+            session.running = None
+
+    async def _compact_now(
+        self, session: Session, instructions: str | None, emit: Emit
+    ) -> CompactionReport:
+        """Compaction in the calling task, which owns the session (a prompt's
+        or `compact`'s); the transcript is made durable after it."""
+        try:
+            return await self.compactor.compact(session, instructions, emit)
+        finally:
+            writer = self.writers.get(session.id)
+            if writer is not None:
+                self.supervisor.spawn(_sync(writer), name=f"transcript-sync-{session.id[:8]}")
+
+    def _commit_compaction(
+        self,
+        session: Session,
+        record: CompactionRecord,
+        history: list[Message],
+        notes: list[tuple[int, Note]],
+    ) -> None:
+        """A compaction changes the model's view: in place (a request being
+        built holds the list), in the transcript, and in memory's record of
+        what the model has seen."""
+        session.history[:] = history
+        session.notes[:] = notes
+        writer = self.writers.get(session.id)
+        if writer is not None:
+            try:
+                writer.compaction(record)
+            except OSError as exc:
+                log.warning("cannot write a compaction to the transcript %s: %s", writer.path, exc)
+        if record.summary_text is not None:
+            self.memory.history_compacted(session, kept_memory(notes))
 
     def cancel(self, session_id: str) -> bool:
         return self.get(session_id).cancel_running()
@@ -357,6 +437,8 @@ class AgentCore:
         session = self.sessions.get(session_id)
         if session is not None:
             self.memory.after_reply(session)
+            # Past the threshold, the summary starts now, between turns.
+            self.compactor.after_reply(session)
 
     def _turn_context(self, session: Session) -> TurnContext:
         lim = self.settings.limits
@@ -374,6 +456,7 @@ class AgentCore:
                 search_engine=self.settings.tools.search_engine,
                 search_timeout=self.settings.tools.search_timeout,
             ),
+            compactor=self.compactor,
         )
 
 

@@ -19,6 +19,9 @@ one bounded exception (`first_index`):
   background work (extraction) that must never delay the reply.
 - `describe`: what the project's memory holds and where, in words for the
   chat (the `/memory` command; not on a prompt's path).
+- `history_compacted`: older messages were summarised away, with the memory
+  reminders they carried; only `kept_docs` are still in the history, so the
+  others may be recalled again.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class MemoryHooks(Protocol):
     def session_closed(self, session: Session) -> None: ...
 
     def after_reply(self, session: Session) -> None: ...
+
+    def history_compacted(self, session: Session, kept_docs: set[str]) -> None: ...
 
     def system_context(self, session: Session) -> str:
         """Text appended to the system prompt (instruction files)."""
@@ -83,6 +88,9 @@ class NoMemory:
         return None
 
     def after_reply(self, session: Session) -> None:
+        return None
+
+    def history_compacted(self, session: Session, kept_docs: set[str]) -> None:
         return None
 
     def system_context(self, session: Session) -> str:

@@ -253,6 +253,13 @@ class MemoryRecall:
         if self.after_reply_hook is not None:
             self.after_reply_hook(session)
 
+    def history_compacted(self, session: Session, kept_docs: set[str]) -> None:
+        # The model no longer sees the notes that were summarised away: they
+        # may be delivered again when a later prompt recalls them.
+        state = self._sessions.get(session.id)
+        if state is not None:
+            state.surfaced &= kept_docs
+
     def system_context(self, session: Session) -> str:
         return self._instruction_files(session.workspace_root).render()
 

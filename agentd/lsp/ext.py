@@ -90,6 +90,8 @@ class InitializationOptions(WireModel):
     tools: dict[str, Any] | None = Field(
         default=None, description="searchEngine: auto | ripgrep | python; searchTimeout (s)"
     )
+    context_window: int | dict[str, int] | None = None
+    compaction: dict[str, Any] | None = None
 
 
 class AgentdCapabilities(WireModel):
@@ -233,6 +235,29 @@ class LoadSessionParams(WireModel):
     workspace_root: str | None = None
 
 
+class CompactParams(WireModel):
+    session_id: str
+    instructions: str | None = None
+
+
+CompactionStatus = Literal["started", "done", "failed", "cancelled"]
+CompactionTrigger = Literal["threshold", "window", "overflow", "manual"]
+
+
+class CompactResult(WireModel):
+    """`agent/compact`'s result: the final `compaction` update's fields."""
+
+    kind: Literal["compaction"]
+    status: CompactionStatus
+    trigger: CompactionTrigger
+    tokens_before: int
+    tokens_after: int
+    cleared: int
+    summarized: int
+    summary: str | None = None
+    message: str | None = None
+
+
 class MemoryDocOut(WireModel):
     path: str
     name: str
@@ -345,6 +370,21 @@ class UsageUpdate(WireModel):
     input_tokens: int
     output_tokens: int
     session_total_tokens: int
+    # The context meter; absent when the window is not known (old notes).
+    context_tokens: int | None = None
+    context_window: int | None = None
+
+
+class CompactionUpdate(WireModel):
+    kind: Literal["compaction"]
+    status: CompactionStatus
+    trigger: CompactionTrigger
+    tokens_before: int
+    tokens_after: int
+    cleared: int
+    summarized: int
+    summary: str | None = None
+    message: str | None = None
 
 
 class PlanUpdate(WireModel):
@@ -387,7 +427,8 @@ AgentUpdate = Annotated[
     | ModeUpdate
     | UserMessageUpdate
     | UserImageUpdate
-    | PromptEndUpdate,
+    | PromptEndUpdate
+    | CompactionUpdate,
     Field(discriminator="kind"),
 ]
 
@@ -415,6 +456,7 @@ REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
     "agent/setMode": (SetModeParams, SetModeResult),
     "agent/setModel": (SetModelParams, SetModelResult),
     "agent/listCommands": (ListCommandsParams, ListCommandsResult),
+    "agent/compact": (CompactParams, CompactResult),
     "memory/list": (WorkspaceParams, MemoryListResult),
     "memory/recall": (RecallParams, RecallResult),
     "memory/status": (WorkspaceParams, MemoryStatusResult),
@@ -442,6 +484,7 @@ UPDATE_KINDS = [
     "user_message",
     "user_image",
     "prompt_end",
+    "compaction",
 ]
 
 

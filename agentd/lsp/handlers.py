@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from agentd.app import App
     from agentd.events import Update
     from agentd.lsp.ext import (
+        CompactParams,
         Empty,
         ListCommandsParams,
         LoadSessionParams,
@@ -216,6 +217,19 @@ async def list_commands(ls: AgentdServer, app: App, p: ListCommandsParams) -> di
     return {"commands": commands}
 
 
+async def compact(ls: AgentdServer, app: App, p: CompactParams) -> dict[str, Any]:
+    from agentd.lsp.updates import update_to_wire
+
+    sid = p.session_id
+    notify = ls.agentd_protocol.notify
+
+    def emit(update: Update) -> None:
+        notify("agent/update", {"sessionId": sid, "update": update_to_wire(update)})
+
+    report = await app.core.compact(sid, p.instructions, emit)
+    return update_to_wire(report)
+
+
 async def cancel(ls: AgentdServer, app: App, p: SessionParams) -> None:
     app.core.cancel(p.session_id)
 
@@ -255,6 +269,7 @@ REQUESTS: dict[str, Handler] = {
     "agent/setMode": set_mode,
     "agent/setModel": set_model,
     "agent/listCommands": list_commands,
+    "agent/compact": compact,
     "memory/list": memory_list,
     "memory/recall": memory_recall,
     "memory/status": memory_status,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.events import (
+    CompactionReport,
     Location,
     MemoryDelivered,
     MessageChunk,
@@ -25,6 +26,7 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
+from agentd.transcript import compaction_to_json
 
 
 def locations_to_wire(locations: list[Location]) -> list[dict[str, Any]]:
@@ -67,12 +69,18 @@ def update_to_wire(update: Update) -> dict[str, Any]:
     if isinstance(update, MemoryDelivered):
         return {"kind": "memory", "point": update.point, "tier": update.tier, "docs": update.docs}
     if isinstance(update, UsageReport):
-        return {
+        usage: dict[str, Any] = {
             "kind": "usage",
             "inputTokens": update.input_tokens,
             "outputTokens": update.output_tokens,
             "sessionTotalTokens": update.session_total_tokens,
         }
+        if update.context_window:
+            usage["contextTokens"] = update.context_tokens
+            usage["contextWindow"] = update.context_window
+        return usage
+    if isinstance(update, CompactionReport):
+        return compaction_to_json(update)
     if isinstance(update, PlanUpdated):
         return {"kind": "plan", "entries": plan_to_wire(update.entries)}
     if isinstance(update, ModeChanged):

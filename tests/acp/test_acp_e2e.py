@@ -553,3 +553,38 @@ async def test_a_prompt_sent_the_instant_its_session_exists_gets_the_local_tier(
         (delivery,) = editor.notifications("_agentd/memory")
         assert delivery["params"]["docs"] == [str(folder / "note-000.md")]
     assert editor.schema_problems == []
+
+
+# --- compaction ------------------------------------------------------------------------------
+
+
+async def test_compact_command_calls_the_core_compaction(
+    daemon: Any, editor: EditorClient, model_server: ModelServer, workspace: Path
+) -> None:
+    await start(daemon)
+    sid = await new_session(daemon, workspace)
+    for n in range(3):
+        text = f"Turn {n}. Always keep the answer short. " + "filler " * 400
+        await daemon.prompt(session_id=sid, prompt=[text_block(text)])
+    result = await daemon.prompt(session_id=sid, prompt=[text_block("/compact keep the rules")])
+    assert result.stop_reason == "end_turn"
+    raw = last_response(editor, "session/prompt")["result"]["_meta"]["agentd"]
+    assert raw["stopReason"] == "end_turn"
+    (compact,) = model_server.requests("compact")
+    assert "keep the rules" in json.dumps(compact["body"])
+    # The context meter and the compaction ride in agentd's extension notifications.
+    statuses = [n["params"]["status"] for n in editor.notifications("_agentd/compaction")]
+    assert statuses == ["started", "done"]
+    done = editor.notifications("_agentd/compaction")[-1]
+    done["params"]["summary"] = "<summary>"
+    for key in ("tokensBefore", "tokensAfter"):
+        done["params"][key] = f"<{key}>"
+    check_golden("agentd_compaction", done)
+    usage = editor.notifications("_agentd/usage")[-1]["params"]
+    assert usage["contextWindow"] == 32_768 and usage["contextTokens"] > 0
+    # The chat shows a line, for clients that do not know the notification.
+    assert "Conversation compacted" in editor.text(sid)
+    await daemon.prompt(session_id=sid, prompt=[text_block("and now?")])
+    messages = main_requests(model_server)[-1]["body"]["messages"]
+    assert "was compacted" in messages[1]["content"]
+    assert "Turn 0." not in json.dumps(messages[2:])

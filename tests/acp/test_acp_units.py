@@ -14,6 +14,7 @@ from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
 from agentd.acp.tools import Refused, command_result, number_lines, replace_once
 from agentd.acp.updates import to_acp, tool_kind, tool_locations, tool_title
 from agentd.events import (
+    CompactionReport,
     MemoryDelivered,
     MessageChunk,
     ThoughtChunk,
@@ -139,12 +140,36 @@ def test_each_core_event_has_an_acp_shape_that_the_schema_accepts() -> None:
     assert kept["update"]["rawOutput"] == "Edited a.py"
 
 
-def test_memory_goes_to_the_extension_notification_and_usage_nowhere() -> None:
+def test_memory_usage_and_compaction_go_to_extension_notifications() -> None:
     assert to_acp("s1", MemoryDelivered("user_query", "local", ["/m/a.md"]), ROOT) == (
         "_agentd/memory",
         {"sessionId": "s1", "point": "user_query", "tier": "local", "docs": ["/m/a.md"]},
     )
-    assert to_acp("s1", UsageReport(1, 2, 3), ROOT) is None
+    assert to_acp("s1", UsageReport(1, 2, 3, 900, 32_000), ROOT) == (
+        "_agentd/usage",
+        {
+            "sessionId": "s1",
+            "inputTokens": 1,
+            "outputTokens": 2,
+            "sessionTotalTokens": 3,
+            "contextTokens": 900,
+            "contextWindow": 32_000,
+        },
+    )
+    done = CompactionReport("done", "manual", 900, 300, summarized=4, summary="S")
+    assert to_acp("s1", done, ROOT) == (
+        "_agentd/compaction",
+        {
+            "sessionId": "s1",
+            "status": "done",
+            "trigger": "manual",
+            "tokensBefore": 900,
+            "tokensAfter": 300,
+            "cleared": 0,
+            "summarized": 4,
+            "summary": "S",
+        },
+    )
 
 
 def test_tool_kinds_titles_and_locations() -> None:

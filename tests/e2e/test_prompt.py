@@ -460,7 +460,12 @@ async def test_replay_shows_what_the_live_view_showed_and_the_token_count_goes_o
             "inputTokens": 10,
             "outputTokens": 5,
             "sessionTotalTokens": 15,
+            # The context meter as it was: the provider's 10 input tokens and
+            # the answer, in a window the model's name does not tell (32k).
+            "contextTokens": replayed[3]["contextTokens"],
+            "contextWindow": 32_768,
         }
+        assert 10 < replayed[3]["contextTokens"] < 40
         assert replayed[4] == {"kind": "prompt_end", "stopReason": "end_turn"}
         assert replayed[-1] == {"kind": "prompt_end", "stopReason": "cancelled"}
         # The session total goes on from the restored session, not from zero.

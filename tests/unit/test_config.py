@@ -53,3 +53,34 @@ def test_api_key_is_never_in_repr(tmp_path: Path) -> None:
 def test_memory_off_from_env(tmp_path: Path) -> None:
     s = load_settings(None, env={"AGENTD_MEMORY": "off"}, config_file=tmp_path / "x")
     assert s.memory.enabled is False
+
+
+def test_context_window_and_compaction_settings(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    # A table by model name keeps the names as written (no camelCase).
+    cfg.write_text(
+        '[context_window]\n"qwen3_coder_local" = 65536\n"gpt-4o" = 100000\n'
+        "[compaction]\nthreshold = 0.7\nkeep_recent = 0.25\n"
+    )
+    s = load_settings({}, env={}, config_file=cfg)
+    assert s.context_window_for("qwen3_coder_local") == 65_536
+    assert s.context_window_for("gpt-4o") == 100_000
+    assert s.context_window_for("other") == 0
+    assert (s.compaction.threshold, s.compaction.keep_recent) == (0.7, 0.25)
+    # The environment's one number applies to the main model, whatever its name.
+    s = load_settings({}, env={"AGENTD_CONTEXT_WINDOW": "32768"}, config_file=cfg)
+    assert s.context_window_for("anything") == 32_768
+    s = load_settings(
+        {"contextWindow": 8192},
+        env={"AGENTD_CONTEXT_WINDOW": "32768"},
+        config_file=tmp_path / "none.toml",
+    )
+    assert s.context_window_for("m") == 8192
+    bad = load_settings(
+        {"compaction": {"threshold": 3}},
+        env={"AGENTD_CONTEXT_WINDOW": "lots"},
+        config_file=tmp_path / "none.toml",
+    )
+    assert bad.context_window_for("m") == 0 and bad.compaction.threshold == 0.8
+    assert any("contextWindow" in p for p in bad.problems)
+    assert any("compaction.threshold" in p for p in bad.problems)

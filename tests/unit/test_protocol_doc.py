@@ -39,7 +39,9 @@ def test_update_kinds_table_matches_the_models() -> None:
     assert table[: len(ext.UPDATE_KINDS)] == ext.UPDATE_KINDS
 
 
-@pytest.mark.parametrize("model_name", ["PromptParams", "ToolResultParams", "RecallParams"])
+@pytest.mark.parametrize(
+    "model_name", ["PromptParams", "ToolResultParams", "RecallParams", "CompactParams"]
+)
 def test_documented_param_fields_exist(model_name: str) -> None:
     model = getattr(ext, model_name)
     for field in model.model_fields.values():
@@ -66,6 +68,10 @@ SAMPLES: list[events.Update] = [
     ),
     events.MemoryDelivered("user_query", "local", ["/m/a.md"]),
     events.UsageReport(1, 2, 3),
+    events.UsageReport(1, 2, 3, 900, 32_000),
+    events.CompactionReport("started", "window", 900),
+    events.CompactionReport("done", "threshold", 900, 300, 2, 8, "The summary."),
+    events.CompactionReport("failed", "overflow", 900, 900, message="It failed."),
     events.UserMessage("hello"),
     events.PromptEnded("cancelled"),
     events.PromptEnded(

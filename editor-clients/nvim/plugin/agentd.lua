@@ -40,6 +40,10 @@ cmd('AgentdReset', function()
   agentd().reset()
 end, { desc = "agentd: clear the session's history" })
 
+cmd('AgentdCompact', function(o)
+  agentd().compact(o.args)
+end, { nargs = '*', desc = "agentd: compact the conversation now (optional: what to keep)" })
+
 cmd('AgentdMemory', function(o)
   agentd().memory({ folder = o.bang })
 end, { bang = true, desc = 'agentd: list the memories (!: open the memory folder)' })

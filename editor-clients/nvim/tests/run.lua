@@ -522,6 +522,28 @@ test(':AgentdStatus and :AgentdMemory', function()
   check(contains(lines, got.directory), 'directory not listed')
 end)
 
+test('the footer shows the context meter; :AgentdCompact draws the divider', function()
+  local stop = ask_and_wait('one more turn before compacting')
+  check(stop:match('context %d+ %%'), 'no context meter in the footer: %s', stop)
+  local ctx = state().context
+  check(ctx and ctx.window > 0 and ctx.tokens > 0, 'context: %s', vim.inspect(ctx))
+  local label = agentd.context(root)
+  check(label and label:match('^context %d+ %%$'), 'context(): %s', tostring(label))
+  local done, res
+  agentd.compact('keep the file names', nil, function(r)
+    done, res = true, r
+  end)
+  wait_for('agent/compact', function()
+    return done
+  end)
+  check(res and res.status == 'done' and (res.summarized or 0) > 0, 'result: %s', vim.inspect(res))
+  check(contains(chat.content(), '— conversation compacted — about'), 'no divider in the chat')
+  check(state().context.tokens == res.tokensAfter, 'the meter did not follow the compaction')
+  wait_log('the compact request', function(e)
+    return e.type == 'request' and e.purpose == 'compact'
+  end)
+end)
+
 test(':AgentdReset clears the chat; :AgentdNew starts another session', function()
   local done, ok
   agentd.reset(nil, function(r)
@@ -538,6 +560,35 @@ test(':AgentdReset clears the chat; :AgentdNew starts another session', function
   ask_and_wait('fresh start')
   check(state().session_id and state().session_id ~= before, 'no new session')
   check(contains(chat.content(), 'Echo: fresh start'), 'answer after new')
+end)
+
+-- (Another root from here on: the commands above act on `root`.)
+test('a compaction during a turn is shown as a divider', function()
+  local small = tmp .. '/small'
+  vim.fn.mkdir(small .. '/.git', 'p')
+  small = uv.fs_realpath(small)
+  -- A daemon for this root that believes in a small window.
+  vim.lsp.config('agentd', { init_options = { contextWindow = 6000 } })
+  local long = string.rep('lorem-ipsum-dolor-sit-amet-consectetur-adipiscing ', 80)
+  local ok, err = pcall(function()
+    for i = 1, 8 do
+      check(agentd.ask(('turn %d %s'):format(i, long), { root = small }) ~= nil, 'ask refused')
+      wait_for('the turn to end', function()
+        local s = agentd.info(small) or {}
+        return s.client_id ~= nil and not s.running
+      end)
+      if contains(chat.content(), '— conversation compacted — about') then
+        return
+      end
+    end
+  end)
+  vim.lsp.config('agentd', { init_options = { contextWindow = 0 } })
+  check(ok, tostring(err))
+  local text = chat.content()
+  check(contains(text, '— conversation compacted — about'), 'no divider in the turn')
+  check(not contains(text, 'compacting the conversation…'), 'a started line was left')
+  local stop = (agentd.info(small) or {}).last_stop or ''
+  check(stop:match('^end_turn'), 'stop: %s', stop)
 end)
 
 test('a daemon that cannot start ends the turn with an error', function()

@@ -74,6 +74,7 @@ end
 ---@field after function[] prompts waiting for the blockers
 ---@field last_stop string?
 ---@field found table? the locations of the last search or glob, for :AgentdQuickfix
+---@field context {tokens: integer, window: integer}? the context meter (usage updates)
 
 ---@type table<string, agentd.Project>
 local projects = {}
@@ -167,6 +168,54 @@ local function forget_session(p)
     by_session[p.session_id] = nil
   end
   p.session_id = nil
+end
+
+--- "context 63 %", from the last usage update (nil before the first).
+local function context_label(p)
+  local c = p.context
+  if not c or not c.window or c.window <= 0 then
+    return nil
+  end
+  return ('context %d %%'):format(math.floor(100 * (c.tokens or 0) / c.window + 0.5))
+end
+
+local function thousands(n)
+  local s = tostring(math.floor(tonumber(n) or 0))
+  return (s:reverse():gsub('(%d%d%d)', '%1,'):reverse():gsub('^,', ''))
+end
+
+--- The chat line of a compaction report (agent/update kind compaction, or
+--- agent/compact's result).
+local function compaction_line(u)
+  local status = u.status
+  if status == 'started' then
+    return '- compacting the conversation…'
+  elseif status == 'done' and (u.summarized or 0) == 0 and (u.cleared or 0) == 0 then
+    return '- ' .. tostring(u.message or 'nothing to compact')
+  elseif status == 'done' then
+    local what = {}
+    if (u.summarized or 0) > 0 then
+      what[#what + 1] = ('%d messages summarised'):format(u.summarized)
+    end
+    if (u.cleared or 0) > 0 then
+      what[#what + 1] = ('%d tool outputs cleared'):format(u.cleared)
+    end
+    return ('— conversation compacted — about %s → %s tokens (%s)'):format(
+      thousands(u.tokensBefore),
+      thousands(u.tokensAfter),
+      table.concat(what, ', ')
+    )
+  elseif status == 'failed' then
+    return '- compaction failed: ' .. tostring(u.message or '?')
+  end
+  return '- compaction ' .. tostring(status)
+end
+
+--- A compaction report changes the meter: the conversation is that long now.
+local function compaction_meter(p, u)
+  if u.status == 'done' and p.context and u.tokensAfter then
+    p.context.tokens = u.tokensAfter
+  end
 end
 
 local function end_turn(p, turn, label)
@@ -432,6 +481,20 @@ local function on_update(p, turn, u)
     chat.line(turn.r, ('- memory (%s, %s): %s'):format(u.point or '?', u.tier or '?', table.concat(names, ', ')))
   elseif kind == 'usage' then
     turn.usage = u
+    if type(u.contextWindow) == 'number' and u.contextWindow > 0 then
+      p.context = { tokens = u.contextTokens or 0, window = u.contextWindow }
+    end
+  elseif kind == 'compaction' then
+    -- "started" gets a line that the outcome then replaces (the divider).
+    if turn.compaction_key then
+      chat.set_line(turn.compaction_key, compaction_line(u))
+    else
+      turn.compaction_key = chat.line(turn.r, compaction_line(u))
+    end
+    if u.status ~= 'started' then
+      turn.compaction_key = nil
+    end
+    compaction_meter(p, u)
   end
 end
 
@@ -510,6 +573,10 @@ local function send_prompt(p, turn, c, sid)
     local usage = result.usage
     if type(usage) == 'table' and usage.inputTokens then
       label = ('%s · %d in / %d out tokens'):format(label, usage.inputTokens, usage.outputTokens or 0)
+    end
+    local meter = context_label(p)
+    if meter then
+      label = label .. ' · ' .. meter
     end
     end_turn(p, turn, label)
   end, chat.buf())
@@ -665,6 +732,50 @@ function M.reset(opts, cb)
       cb(err == nil)
     end
   end, chat.buf())
+end
+
+--- Compact the session's history now (agent/compact): the older turns are
+--- summarised, the newest kept. cb(result|nil, err).
+---@param instructions string|nil what the summary should keep
+function M.compact(instructions, opts, cb)
+  local p = target(opts)
+  last_root = p.root
+  if p.turn then
+    notify('a prompt is still running (:AgentdCancel stops it)', vim.log.levels.WARN)
+    return cb and cb(nil, 'busy')
+  end
+  if not p.session_id then
+    notify('no conversation to compact yet')
+    return cb and cb(nil, 'no session')
+  end
+  with_session(p, function(c, sid, err)
+    if not c then
+      notify(tostring(err), vim.log.levels.ERROR)
+      return cb and cb(nil, err)
+    end
+    local params = { sessionId = sid }
+    if instructions and vim.trim(instructions) ~= '' then
+      params.instructions = instructions
+    end
+    c:request('agent/compact', params, function(e, res)
+      if e or type(res) ~= 'table' then
+        chat.note('compaction failed: ' .. errmsg(e or 'no result'))
+        return cb and cb(nil, e)
+      end
+      compaction_meter(p, res)
+      chat.note(vim.trim((compaction_line(res):gsub('^%- ', ''))))
+      if cb then
+        cb(res)
+      end
+    end, chat.buf())
+  end)
+end
+
+--- "context 63 %" for the project of the current buffer (or `root`), for
+--- statuslines; nil before the daemon has reported it.
+function M.context(root)
+  local p = projects[vim.uv.fs_realpath(root or M.root()) or root or '']
+  return p and context_label(p) or nil
 end
 
 -- --- memory --------------------------------------------------------------------------
@@ -828,6 +939,7 @@ function M.info(root)
     request_id = p.turn and p.turn.request_id,
     waiting = next(p.blockers) ~= nil,
     last_stop = p.last_stop,
+    context = p.context and vim.deepcopy(p.context) or nil,
   }
 end
 

@@ -1,0 +1,650 @@
+"""Compaction: keeping a long session inside the model's context window.
+
+Before each model request the turn engine asks `Compactor.before_request`.
+Past the threshold (`compaction.threshold` of the input budget: the window
+less the room kept for the answer), the cheap step comes first: the output
+of tool calls older than the newest few steps is replaced by a one-line stub
+("[output of read_file notes.md, 12 KB, cleared]"). If that is not enough,
+the older turns are summarised by a side query (the fast model, `X-Agentd-
+Purpose: compact`, forced tool `record_summary`, see `summary.py`) while
+the newest turns (`compaction.keepRecent` of the budget, never less than the
+current prompt and its tool steps) stay verbatim.
+
+Nobody waits for a summary that can be made in the background:
+
+- after a prompt's reply (`after_reply`), or at a request past the
+  threshold that still fits, the summariser starts as a background task
+  owned by the supervisor, on a snapshot of the older messages;
+- its result is swapped in at the next request (usually the next prompt's
+  first one), if the history it summarised is still there;
+- only a request that would not fit the window waits for it (reported as a
+  `compaction` update with status `started`, then `done`); a cancel of that
+  prompt cancels the summariser too.
+
+A provider's overflow error (`ContextOverflow`) triggers one compaction and
+one retry of the step (`after_overflow`); the window it names is learned.
+`compact` is the manual compaction (`agent/compact`, ACP `/compact`).
+
+A compaction that fails or is cancelled changes nothing and is reported
+once; the prompt goes on if its request fits, else ends with `token_limit`
+(`ContextFull`) and a message saying what to do.
+
+What changes is committed by the core (`Commit`): the history and notes
+(`transcript.apply_compaction`, the same function a reload uses), the
+transcript's compaction record, and memory's view of what it has shown.
+Instruction files never enter the history (they are in the system prompt of
+every request), and memory reminders are never summarised (the summariser
+does not see them; recall delivers them again when relevant).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentd.agent import summary as summ
+from agentd.agent.context import (
+    Calibration,
+    ContextWindow,
+    Meter,
+    message_bytes,
+    overhead_bytes,
+)
+from agentd.errors import AgentdError, ContextOverflow, ModelError
+from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
+from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
+from agentd.providers.base import ModelProvider, ModelRequest, ReportsContextWindow, ToolCallReady
+from agentd.tasks import Supervisor
+from agentd.transcript import SUMMARY_SOURCE, CompactionRecord, apply_compaction
+
+if TYPE_CHECKING:
+    from agentd.agent.session import Session
+    from agentd.providers.base import Usage
+
+log = logging.getLogger(__name__)
+
+# Tool output shorter than this is left alone: a stub would save nothing.
+STUB_MIN_BYTES = 400
+# A summary may take at most this share of the budget (its constraints last).
+SUMMARY_SHARE = 0.25
+# Each summariser request holds at most this share of the budget.
+CHUNK_SHARE = 0.5
+
+
+class ContextFull(AgentdError):
+    """The next request does not fit the window, even after compaction."""
+
+    def __init__(self, tokens: int, window: int, why: str = "") -> None:
+        detail = f" ({why})" if why else ""
+        super().__init__(
+            f"The conversation needs about {tokens:,} tokens, more than the model's "
+            f"{window:,}-token context window holds, even after compaction{detail}. "
+            "Start a new session (or reset this one), or set contextWindow if the model's "
+            "window is larger."
+        )
+        self.message = str(self)
+        self.tokens = tokens
+        self.window = window
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOptions:
+    enabled: bool = True
+    threshold: float = 0.8
+    keep_recent: float = 0.3
+    keep_tool_results: int = 3
+    summary_max_tokens: int = 4096
+
+
+@dataclass(slots=True)
+class _Outcome:
+    summary: summ.Summary | None = None
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class Pending:
+    """A summariser running on a snapshot of `history[:split]`."""
+
+    task: asyncio.Task[_Outcome]
+    split: int
+    generation: int
+    trigger: CompactionTrigger
+    summarized: int
+
+
+@dataclass(eq=False)
+class SessionContext:
+    """One session's count and compaction state (kept here, by session id)."""
+
+    meter: Meter = field(default_factory=Meter)
+    # System prompt and tools of the last request, in bytes.
+    overhead: int = 0
+    summary: summ.Summary | None = None
+    pending: Pending | None = None
+    # Bumped by every summary and reset: a snapshot of another generation is stale.
+    generation: int = 0
+    # The turn a background summary failed in: no new attempt before the next one.
+    failed_turn: int = -1
+
+
+# (session, record, the history and notes after it): the core commits it.
+Commit = Callable[["Session", CompactionRecord, list[Message], list[tuple[int, Note]]], None]
+
+
+# --- planning (pure) --------------------------------------------------------------------
+
+
+def is_summary(message: Message) -> bool:
+    return any(isinstance(p, ReminderPart) and p.source == SUMMARY_SOURCE for p in message.parts)
+
+
+def prompt_starts(history: list[Message]) -> list[int]:
+    """Indices of the messages that start a prompt turn (a user's text): the
+    only places a verbatim tail may begin, so no tool call loses its result."""
+    return [i for i, m in enumerate(history) if m.role == "user" and m.text]
+
+
+def choose_split(history: list[Message], keep_tokens: int, cal: Calibration) -> int:
+    """Where the verbatim tail starts: the latest prompt start such that the
+    tail holds at least `keep_tokens`, and never after the last prompt's
+    start. 0 when nothing before it could be summarised."""
+    starts = prompt_starts(history)
+    if not starts:
+        return 0
+    sizes = [message_bytes(m) for m in history]
+    tail = 0
+    split = len(history)
+    for start in reversed(starts):
+        tail += sum(sizes[start:split])
+        split = start
+        if cal.tokens(tail) >= keep_tokens:
+            break
+    # Something besides an earlier summary must be before the split.
+    if not any(not is_summary(m) for m in history[:split]):
+        return 0
+    return split
+
+
+def stub(call: ToolCall | None, content: str) -> str:
+    size = len(content.encode("utf-8", "surrogatepass"))
+    amount = f"{size / 1024:.0f} KB" if size >= 1024 else f"{size} bytes"
+    if call is None:
+        return f"[tool output, {amount}, cleared]"
+    target = ""
+    for key in ("path", "command", "query", "pattern"):
+        value = call.arguments.get(key)
+        if isinstance(value, str) and value:
+            target = " " + (value if len(value) <= 80 else value[:77] + "...")
+            break
+    return f"[output of {call.name}{target}, {amount}, cleared]"
+
+
+def plan_clearing(
+    history: list[Message], keep_results: int, keep_tokens: int, cal: Calibration
+) -> dict[str, str]:
+    """Tool results to replace by a stub: all but those of the newest
+    `keep_results` tool steps, which are kept while they take at most
+    `keep_tokens` (the newest step always)."""
+    calls: dict[str, ToolCall] = {}
+    steps: list[int] = []
+    for i, msg in enumerate(history):
+        for call in msg.tool_calls:
+            calls[call.id] = call
+        if msg.tool_results:
+            steps.append(i)
+    kept: set[int] = set()
+    used = 0
+    for i in reversed(steps):
+        cost = cal.tokens(message_bytes(history[i]))
+        if kept and (len(kept) >= keep_results or used + cost > keep_tokens):
+            break
+        kept.add(i)
+        used += cost
+    out: dict[str, str] = {}
+    for i in steps:
+        if i in kept:
+            continue
+        for part in history[i].tool_results:
+            if len(part.content) >= STUB_MIN_BYTES:
+                out[part.tool_call_id] = stub(calls.get(part.tool_call_id), part.content)
+    return out
+
+
+# --- the compactor ----------------------------------------------------------------------
+
+
+class Compactor:
+    """Counts each session's context and compacts it (one per core)."""
+
+    def __init__(
+        self,
+        provider: ModelProvider,
+        supervisor: Supervisor,
+        window: ContextWindow,
+        *,
+        options: CompactionOptions | None = None,
+        fast_model: str = "",
+        max_output: int = 8192,
+        commit: Commit | None = None,
+    ) -> None:
+        self.provider = provider
+        self.supervisor = supervisor
+        self.window = window
+        self.options = options or CompactionOptions()
+        self.fast_model = fast_model
+        self.max_output = max_output
+        self.commit = commit
+        self.calibration = Calibration()
+        self._sessions: dict[str, SessionContext] = {}
+        self._discovery: asyncio.Task[None] | None = None
+
+    # --- the window and the count --------------------------------------------------------
+
+    def budget(self) -> int:
+        """Input tokens a request may take: the window less the answer's room."""
+        window = self.window.tokens
+        return window - min(self.max_output, window // 4)
+
+    def discover(self) -> None:
+        """Ask the endpoint for the window once, in the background (never awaited)."""
+        if self._discovery is not None or self.window.configured:
+            return
+        if not isinstance(self.provider, ReportsContextWindow):
+            return
+        try:
+            self._discovery = self.supervisor.spawn(self._discover(), name="context-window")
+        except RuntimeError:
+            pass  # shutting down: the window no longer matters
+
+    async def _discover(self) -> None:
+        assert isinstance(self.provider, ReportsContextWindow)
+        tokens = await self.provider.context_window(self.window.model)
+        if tokens:
+            self.window.endpoint = tokens
+            log.info("context window of %s: %d tokens (endpoint)", self.window.model, tokens)
+
+    def state(self, session: Session) -> SessionContext:
+        st = self._sessions.get(session.id)
+        if st is None:
+            st = self._sessions[session.id] = SessionContext()
+        return st
+
+    def estimate(self, session: Session) -> int:
+        st = self.state(session)
+        return st.meter.estimate(session.history, st.overhead, self.calibration)
+
+    def observe(self, session: Session, sent: int, usage: Usage) -> tuple[int, int]:
+        """A main request of `history[:sent]` took `usage`: re-anchor the
+        count. Returns the context meter: (tokens now, window)."""
+        st = self.state(session)
+        st.meter.observe(session.history, sent, st.overhead, usage, self.calibration)
+        # The endpoint is asked for the window once the first answer is in:
+        # never before (or beside) the request the user waits on.
+        self.discover()
+        return self.estimate(session), self.window.tokens
+
+    def answer_room(self, session: Session) -> int:
+        """`max_tokens` for the next main request: at most `max_output`, and
+        no more than the window leaves after the input (OpenAI-compatible
+        servers such as vLLM refuse input plus `max_tokens` over the window).
+        The estimate gets a 5 % margin. A guessed window limits nothing."""
+        if not self.window.known:
+            return self.max_output  # a guessed window never cuts the answer
+        left = self.window.tokens - math.ceil(self.estimate(session) * 1.05)
+        return max(min(256, self.max_output), min(self.max_output, left))
+
+    def tool_result_cap(self, limit: int) -> int:
+        """Tool output is cut at `limit` characters, and at half the budget:
+        one result must never be more than a request can hold."""
+        room = int(self.budget() * 0.5 * self.calibration.bytes_per_token)
+        return max(1_000, min(limit, room))
+
+    def restore(self, session: Session, summary: dict[str, Any] | None) -> None:
+        """A reloaded session: its last summary is what the next one builds on."""
+        st = self.state(session)
+        st.summary = summ.Summary.from_json(summary)
+        st.meter.invalidate()
+
+    def forget(self, session: Session, *, closed: bool = False) -> None:
+        """Reset or close: a running summariser is cancelled, the count restarts."""
+        st = self._sessions.pop(session.id, None)
+        if st is not None and st.pending is not None:
+            st.pending.task.cancel()
+        if not closed:
+            fresh = self.state(session)
+            fresh.generation = (st.generation + 1) if st is not None else 1
+
+    # --- the seams -----------------------------------------------------------------------
+
+    async def before_request(
+        self, session: Session, system: str, tools: list[ToolSpec], emit: Emit
+    ) -> None:
+        """Make the next request fit: swap in a finished summary, clear old
+        tool output past the threshold, start a summary in the background,
+        and wait for one only if the request would not fit otherwise.
+        Raises `ContextFull` when even that is not enough."""
+        st = self.state(session)
+        st.overhead = overhead_bytes(system, tools)
+        if not self.options.enabled:
+            return
+        if st.pending is not None and st.pending.task.done():
+            self._take(session, st, st.pending, emit)
+        budget = self.budget()
+        limit = self.options.threshold * budget
+        tokens = self.estimate(session)
+        if tokens < limit:
+            return
+        self._clear(session, st, "threshold" if tokens <= budget else "window", emit)
+        tokens = self.estimate(session)
+        if tokens < limit:
+            return
+        if tokens <= budget or not self.window.known:
+            # It fits (or the window is a guess): summarise in the background.
+            if st.pending is None and st.failed_turn != session.turns:
+                self._start(session, st, "threshold")
+            return
+        pending = st.pending or self._start(session, st, "window")
+        if pending is not None:
+            emit(CompactionReport("started", pending.trigger, tokens_before=tokens))
+            await self._wait(session, st, pending, emit)
+            tokens = self.estimate(session)
+        if tokens > budget:
+            raise ContextFull(tokens, self.window.tokens)
+
+    async def after_overflow(self, session: Session, exc: ContextOverflow, emit: Emit) -> bool:
+        """The provider said the request did not fit: learn the window it
+        named, then compact once (clear, then summarise). True when the
+        history changed, so the step may be retried."""
+        window = self.window.tokens
+        if exc.limit:
+            self.window.provider = exc.limit
+        st = self.state(session)
+        # Our count was wrong by the provider's word: anchor it anew.
+        st.meter.invalidate()
+        if self.window.tokens != window and self.estimate(session) < (
+            self.options.threshold * self.budget()
+        ):
+            # Only the window was wrong: the retry asks for less room to answer.
+            log.info("the provider's context window is %d tokens", self.window.tokens)
+            return True
+        if not self.options.enabled:
+            return False
+        changed = self._clear(session, st, "overflow", emit) is not None
+        pending = st.pending or self._start(session, st, "overflow")
+        if pending is None:
+            return changed
+        emit(CompactionReport("started", pending.trigger, tokens_before=self.estimate(session)))
+        report = await self._wait(session, st, pending, emit)
+        return changed or (report is not None and report.status == "done")
+
+    def after_reply(self, session: Session) -> None:
+        """Between turns: past the threshold, and with clearing not enough,
+        start the summary now so that the next prompt finds it ready."""
+        st = self.state(session)
+        if not self.options.enabled or st.pending is not None or st.failed_turn == session.turns:
+            return
+        budget = self.budget()
+        limit = self.options.threshold * budget
+        tokens = self.estimate(session)
+        if tokens < limit:
+            return
+        cleared = plan_clearing(
+            session.history, self.options.keep_tool_results, budget // 2, self.calibration
+        )
+        if tokens - self._saved_tokens(session.history, cleared) >= limit:
+            self._start(session, st, "threshold")
+
+    async def compact(
+        self, session: Session, instructions: str | None, emit: Emit
+    ) -> CompactionReport:
+        """Manual compaction: summarise all but the newest turns now (old
+        tool output is cleared too, if the request is still long)."""
+        st = self.state(session)
+        if st.pending is not None:
+            # Superseded: the user's own request (with their instructions) wins.
+            st.pending.task.cancel()
+            st.pending = None
+        before = self.estimate(session)
+        # Half the conversation at most stays verbatim (the system prompt and
+        # the tools, also in `before`, are not the conversation's).
+        history = self.calibration.tokens(sum(message_bytes(m) for m in session.history))
+        keep = min(int(self.options.keep_recent * self.budget()), history // 2)
+        pending = self._start(session, st, "manual", keep_tokens=keep, instructions=instructions)
+        report: CompactionReport | None
+        if pending is None:
+            report = self._clear(session, st, "manual", emit)
+        else:
+            emit(CompactionReport("started", "manual", tokens_before=before))
+            report = await self._wait(session, st, pending, emit)
+        if report is None:
+            report = CompactionReport(
+                "done", "manual", before, before, message="There is nothing to compact yet."
+            )
+            emit(report)
+        return report
+
+    # --- doing it --------------------------------------------------------------------------
+
+    def _saved_tokens(self, history: list[Message], cleared: dict[str, str]) -> int:
+        saved = 0
+        for msg in history:
+            for part in msg.tool_results:
+                if part.tool_call_id in cleared:
+                    saved += len(part.content) - len(cleared[part.tool_call_id])
+        return self.calibration.tokens(saved)
+
+    def _clear(
+        self, session: Session, st: SessionContext, trigger: CompactionTrigger, emit: Emit
+    ) -> CompactionReport | None:
+        """Replace old tool output by stubs (None: there was none to clear)."""
+        cleared = plan_clearing(
+            session.history, self.options.keep_tool_results, self.budget() // 2, self.calibration
+        )
+        if not cleared:
+            return None
+        report = CompactionReport("done", trigger, self.estimate(session), cleared=len(cleared))
+        self._apply(session, st, CompactionRecord(0, None, None, cleared, report))
+        emit(report)
+        return report
+
+    def _apply(self, session: Session, st: SessionContext, record: CompactionRecord) -> None:
+        history, notes = apply_compaction(session.history, session.notes, record)
+        # The count after it goes into the record, which the commit persists.
+        st.meter.invalidate()
+        record.report.tokens_after = st.meter.estimate(history, st.overhead, self.calibration)
+        if self.commit is not None:
+            self.commit(session, record, history, notes)
+        else:
+            session.history[:] = history
+            session.notes[:] = notes
+
+    def _start(
+        self,
+        session: Session,
+        st: SessionContext,
+        trigger: CompactionTrigger,
+        *,
+        keep_tokens: int | None = None,
+        instructions: str | None = None,
+    ) -> Pending | None:
+        keep = int(self.options.keep_recent * self.budget()) if keep_tokens is None else keep_tokens
+        split = choose_split(session.history, keep, self.calibration)
+        if split <= 0:
+            return None
+        head = list(session.history[:split])
+        task = self.supervisor.spawn(
+            self._summarise(head, st.summary, instructions), name=f"compact-{session.id[:8]}"
+        )
+        summarized = sum(1 for m in head if not is_summary(m))
+        st.pending = Pending(task, split, st.generation, trigger, summarized)
+        return st.pending
+
+    async def _wait(
+        self, session: Session, st: SessionContext, pending: Pending, emit: Emit
+    ) -> CompactionReport | None:
+        """Wait for a summary and swap it in; cancelling the wait cancels the
+        summariser (reported `cancelled`, the history as it was)."""
+        try:
+            await asyncio.wait([pending.task])
+        except asyncio.CancelledError:
+            pending.task.cancel()
+            if st.pending is pending:
+                st.pending = None
+            tokens = self.estimate(session)
+            emit(CompactionReport("cancelled", pending.trigger, tokens, tokens))
+            raise
+        return self._take(session, st, pending, emit)
+
+    def _take(
+        self, session: Session, st: SessionContext, pending: Pending, emit: Emit
+    ) -> CompactionReport | None:
+        """Swap a finished summary in, if the history it summarised is still
+        there, or report its failure (once). None: a stale snapshot."""
+        if st.pending is pending:
+            st.pending = None
+        tokens = self.estimate(session)
+        if pending.task.cancelled():
+            report = CompactionReport("cancelled", pending.trigger, tokens, tokens)
+            emit(report)
+            return report
+        outcome = pending.task.result()
+        if outcome.summary is None:
+            st.failed_turn = session.turns
+            log.warning("compaction of session %s failed: %s", session.id, outcome.error)
+            report = CompactionReport(
+                "failed",
+                pending.trigger,
+                tokens,
+                tokens,
+                message=f"The conversation could not be compacted: {outcome.error}",
+            )
+            emit(report)
+            return report
+        if pending.generation != st.generation or len(session.history) < pending.split:
+            return None  # reset or compacted meanwhile: the snapshot is stale
+        summary = self._fit(outcome.summary)
+        text = summ.render(summary)
+        report = CompactionReport(
+            "done", pending.trigger, tokens, summarized=pending.summarized, summary=text
+        )
+        record = CompactionRecord(pending.split, text, summary.to_json(), {}, report)
+        # The tail stays verbatim unless the request would still be too long.
+        budget = self.budget()
+        after, _ = apply_compaction(session.history, session.notes, record)
+        fresh = Meter()
+        if fresh.estimate(after, st.overhead, self.calibration) >= self.options.threshold * budget:
+            record.cleared = plan_clearing(
+                after, self.options.keep_tool_results, budget // 2, self.calibration
+            )
+            report.cleared = len(record.cleared)
+        st.summary = summary
+        st.generation += 1
+        self._apply(session, st, record)
+        emit(report)
+        return report
+
+    def _fit(self, summary: summ.Summary) -> summ.Summary:
+        """Keep a summary within its share of the budget: the model's lists
+        are trimmed first (oldest items), the user's constraints last."""
+        limit = int(SUMMARY_SHARE * self.budget())
+        cal = self.calibration
+        for name in ("files", "decisions", "errors", "paths"):
+            items: list[str] = getattr(summary, name)
+            while items and cal.tokens(len(summ.render(summary).encode())) > limit:
+                items.pop(0)
+        if len(summary.progress) > 4000:
+            summary.progress = summary.progress[:4000] + " ..."
+        dropped = 0
+        while summary.constraints and cal.tokens(len(summ.render(summary).encode())) > limit:
+            summary.constraints.pop(0)
+            dropped += 1
+        if dropped:
+            log.warning("the summary was over its budget: %d oldest constraints dropped", dropped)
+        return summary
+
+    async def _summarise(
+        self, head: list[Message], previous: summ.Summary | None, instructions: str | None
+    ) -> _Outcome:
+        """Summarise `head` into `previous`, in as many requests as the
+        budget needs. Failures are an outcome (reported once by `_take`);
+        a cancel propagates."""
+        try:
+            messages = [m for m in head if not is_summary(m)]
+            chunks = self._chunks(summ.turn_texts(messages), previous)
+            summary = previous
+            for i, chunk in enumerate(chunks):
+                answer = await self._ask(summ.request_text(summary, chunk, instructions))
+                last = i == len(chunks) - 1
+                paths = summ.tool_paths(messages) if last else []
+                summary = summ.merge(summary, answer, paths, len(messages) if last else 0)
+            if summary is None:
+                return _Outcome(error="there was nothing to summarise")
+            return _Outcome(summary)
+        except ModelError as exc:
+            return _Outcome(error=exc.message)
+        except Exception as exc:
+            log.exception("compaction failed")
+            return _Outcome(error=f"{type(exc).__name__}: {exc}")
+
+    def _chunks(self, turns: list[str], previous: summ.Summary | None) -> list[list[str]]:
+        room = int(CHUNK_SHARE * self.budget() * self.calibration.bytes_per_token)
+        if previous is not None:
+            room -= len(summ.render(previous))
+        room = max(4_096, room)
+        chunks: list[list[str]] = [[]]
+        used = 0
+        for text in turns:
+            if len(text) > room:
+                text = text[: room - 40] + "\n[... turn cut]\n</turn>"
+            if chunks[-1] and used + len(text) > room:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(text)
+            used += len(text)
+        return [c for c in chunks if c]
+
+    async def _ask(self, text: str) -> dict[str, object]:
+        request = ModelRequest(
+            model=self.fast_model,
+            system=summ.SYSTEM,
+            messages=[user_text(text)],
+            tools=[summ.RECORD_TOOL],
+            tool_choice=summ.RECORD_TOOL.name,
+            purpose="compact",
+            # With a chunk at most half the budget, the request fits the
+            # window (the fast model's is taken to be at least as large).
+            max_tokens=min(self.options.summary_max_tokens, max(256, self.window.tokens // 4)),
+        )
+        answer: dict[str, object] | None = None
+        async with contextlib.aclosing(self.provider.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, ToolCallReady) and event.call.name == summ.RECORD_TOOL.name:
+                    answer = event.call.arguments
+        if answer is None:
+            raise ModelError("the summariser answered without a summary")
+        return answer
+
+
+def kept_memory(notes: list[tuple[int, Note]]) -> set[str]:
+    """Memory docs whose delivery is still in the (compacted) history."""
+    return {d for _, n in notes if isinstance(n, MemoryDelivered) for d in n.docs}
+
+
+def compaction_line(report: CompactionReport) -> str:
+    """What the `/compact` command answers in the chat, for clients that do
+    not show the `compaction` update (ACP's `_agentd/compaction`)."""
+    if report.status == "done" and report.message:
+        return report.message
+    if report.status == "done":
+        return (
+            f"Conversation compacted: about {report.tokens_before:,} -> "
+            f"{report.tokens_after:,} tokens ({report.summarized} messages summarised, "
+            f"{report.cleared} tool outputs cleared)."
+        )
+    return report.message or f"Compaction {report.status}."
