@@ -15,6 +15,10 @@ return {
     -- The tools this plugin runs inside Neovim (lua/agentd/tools.lua): edits
     -- land in buffers, read_file sees unsaved changes, commands are approved.
     clientTools = { 'edit_file', 'write_file', 'run_command', 'read_file' },
+    -- This plugin answers agent/requestPermission (vim.ui.select): without
+    -- it the daemon refuses every tool of its own that needs a yes (an MCP
+    -- tool with side effects).
+    requestPermission = true,
     logLevel = 'warning',
   },
 }

@@ -26,7 +26,14 @@ cmd('AgentdAsk', function(o)
       agentd().ask(text)
     end
   end)
-end, { nargs = '*', desc = 'agentd: ask a prompt (no argument: type it)' })
+end, {
+  nargs = '*',
+  -- `/` and a slash command's name (agent/listCommands): `/compact`, `/init`, ...
+  complete = function(arglead, cmdline)
+    return agentd().complete_ask(arglead, cmdline)
+  end,
+  desc = 'agentd: ask a prompt, or run a slash command (/compact, /memory, ...; no argument: type it)',
+})
 
 cmd('AgentdCancel', function()
   agentd().cancel()
@@ -44,13 +51,37 @@ cmd('AgentdCompact', function(o)
   agentd().compact(o.args)
 end, { nargs = '*', desc = "agentd: compact the conversation now (optional: what to keep)" })
 
+cmd('AgentdMode', function(o)
+  agentd().set_mode(o.args)
+end, {
+  nargs = '?',
+  complete = function(arglead)
+    return agentd().complete_setup('modes', arglead)
+  end,
+  desc = "agentd: the session's mode: ask, code or auto-edit (no argument: pick one)",
+})
+
+cmd('AgentdModel', function(o)
+  agentd().set_model(o.args)
+end, {
+  nargs = '?',
+  complete = function(arglead)
+    return agentd().complete_setup('models', arglead)
+  end,
+  desc = "agentd: the session's model among the configured ones (no argument: pick one)",
+})
+
+cmd('AgentdSessions', function()
+  agentd().sessions()
+end, { desc = "agentd: pick a saved session of the project and load it" })
+
 cmd('AgentdMemory', function(o)
   agentd().memory({ folder = o.bang })
 end, { bang = true, desc = 'agentd: list the memories (!: open the memory folder)' })
 
 cmd('AgentdStatus', function()
   agentd().status()
-end, { desc = 'agentd: memory and extraction status' })
+end, { desc = 'agentd: memory, extraction and MCP server status' })
 
 cmd('AgentdQuickfix', function()
   agentd().quickfix()

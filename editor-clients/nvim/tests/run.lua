@@ -163,13 +163,29 @@ end
 
 -- Record raw agent/update kinds as the LSP layer delivers them, to tell a
 -- daemon that sends nothing from a plugin that renders nothing.
+-- AGENTD_TEST_RECORD=FILE also appends each message from the daemon that
+-- the plugin handles to FILE, one JSON line each (how tests/recorded/ was made).
 local seen_kinds = {}
+local record = os.getenv('AGENTD_TEST_RECORD')
+local function recorded(method, params)
+  if record then
+    local f = assert(io.open(record, 'a'))
+    f:write(vim.json.encode({ method = method, params = params }), '\n')
+    f:close()
+  end
+end
 local real_update = agentd.handlers['agent/update']
 agentd.handlers['agent/update'] = function(err, params, ctx)
   if type(params) == 'table' and type(params.update) == 'table' then
     seen_kinds[params.update.kind] = (seen_kinds[params.update.kind] or 0) + 1
   end
+  recorded('agent/update', params)
   return real_update(err, params, ctx)
+end
+local real_permission = agentd.handlers['agent/requestPermission']
+agentd.handlers['agent/requestPermission'] = function(err, params, ctx)
+  recorded('agent/requestPermission', params)
+  return real_permission(err, params, ctx)
 end
 
 vim.lsp.config('agentd', {
@@ -180,6 +196,9 @@ vim.lsp.config('agentd', {
     AGENTD_MODEL = 'test',
     AGENTD_HOME = home,
   },
+  -- Models a session may switch to (:AgentdModel); a daemon without model
+  -- choice ignores the key.
+  init_options = { models = { 'test', 'test-2' } },
 })
 local approvals = { edit_file = true, write_file = true, run_command = true }
 agentd.setup({ auto_approve = approvals })
@@ -204,6 +223,65 @@ end
 
 local function client()
   return vim.lsp.get_client_by_id(state().client_id)
+end
+
+--- Run body() with vim.ui.select replaced by choose(items, opts) -> the item
+--- to answer (nil: dismissed; answered on the next tick, as a real picker
+--- would). Returns what was offered: { {items, opts}, ... }.
+local function with_select(choose, body)
+  local real_select = vim.ui.select
+  local offered = {}
+  vim.ui.select = function(items, opts, cb)
+    offered[#offered + 1] = { items = items, opts = opts }
+    local item = choose(items, opts)
+    if item ~= false then
+      vim.schedule(function()
+        cb(item, item and vim.fn.index(items, item) + 1 or nil)
+      end)
+    end
+  end
+  local ok, err = pcall(body)
+  vim.ui.select = real_select
+  if not ok then
+    error(err, 0)
+  end
+  return offered
+end
+
+--- A daemon without a feature: `cmd` says so (a notification containing
+--- `says`) and offers nothing to pick.
+local function check_hidden(cmd, says)
+  local messages, offered = {}, {}
+  local real_notify = vim.notify
+  vim.notify = function(msg)
+    messages[#messages + 1] = tostring(msg)
+  end
+  local ok, err = pcall(function()
+    offered = with_select(function() end, function()
+      vim.cmd(cmd)
+      wait_for(cmd .. ' to say ' .. says, function()
+        return vim.iter(messages):any(function(m)
+          return contains(m, says)
+        end)
+      end)
+    end)
+  end)
+  vim.notify = real_notify
+  if not ok then
+    error(err, 0)
+  end
+  check(#offered == 0, '%s offered a choice', cmd)
+end
+
+--- The item of `items` whose `field` is `value`.
+local function item_with(field, value)
+  return function(items)
+    for _, it in ipairs(items) do
+      if it[field] == value then
+        return it
+      end
+    end
+  end
 end
 
 --- A request straight to the daemon, waited for: err, result.
@@ -562,7 +640,263 @@ test(':AgentdReset clears the chat; :AgentdNew starts another session', function
   check(contains(chat.content(), 'Echo: fresh start'), 'answer after new')
 end)
 
+test(':AgentdMode picks a mode with vim.ui.select; auto-edit applies an edit without asking', function()
+  ask_and_wait('a turn so the session exists')
+  if not state().mode then
+    check_hidden('AgentdMode', 'offers no session modes')
+    check(#vim.fn.getcompletion('AgentdMode ', 'cmdline') == 0, 'modes completed')
+    skip('the daemon offers no session modes (checked: :AgentdMode says so and offers none)')
+  end
+  check(state().mode == 'code', 'initial mode: %s', tostring(state().mode))
+  local done, res
+  local offered = with_select(item_with('id', 'ask'), function()
+    agentd.set_mode(nil, nil, function(r)
+      done, res = true, r
+    end)
+    wait_for('agent/setMode', function()
+      return done
+    end)
+  end)
+  check(res and res.mode == 'ask', 'result: %s', vim.inspect(res))
+  check(state().mode == 'ask', 'mode: %s', tostring(state().mode))
+  local ids = vim.tbl_map(function(m)
+    return m.id
+  end, offered[1].items)
+  check(vim.deep_equal(ids, { 'ask', 'code', 'auto-edit' }), 'modes offered: %s', vim.inspect(ids))
+  check(contains(offered[1].opts.format_item(offered[1].items[2]), '(current)'), 'the current mode is not marked')
+  wait_for('the mode note', function()
+    return contains(chat.content(), '_mode: Ask_')
+  end)
+  check(vim.deep_equal(vim.fn.getcompletion('AgentdMode a', 'cmdline'), { 'ask', 'auto-edit' }), 'completion: %s', vim.inspect(vim.fn.getcompletion('AgentdMode a', 'cmdline')))
+  -- Ask: the model is offered no edits, and one it calls is refused.
+  vim.fn.writefile({ 'mode x' }, root .. '/m.txt')
+  ask_and_wait('!tool edit_file {"path": "m.txt", "old_text": "x", "new_text": "y"}')
+  local mbuf = chat.find(root .. '/m.txt')
+  check(not mbuf or api.nvim_buf_get_lines(mbuf, 0, -1, false)[1] == 'mode x', 'ask mode edited the file')
+  check(not contains(chat.content():match('.*## You\n(.*)$'), '— completed'), 'an edit ran in the Ask mode')
+  -- Auto-edit: the edit applies without a question, even with approval off.
+  vim.cmd('AgentdMode auto-edit')
+  wait_for('auto-edit', function()
+    return state().mode == 'auto-edit'
+  end)
+  approvals.edit_file = nil
+  local asked = with_select(function()
+    return nil
+  end, function()
+    ask_and_wait('!tool edit_file {"path": "m.txt", "old_text": "x", "new_text": "y"}')
+  end)
+  approvals.edit_file = true
+  check(#asked == 0, 'auto-edit asked: %s', asked[1] and asked[1].opts.prompt or '')
+  mbuf = chat.find(root .. '/m.txt')
+  check(mbuf and api.nvim_buf_get_lines(mbuf, 0, -1, false)[1] == 'mode y', 'auto-edit did not edit')
+  vim.cmd('AgentdMode code')
+  wait_for('code', function()
+    return state().mode == 'code'
+  end)
+end)
+
+test(':AgentdModel switches the model the next request uses', function()
+  if not state().model then
+    check_hidden('AgentdModel', 'offers no session modes or models')
+    check(#vim.fn.getcompletion('AgentdModel ', 'cmdline') == 0, 'models completed')
+    skip('the daemon offers no model choice (checked: :AgentdModel says so and offers none)')
+  end
+  local offered = with_select(item_with('id', 'test-2'), function()
+    vim.cmd('AgentdModel')
+    wait_for('agent/setModel', function()
+      return state().model == 'test-2'
+    end)
+  end)
+  local ids = vim.tbl_map(function(m)
+    return m.id
+  end, offered[1].items)
+  check(vim.deep_equal(ids, { 'test', 'test-2' }), 'models offered: %s', vim.inspect(ids))
+  check(contains(chat.content(), '_model: test-2_'), 'no model note')
+  ask_and_wait('which model answers?')
+  wait_log('a request to test-2', function(e)
+    return e.type == 'request' and e.purpose == 'main' and type(e.body) == 'table' and e.body.model == 'test-2'
+  end)
+  vim.cmd('AgentdModel test')
+  wait_for('model test', function()
+    return state().model == 'test'
+  end)
+end)
+
+test('the plan is a section of the turn, redrawn as the model updates it', function()
+  seen_kinds.plan = nil
+  ask_and_wait(table.concat({
+    '!tool update_plan {"entries": [{"content": "read the parser", "priority": "high", "status": "in_progress"}, {"content": "fix it", "priority": "medium", "status": "pending"}]}',
+    '!tool update_plan {"entries": [{"content": "read the parser", "priority": "high", "status": "completed"}, {"content": "fix it", "priority": "medium", "status": "in_progress"}, {"content": "run the tests", "priority": "low", "status": "pending"}]}',
+  }, '\n'))
+  if not seen_kinds.plan then
+    skip('the daemon sent no agent/update of kind plan (no update_plan tool)')
+  end
+  local turn_text = chat.content():match('.*## You\n(.*)$')
+  local _, plans = turn_text:gsub('%*%*Plan%*%*', '')
+  check(plans == 1, 'expected one plan section in the turn, got %d', plans)
+  check(contains(turn_text, '**Plan**\n\n- [x] read the parser · high\n- [-] **fix it** (in progress)\n- [ ] run the tests · low\n'), 'plan section:\n%s', turn_text)
+  local answer = turn_text:match('## agentd\n(.*)$')
+  check(not contains(answer, 'update_plan'), 'the plan is shown as a tool call')
+  check(contains(answer, '- [ ] run the tests · low\n\nTool result received'), 'the answer is glued to the plan:\n%s', answer)
+  check(state().plan and #state().plan == 3, 'plan kept: %s', vim.inspect(state().plan))
+end)
+
+test(':AgentdAsk completes and runs slash commands', function()
+  if state().commands == false then
+    check(#vim.fn.getcompletion('AgentdAsk /', 'cmdline') == 0, 'commands completed')
+    skip('the daemon has no slash commands (agent/listCommands is -32601; checked: none completed)')
+  end
+  wait_for('agent/listCommands', function()
+    return type(state().commands) == 'table'
+  end)
+  local names = vim.fn.getcompletion('AgentdAsk /', 'cmdline')
+  check(vim.tbl_contains(names, '/compact') and vim.tbl_contains(names, '/memory'), 'completion: %s', vim.inspect(names))
+  check(vim.deep_equal(vim.fn.getcompletion('AgentdAsk /me', 'cmdline'), { '/memory' }), '/me')
+  check(#vim.fn.getcompletion('AgentdAsk why /', 'cmdline') == 0, 'completes a slash inside a prompt')
+  vim.cmd('AgentdAsk /memory')
+  local stop = wait_turn()
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+  local answer = chat.content():match('## You\n\n/memory\n\n## agentd\n\n(.-)\n\n_end_turn')
+  check(answer and contains(answer, home), '/memory answer: %s', tostring(answer))
+  vim.cmd('AgentdAsk /compact keep the file names')
+  stop = wait_turn()
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+  local text = chat.content():match('.*## You\n(.*)$')
+  check(contains(text, '— conversation compacted —') or contains(text, 'Compaction is not available'), '/compact: %s', text)
+end)
+
+test(':AgentdSessions loads a saved session picked in vim.ui.select', function()
+  ask_and_wait('remember the word pelican')
+  local sid = state().session_id
+  vim.cmd('AgentdNew')
+  ask_and_wait('another session entirely')
+  local other = state().session_id
+  check(other ~= sid, 'no new session')
+  local done, res
+  local offered = with_select(item_with('sessionId', sid), function()
+    agentd.sessions(nil, function(r)
+      done, res = true, r
+    end)
+    wait_for('agent/loadSession', function()
+      return done
+    end)
+  end)
+  check(res, 'load failed')
+  local shown = vim.tbl_map(offered[1].opts.format_item, offered[1].items)
+  check(#shown >= 2, 'sessions offered: %s', vim.inspect(shown))
+  check(vim.iter(shown):any(function(l)
+    return contains(l, '(current)')
+  end), 'the current session is not marked: %s', vim.inspect(shown))
+  check(state().session_id == sid, 'session %s, expected %s', tostring(state().session_id), sid)
+  local text = chat.content()
+  check(contains(text, '## You\n\nremember the word pelican\n\n## agentd\n\nEcho: remember the word pelican'), 'history not replayed:\n%s', text)
+  check(not contains(text, 'another session entirely'), 'the other session is shown')
+  check(contains(text, '_session loaded'), 'no loaded note')
+  -- The next prompt goes on in the loaded session: the model sees its history.
+  ask_and_wait('what was the word?')
+  wait_log('a request with the loaded history', function(e)
+    if e.type ~= 'request' or type(e.body) ~= 'table' then
+      return false
+    end
+    local body = vim.json.encode(e.body.messages or {})
+    return contains(body, 'what was the word?') and contains(body, 'pelican')
+  end)
+end)
+
 -- (Another root from here on: the commands above act on `root`.)
+test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
+  -- The repository's test MCP server (FastMCP), run by the daemon's Python.
+  local server_py = vim.fs.normalize(plugin_root .. '/../../tests/mcp/server.py')
+  local python = vim.fs.dirname(vim.fn.exepath(AGENTD)) .. '/python'
+  if vim.fn.filereadable(server_py) == 0 or vim.fn.executable(python) == 0 then
+    skip('no tests/mcp/server.py or no python beside ' .. AGENTD)
+  end
+  local probe = vim.system({ python, '-c', 'import mcp' }):wait(60000)
+  if probe.code ~= 0 then
+    skip('the MCP SDK is not installed beside ' .. AGENTD)
+  end
+  local mroot = tmp .. '/mcp'
+  vim.fn.mkdir(mroot .. '/.git', 'p')
+  mroot = uv.fs_realpath(mroot)
+  local mcp_servers = { tst = { command = python, args = { server_py } } }
+  -- startupWait: the first prompt waits for the server's tools (a slow
+  -- machine may take seconds to import the SDK), as the daemon documents.
+  vim.lsp.config('agentd', { init_options = { mcpServers = mcp_servers, mcp = { startupWait = 120 } } })
+  local function ask_here(prompt)
+    check(agentd.ask(prompt, { root = mroot }) ~= nil, 'ask refused')
+    wait_for('the turn to end', function()
+      local s = agentd.info(mroot) or {}
+      return s.client_id ~= nil and not s.running
+    end)
+    return (agentd.info(mroot) or {}).last_stop or ''
+  end
+  local ok, err = pcall(function()
+    -- A tool with side effects: asked, allowed once.
+    local offered = with_select(item_with('kind', 'allow_once'), function()
+      ask_here('!tool mcp__tst__echo {"text": "hi"}')
+    end)
+    local caps = vim.tbl_get(vim.lsp.get_client_by_id(agentd.info(mroot).client_id).server_capabilities, 'experimental', 'agentd')
+    if #offered == 0 and not (caps and caps.mcp) then
+      skip('the daemon has no MCP servers (no `mcp` capability)')
+    end
+    check(#offered == 1, 'permission questions: %d', #offered)
+    local q = offered[1].opts.prompt
+    check(contains(q, 'agentd wants to call echo on the MCP server tst'), 'question: %s', q)
+    check(contains(q, '{"text":"hi"}'), 'arguments not shown: %s', q)
+    local names = vim.tbl_map(offered[1].opts.format_item, offered[1].items)
+    check(vim.deep_equal(names, { 'Allow once', 'Always allow in this session', 'Reject' }), 'options: %s', vim.inspect(names))
+    local text = chat.content()
+    check(contains(text, '- tool **echo** `{"text":"hi"}` · MCP tst — completed'), 'tool card:\n%s', text)
+    check(contains(text, 'Tool result received: echo: hi'), 'result not fed back')
+    -- Rejected: the call fails and the model is told.
+    offered = with_select(item_with('kind', 'reject_once'), function()
+      ask_here('!tool mcp__tst__echo {"text": "no"}')
+    end)
+    check(#offered == 1, 'not asked')
+    text = chat.content():match('.*## You\n(.*)$')
+    check(contains(text, '· MCP tst — failed'), 'rejected card:\n%s', text)
+    check(not contains(text, 'echo: no'), 'the rejected call ran')
+    -- Read-only: no question.
+    offered = with_select(function() end, function()
+      ask_here('!tool mcp__tst__add {"a": 2, "b": 3}')
+    end)
+    check(#offered == 0, 'asked about a read-only tool')
+    check(contains(chat.content(), 'Tool result received: 5'), 'add result')
+    -- Cancelled while the question is open: withdrawn, and the session goes on.
+    offered = with_select(function()
+      return false -- never answered
+    end, function()
+      check(agentd.ask('!tool mcp__tst__echo {"text": "later"}', { root = mroot }) ~= nil, 'ask refused')
+      wait_for('the question', function()
+        return contains(chat.content(), '· MCP tst — awaiting permission')
+      end)
+      agentd.cancel({ root = mroot })
+    end)
+    check(#offered == 1, 'not asked before the cancel')
+    local stop = ask_here('after the withdrawn question')
+    check(stop:match('^end_turn'), 'stop: %s', stop)
+    -- :AgentdStatus lists the server.
+    local done, lines
+    agentd.status({ root = mroot }, function(_, _, l)
+      done, lines = true, l
+    end)
+    wait_for(':AgentdStatus', function()
+      return done
+    end)
+    local all = table.concat(lines or {}, '\n')
+    check(all:match('\n  tst: ready %(stdio, %d+ tools'), 'status:\n%s', all)
+  end)
+  -- (vim.lsp.config merges tables: the entry stays, disabled.)
+  vim.lsp.config('agentd', { init_options = { mcpServers = { tst = { enabled = false } } } })
+  local c = agentd.info(mroot) and vim.lsp.get_client_by_id(agentd.info(mroot).client_id)
+  if c then
+    c:stop()
+  end
+  if not ok then
+    error(err, 0)
+  end
+end)
+
 test('a compaction during a turn is shown as a divider', function()
   local small = tmp .. '/small'
   vim.fn.mkdir(small .. '/.git', 'p')

@@ -134,7 +134,9 @@ local function stream(r, kind, text)
       -- line keeps markdown from gluing the paragraphs together.
       local _, last = last_line(buf)
       local start = kind == 'thought' and '> ' or ''
-      if last == '' then
+      if last == '' and r.mode == 'section' then
+        append_lines(buf, { start }) -- (the empty line that ends a section stays)
+      elseif last == '' then
         local n = api.nvim_buf_line_count(buf)
         api.nvim_buf_set_lines(buf, n - 1, n, false, { start })
       else
@@ -168,7 +170,8 @@ function M.line(r, text)
   write(function(buf)
     local n, last = last_line(buf)
     local row
-    if r.mode == 'block' then
+    if r.mode == 'block' or (r.mode == 'section' and last == '') then
+      -- (after a section, the empty line that ends it stays)
       row = append_lines(buf, { text })
     elseif last == '' then
       row = n - 1
@@ -194,6 +197,63 @@ function M.set_line(key, text)
       api.nvim_buf_set_extmark(buf, ns, pos[1], 0, { id = key })
     end
   end)
+end
+
+--- Append a section of several lines (the plan) as a paragraph of its own.
+--- Returns a key for `set_block`.
+function M.block(r, lines)
+  local key = { n = #lines }
+  write(function(buf)
+    local n, last = last_line(buf)
+    local row
+    if last == '' then
+      row = n - 1
+      api.nvim_buf_set_lines(buf, row, row + 1, false, lines)
+    else
+      row = append_lines(buf, vim.list_extend({ '' }, lines)) + 1
+    end
+    -- An empty line after it: what streams next starts a paragraph of its own.
+    append_lines(buf, { '' })
+    r.mode = 'section'
+    key.id = api.nvim_buf_set_extmark(buf, ns, row, 0, {})
+  end)
+  return key
+end
+
+--- Replace the lines of a section made by `M.block`.
+function M.set_block(key, lines)
+  write(function(buf)
+    local pos = api.nvim_buf_get_extmark_by_id(buf, ns, key.id, {})
+    if pos[1] then
+      api.nvim_buf_set_lines(buf, pos[1], pos[1] + key.n, false, lines)
+      key.n = #lines
+      api.nvim_buf_set_extmark(buf, ns, pos[1], 0, { id = key.id })
+    end
+  end)
+end
+
+local PLAN_BOX = { completed = '[x]', in_progress = '[-]', pending = '[ ]' }
+
+--- The lines of a plan section: a task list, the entry in progress in bold.
+---@param entries {content: string, priority: string?, status: string?}[]
+function M.plan_lines(entries)
+  local lines = { '**Plan**' }
+  if #entries == 0 then
+    lines[1] = '**Plan**: cleared'
+    return lines
+  end
+  lines[2] = ''
+  for _, e in ipairs(entries) do
+    local text = tostring(e.content or ''):gsub('\n', ' ')
+    if e.status == 'in_progress' then
+      text = '**' .. text .. '** (in progress)'
+    end
+    if e.priority == 'high' or e.priority == 'low' then
+      text = text .. ' · ' .. e.priority
+    end
+    lines[#lines + 1] = ('- %s %s'):format(PLAN_BOX[e.status] or '[ ]', text)
+  end
+  return lines
 end
 
 --- Close a turn with an italic footer line (stop reason, usage, cancelled).

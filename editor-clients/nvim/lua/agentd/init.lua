@@ -75,6 +75,10 @@ end
 ---@field last_stop string?
 ---@field found table? the locations of the last search or glob, for :AgentdQuickfix
 ---@field context {tokens: integer, window: integer}? the context meter (usage updates)
+---@field setup table? the session's mode and model and their choices (agent/newSession, agent/loadSession); nil from a daemon without modes
+---@field plan table? the session's plan entries (the last `plan` update)
+---@field commands table|false|nil slash commands (agent/listCommands); false: the daemon has none
+---@field replay table? the render state while agent/loadSession replays a session
 
 ---@type table<string, agentd.Project>
 local projects = {}
@@ -168,6 +172,44 @@ local function forget_session(p)
     by_session[p.session_id] = nil
   end
   p.session_id = nil
+  p.setup = nil
+  p.plan = nil
+end
+
+--- Keep what agent/newSession or agent/loadSession says about how the
+--- session runs. A daemon without modes answers none of it: then :AgentdMode
+--- and :AgentdModel say so instead of offering choices.
+local function keep_setup(p, res)
+  if type(res) == 'table' and type(res.modes) == 'table' and res.mode then
+    p.setup = {
+      mode = res.mode,
+      modes = res.modes,
+      model = res.model,
+      models = type(res.models) == 'table' and res.models or {},
+    }
+  else
+    p.setup = nil
+  end
+end
+
+--- Fetch the daemon's slash commands once per client (agent/listCommands),
+--- for completion of :AgentdAsk /...; `false` when the daemon has none.
+local function fetch_commands(p, c, sid)
+  if p.commands ~= nil or p.commands_pending then
+    return
+  end
+  p.commands_pending = true
+  c:request('agent/listCommands', { sessionId = sid }, function(err, res)
+    p.commands_pending = nil
+    if err or type(res) ~= 'table' or type(res.commands) ~= 'table' then
+      -- -32601: a daemon before slash commands; another error: try next time.
+      if err and err.code == -32601 then
+        p.commands = false
+      end
+      return
+    end
+    p.commands = res.commands
+  end)
 end
 
 --- "context 63 %", from the last usage update (nil before the first).
@@ -222,6 +264,12 @@ local function end_turn(p, turn, label)
   if p.turn == turn then
     p.turn = nil
   end
+  -- A question still open for this turn has no one left to answer it.
+  for _, call in pairs(turn.calls or {}) do
+    if call.permission then
+      call.permission.finish({ outcome = 'cancelled' })
+    end
+  end
   p.last_stop = label
   chat.finish(turn.r, label)
   api.nvim_exec_autocmds('User', {
@@ -239,6 +287,8 @@ local function on_exit(p, client_id, code, signal)
   end
   p.client_id = nil
   forget_session(p) -- sessions live in the daemon's memory
+  p.commands = nil -- the next daemon may offer others
+  p.replay = nil
   p.blockers = {}
   p.cancel_wait = nil
   local reason = ('agentd exited (code %d%s)'):format(code, signal ~= 0 and (', signal ' .. signal) or '')
@@ -269,6 +319,8 @@ local function start(p)
     for _, fn in ipairs(ready) do
       fn(client)
     end
+    -- Ready for completion of :AgentdAsk /... by the time it is typed.
+    fetch_commands(p, client, nil)
   end
   local user_exit = as_list(config.on_exit)
   config.on_exit = function(code, signal, client_id)
@@ -338,6 +390,8 @@ local function with_session(p, fn)
       end
       p.session_id = res.sessionId
       by_session[res.sessionId] = p
+      keep_setup(p, res)
+      fetch_commands(p, c, res.sessionId)
       for _, w in ipairs(waiters) do
         w(c, res.sessionId)
       end
@@ -347,9 +401,26 @@ end
 
 -- --- rendering updates ---------------------------------------------------------
 
+--- The name to show for a tool: an MCP tool's own name (the model's name
+--- is `mcp__<server>__<tool>`; the server is shown beside it).
+local function shown_name(name, server)
+  if server then
+    local prefix = 'mcp__' .. server .. '__'
+    if name:sub(1, #prefix) == prefix and #name > #prefix then
+      return name:sub(#prefix + 1)
+    end
+  end
+  return name
+end
+
 local function tool_line(call)
-  local where = call.executor == 'client' and ' · editor' or ''
-  return ('- tool **%s** %s%s — %s'):format(call.name, call.summary, where, call.status)
+  local where = ''
+  if call.server then
+    where = ' · MCP ' .. call.server
+  elseif call.executor == 'client' then
+    where = ' · editor'
+  end
+  return ('- tool **%s** %s%s — %s'):format(shown_name(call.name, call.server), call.summary, where, call.status)
 end
 
 local function set_call_status(call, status)
@@ -364,6 +435,20 @@ local function first_line(text)
 end
 
 local function run_client_tool(p, turn, c, sid, call, args)
+  if tools.needs_approval[call.name] and p.setup and p.setup.mode == 'ask' then
+    -- Ask is read-only: an edit or a command is never run, whatever the
+    -- daemon announced (one that refuses the call itself may still send it
+    -- to the editor as a client call).
+    call.final = true
+    set_call_status(call, 'refused: the Ask mode is read-only')
+    c:notify('agent/toolResult', {
+      sessionId = sid,
+      toolCallId = call.id,
+      content = ('%s is not available in the Ask mode (read-only); the call was not made.'):format(call.name),
+      isError = true,
+    })
+    return
+  end
   local ctx = {
     root = p.root,
     config = M.config,
@@ -373,6 +458,8 @@ local function run_client_tool(p, turn, c, sid, call, args)
     on_process = function(proc)
       table.insert(turn.procs, proc)
     end,
+    -- The session's mode runs this call without asking (an edit in auto-edit).
+    auto_approved = call.auto_approve,
   }
   tools.run(ctx, call.name, args, function(status)
     if not call.final then
@@ -430,8 +517,51 @@ local function found_list(call, u)
   return { title = 'agentd: ' .. call.name .. ' ' .. call.summary, items = items }
 end
 
+--- The display name of a mode id ("Ask" for ask), from the session's modes.
+local function mode_name(p, id)
+  for _, m in ipairs(p.setup and p.setup.modes or {}) do
+    if m.id == id then
+      return m.name or id
+    end
+  end
+  return tostring(id)
+end
+
+--- A line or a note: inside a turn a block line, outside a standalone note.
+local function say(turn, text)
+  if turn and turn.r and not turn.r.finished then
+    chat.line(turn.r, '- ' .. text)
+  else
+    chat.note(text)
+  end
+end
+
+--- Answer an open agent/requestPermission of `call` with `cancelled` (the
+--- call ended or the prompt was cancelled while the question was open).
+local function withdraw_permission(call)
+  if call.permission then
+    call.permission.finish({ outcome = 'cancelled' })
+  end
+end
+
+--- The plan (a `plan` update, or loadSession's `plan`): a section of the
+--- turn, redrawn in place as the model ticks entries off.
+local function show_plan(p, turn, entries)
+  p.plan = entries
+  local lines = chat.plan_lines(entries)
+  if turn.plan_key and not turn.r.finished then
+    chat.set_block(turn.plan_key, lines)
+  else
+    turn.plan_key = chat.block(turn.r, lines)
+  end
+end
+
 local function on_update(p, turn, u)
   local kind = u.kind
+  if turn.replay and not turn.r and kind ~= 'user_message' then
+    -- A replay starts with the first prompt; anything before it gets a turn too.
+    turn.r = chat.begin_turn('…')
+  end
   if kind == 'message_chunk' then
     chat.text(turn.r, u.text or '')
   elseif kind == 'thought_chunk' then
@@ -444,10 +574,13 @@ local function on_update(p, turn, u)
       executor = u.executor,
       summary = tools.summary(u.name, u.arguments),
       status = u.executor == 'client' and 'pending' or 'running',
+      server = type(u.server) == 'string' and u.server or nil,
+      auto_approve = u.autoApprove == true,
     }
     call.key = chat.line(turn.r, tool_line(call))
     turn.calls[call.id] = call
-    if u.executor == 'client' then
+    -- A replayed call ran long ago: only its outcome is shown.
+    if u.executor == 'client' and not turn.replay then
       local c = client_of(p)
       if c then
         run_client_tool(p, turn, c, p.session_id, call, u.arguments)
@@ -457,7 +590,10 @@ local function on_update(p, turn, u)
     local call = turn.calls[u.toolCallId]
     -- For the editor's own tools the status it shows is the better one
     -- ("declined", "failed: ..."); only a cancel from the daemon overrides it.
-    if call and (call.executor ~= 'client' or u.status == 'cancelled') then
+    if call and (call.executor ~= 'client' or turn.replay or u.status == 'cancelled') then
+      if u.status ~= 'running' then
+        withdraw_permission(call)
+      end
       local status = u.status or '?'
       if status == 'failed' and u.content then
         status = status .. ': ' .. first_line(u.content)
@@ -495,7 +631,32 @@ local function on_update(p, turn, u)
       turn.compaction_key = nil
     end
     compaction_meter(p, u)
+  elseif kind == 'plan' then
+    show_plan(p, turn, type(u.entries) == 'table' and u.entries or {})
+  elseif kind == 'user_message' and turn.replay then
+    if turn.r then
+      chat.finish(turn.r, 'ended')
+    end
+    turn.r = chat.begin_turn(u.text or '')
+    turn.plan_key = nil
+  elseif kind == 'user_image' and turn.replay then
+    chat.line(turn.r, ('- image (%s, %d bytes)'):format(tostring(u.mimeType), math.floor(#(u.data or '') * 3 / 4)))
+  elseif kind == 'prompt_end' and turn.replay then
+    local label = tostring(u.stopReason or '?')
+    if type(u.error) == 'table' then
+      label = label .. ': ' .. tostring(u.error.message or u.error.kind)
+    end
+    chat.finish(turn.r, label)
   end
+end
+
+--- The session's mode changed (agent/setMode, from this editor or not).
+local function on_mode(p, u)
+  if p.setup then
+    p.setup.mode = u.mode
+  end
+  local turn = p.turn and not p.turn.cancelled and p.turn or nil
+  say(turn, 'mode: ' .. mode_name(p, u.mode))
 end
 
 M.handlers = {
@@ -504,13 +665,26 @@ M.handlers = {
       return
     end
     local p = by_session[params.sessionId]
-    local turn = p and p.turn
+    if not p then
+      return
+    end
+    if params.update.kind == 'mode' then
+      return on_mode(p, params.update)
+    end
+    -- agent/loadSession replays the session before it answers.
+    if p.replay and p.replay.session_id == params.sessionId then
+      return on_update(p, p.replay, params.update)
+    end
+    local turn = p.turn
     -- No live turn (or one not sent yet): the update belongs to a prompt
     -- this editor already cancelled, which the daemon is still winding down.
     if not turn or turn.cancelled or not turn.request_id then
       return
     end
     on_update(p, turn, params.update)
+  end,
+  ['agent/requestPermission'] = function(_, params)
+    return M.request_permission(params)
   end,
   -- The memory index changed (an edit, an extraction): refresh the listing
   -- if it is shown, so it never goes stale.
@@ -606,6 +780,12 @@ function M.ask(prompt, opts)
     notify('a prompt is still running (:AgentdCancel stops it)', vim.log.levels.WARN)
     return
   end
+  -- A daemon without slash commands would send `/compact` to the model as
+  -- text; its agent/compact does what the command would.
+  local compact_args = type(prompt) == 'string' and p.commands == false and prompt:match('^%s*/compact%f[%s%z](.*)$')
+  if compact_args then
+    return M.compact(vim.trim(compact_args), { root = p.root })
+  end
   if vim.trim(chat.content()) == '' then
     chat.clear(header(p))
   end
@@ -668,6 +848,7 @@ function M.cancel(opts)
     pcall(proc.kill, proc, 15)
   end
   for _, call in pairs(turn.calls) do
+    withdraw_permission(call)
     if not call.final then
       call.final = true
       set_call_status(call, 'cancelled')
@@ -778,6 +959,294 @@ function M.context(root)
   return p and context_label(p) or nil
 end
 
+-- --- permission, modes, models, sessions, commands -------------------------------------
+
+--- agent/requestPermission: the daemon asks before a tool of its own with side
+--- effects runs (an MCP tool not marked read-only). `auto_approve` decides
+--- first (by the tool's name, `mcp__server__tool`), else vim.ui.select offers
+--- the daemon's options. The answer has ACP's shape; anything but a choice is
+--- `cancelled`, which the daemon takes as a refusal. Runs in the coroutine
+--- Neovim gives server requests, so the reply waits for the user.
+function M.request_permission(params)
+  local cancelled = { outcome = { outcome = 'cancelled' } }
+  if type(params) ~= 'table' or type(params.options) ~= 'table' then
+    return cancelled
+  end
+  local options = vim.tbl_filter(function(o)
+    return type(o) == 'table' and type(o.optionId) == 'string'
+  end, params.options)
+  local function pick(kind)
+    for _, o in ipairs(options) do
+      if o.kind == kind then
+        return { outcome = { outcome = 'selected', optionId = o.optionId } }
+      end
+    end
+    return cancelled
+  end
+  local verdict = tools.verdict(M.config, params.tool, params.arguments)
+  if verdict ~= nil then
+    return pick(verdict and 'allow_once' or 'reject_once')
+  end
+  local co, is_main = coroutine.running()
+  if not co or is_main or #options == 0 then
+    return cancelled -- nowhere to wait for an answer: refuse
+  end
+  local p = by_session[params.sessionId]
+  local turn = p and p.turn
+  local call = turn and turn.calls[params.toolCallId]
+  local pending = {}
+  function pending.finish(outcome)
+    if pending.done then
+      return -- withdrawn, or answered already
+    end
+    pending.done = true
+    if call then
+      call.permission = nil
+    end
+    -- Scheduled: a synchronous vim.ui.select answers before the yield below.
+    vim.schedule(function()
+      coroutine.resume(co, outcome)
+    end)
+  end
+  if call then
+    call.permission = pending
+    set_call_status(call, 'awaiting permission')
+  end
+  vim.ui.select(options, {
+    prompt = tools.permission_question(params),
+    kind = 'agentd_permission',
+    format_item = function(o)
+      return o.name or o.optionId
+    end,
+  }, function(choice)
+    pending.finish(choice and { outcome = 'selected', optionId = choice.optionId } or { outcome = 'cancelled' })
+  end)
+  local outcome = coroutine.yield()
+  if call and not call.final then
+    local chosen = outcome.outcome == 'selected' and outcome.optionId or nil
+    for _, o in ipairs(options) do
+      if o.optionId == chosen and o.kind and o.kind:match('^reject') then
+        chosen = nil
+      end
+    end
+    set_call_status(call, chosen and 'running' or 'rejected')
+  end
+  return { outcome = outcome }
+end
+
+--- Call fn(p, c, sid) with the project's session and its setup (modes,
+--- models); says so and calls cb(nil, err) when there is none.
+local function with_setup(opts, cb, fn)
+  local p = target(opts)
+  last_root = p.root
+  with_session(p, function(c, sid, err)
+    if not c then
+      notify(tostring(err), vim.log.levels.ERROR)
+      return cb and cb(nil, err)
+    end
+    if not p.setup then
+      notify('this agentd offers no session modes or models (it is older than this plugin)', vim.log.levels.WARN)
+      return cb and cb(nil, 'unsupported')
+    end
+    fn(p, c, sid)
+  end)
+end
+
+--- Switch the session's mode (agent/setMode): `ask`, `code` or `auto-edit`;
+--- without {mode}, pick one with vim.ui.select. cb(result|nil, err).
+function M.set_mode(mode, opts, cb)
+  with_setup(opts, cb, function(p, c, sid)
+    local function apply(id)
+      c:request('agent/setMode', { sessionId = sid, mode = id }, function(e, res)
+        if e or type(res) ~= 'table' then
+          notify('agent/setMode failed: ' .. errmsg(e or 'no result'), vim.log.levels.ERROR)
+          return cb and cb(nil, e)
+        end
+        p.setup.mode = res.mode or id
+        if cb then
+          cb(res)
+        end
+      end, chat.buf())
+    end
+    if mode and mode ~= '' then
+      return apply(mode)
+    end
+    local now = p.setup.mode
+    vim.ui.select(p.setup.modes, {
+      prompt = 'agentd mode',
+      kind = 'agentd_mode',
+      format_item = function(m)
+        local current = m.id == now and ' (current)' or ''
+        return ('%s%s — %s'):format(m.name or m.id, current, m.description or '')
+      end,
+    }, function(choice)
+      if choice then
+        apply(choice.id)
+      elseif cb then
+        cb(nil, 'none chosen')
+      end
+    end)
+  end)
+end
+
+--- Switch the session's model (agent/setModel) among the configured ones
+--- (`models` in the daemon's settings); without {model}, pick one with
+--- vim.ui.select. cb(result|nil, err).
+function M.set_model(model, opts, cb)
+  with_setup(opts, cb, function(p, c, sid)
+    local function apply(id)
+      c:request('agent/setModel', { sessionId = sid, model = id }, function(e, res)
+        if e or type(res) ~= 'table' then
+          notify('agent/setModel failed: ' .. errmsg(e or 'no result'), vim.log.levels.ERROR)
+          return cb and cb(nil, e)
+        end
+        p.setup.model = res.model or id
+        say(p.turn, 'model: ' .. tostring(p.setup.model))
+        if cb then
+          cb(res)
+        end
+      end, chat.buf())
+    end
+    if model and model ~= '' then
+      return apply(model)
+    end
+    local now = p.setup.model
+    vim.ui.select(p.setup.models, {
+      prompt = 'agentd model',
+      kind = 'agentd_model',
+      format_item = function(m)
+        local name = (m.name and m.name ~= m.id) and (m.name .. ' (' .. m.id .. ')') or m.id
+        return name .. (m.supportsImages and ' · images' or '') .. (m.id == now and ' (current)' or '')
+      end,
+    }, function(choice)
+      if choice then
+        apply(choice.id)
+      elseif cb then
+        cb(nil, 'none chosen')
+      end
+    end)
+  end)
+end
+
+--- Load a saved session (agent/loadSession): the chat shows its history as
+--- the daemon replays it, and the next prompt goes on from there.
+--- cb(result|nil, err).
+function M.load_session(session_id, opts, cb)
+  local p = target(opts)
+  last_root = p.root
+  if p.turn then
+    M.cancel({ root = p.root })
+  end
+  with_client(p, function(c, err)
+    if not c then
+      notify(tostring(err), vim.log.levels.ERROR)
+      return cb and cb(nil, err)
+    end
+    forget_session(p)
+    if M.config.open_chat then
+      chat.open(M.config.chat_position)
+    end
+    chat.clear(header(p) .. ' · session ' .. ((opts or {}).title or session_id))
+    local replay = { replay = true, session_id = session_id, calls = {}, procs = {} }
+    p.replay = replay
+    by_session[session_id] = p
+    c:request('agent/loadSession', { sessionId = session_id, workspaceRoot = p.root }, function(e, res)
+      if p.replay == replay then
+        p.replay = nil
+      end
+      if replay.r and not replay.r.finished then
+        chat.finish(replay.r, 'ended')
+      end
+      if e then
+        by_session[session_id] = nil
+        chat.note('could not load the session: ' .. errmsg(e))
+        return cb and cb(nil, e)
+      end
+      p.session_id = session_id
+      keep_setup(p, res)
+      if type(res) == 'table' and type(res.plan) == 'table' then
+        p.plan = res.plan
+      end
+      local note = 'session loaded'
+      if p.setup then
+        note = ('%s · mode %s · model %s'):format(note, mode_name(p, p.setup.mode), tostring(p.setup.model))
+      end
+      chat.note(note)
+      if cb then
+        cb(res or {})
+      end
+    end, chat.buf())
+  end)
+end
+
+--- The project's saved sessions (agent/listSessions) in vim.ui.select; the
+--- one picked is loaded. cb(result|nil, err) as for load_session.
+function M.sessions(opts, cb)
+  local p = target(opts)
+  last_root = p.root
+  with_client(p, function(c, err)
+    if not c then
+      notify(tostring(err), vim.log.levels.ERROR)
+      return cb and cb(nil, err)
+    end
+    c:request('agent/listSessions', { workspaceRoot = p.root }, function(e, res)
+      if e or type(res) ~= 'table' then
+        notify('agent/listSessions failed: ' .. errmsg(e or 'no result'), vim.log.levels.ERROR)
+        return cb and cb(nil, e)
+      end
+      local sessions = type(res.sessions) == 'table' and res.sessions or {}
+      if #sessions == 0 then
+        notify('no saved sessions for ' .. p.root)
+        return cb and cb(nil, 'none')
+      end
+      vim.ui.select(sessions, {
+        prompt = 'agentd sessions',
+        kind = 'agentd_session',
+        format_item = function(s)
+          local title = (type(s.title) == 'string' and s.title ~= '') and s.title or '(untitled)'
+          local current = s.sessionId == p.session_id and ' (current)' or ''
+          return ('%s  %s%s'):format(tostring(s.updatedAt or ''), (title:gsub('\n', ' ')), current)
+        end,
+      }, function(choice)
+        if not choice then
+          return cb and cb(nil, 'none chosen')
+        end
+        M.load_session(choice.sessionId, { root = p.root, title = choice.title }, cb)
+      end)
+    end, chat.buf())
+  end)
+end
+
+--- Completion of :AgentdAsk: the daemon's slash commands, when the prompt
+--- so far is a slash and a partial name.
+function M.complete_ask(arglead, cmdline)
+  local typed = cmdline:match('^%s*%S+%s+(.*)$') or ''
+  if not typed:match('^/%S*$') then
+    return {}
+  end
+  local p = projects[M.root()]
+  local out = {}
+  for _, cmd in ipairs(p and p.commands or {}) do
+    local name = '/' .. tostring(cmd.name)
+    if name:sub(1, #arglead) == arglead then
+      out[#out + 1] = name
+    end
+  end
+  return out
+end
+
+--- Completion of :AgentdMode and :AgentdModel: the session's choices.
+function M.complete_setup(what, arglead)
+  local p = projects[M.root()]
+  local out = {}
+  for _, m in ipairs(p and p.setup and p.setup[what] or {}) do
+    if tostring(m.id):sub(1, #arglead) == arglead then
+      out[#out + 1] = m.id
+    end
+  end
+  return out
+end
+
 -- --- memory --------------------------------------------------------------------------
 
 local function show_memory(p, res)
@@ -866,6 +1335,9 @@ local function format_status(p, res, c)
     tostring(caps.protocolVersion or '?'),
     p.session_id or 'none yet'
   )
+  if p.setup then
+    lines[#lines + 1] = ('mode %s, model %s'):format(mode_name(p, p.setup.mode), tostring(p.setup.model))
+  end
   lines[#lines + 1] = ('memory: %s (%s docs, watcher %s)'):format(
     tostring(res.directory),
     tostring(res.docCount),
@@ -887,7 +1359,41 @@ local function format_status(p, res, c)
   return lines
 end
 
---- Show memory/status for the project. cb(result|nil, err, lines).
+--- The MCP part of :AgentdStatus, from mcp/status (nil: no MCP in the daemon).
+local function mcp_lines(res)
+  if res == nil then
+    return {}
+  end
+  if type(res) ~= 'table' or res.error then
+    return { 'MCP: mcp/status failed: ' .. tostring(type(res) == 'table' and res.error or res) }
+  end
+  local servers = type(res.servers) == 'table' and res.servers or {}
+  if #servers == 0 then
+    return { 'MCP: no servers configured' }
+  end
+  local lines = { ('MCP: %d server%s'):format(#servers, #servers == 1 and '' or 's') }
+  for _, sv in ipairs(servers) do
+    local line = ('  %s: %s (%s, %s tool%s'):format(
+      tostring(sv.name),
+      tostring(sv.state),
+      tostring(sv.transport),
+      tostring(sv.toolCount or 0),
+      sv.toolCount == 1 and '' or 's'
+    )
+    if (sv.restarts or 0) > 0 then
+      line = line .. (', %d restart%s'):format(sv.restarts, sv.restarts == 1 and '' or 's')
+    end
+    line = line .. ')'
+    if type(sv.lastError) == 'string' and sv.lastError ~= '' then
+      line = line .. ' — last error: ' .. (sv.lastError:match('^[^\n]*') or '')
+    end
+    lines[#lines + 1] = line
+  end
+  return lines
+end
+
+--- Show memory/status (and mcp/status) for the project. cb(result|nil, err,
+--- lines, mcp_result).
 function M.status(opts, cb)
   local p = target(opts)
   with_client(p, function(c, err)
@@ -901,10 +1407,20 @@ function M.status(opts, cb)
         return cb and cb(nil, e)
       end
       local lines = format_status(p, res, c)
-      notify(table.concat(lines, '\n'))
-      if cb then
-        cb(res, nil, lines)
+      local function done(mcp)
+        vim.list_extend(lines, mcp_lines(mcp))
+        notify(table.concat(lines, '\n'))
+        if cb then
+          cb(res, nil, lines, mcp)
+        end
       end
+      -- MCP servers only from a daemon that has them (`mcp` in its capabilities).
+      if not vim.tbl_get(c.server_capabilities or {}, 'experimental', 'agentd', 'mcp') then
+        return done(nil)
+      end
+      c:request('mcp/status', vim.empty_dict(), function(me, mres)
+        done(me and { error = errmsg(me) } or mres)
+      end, chat.buf())
     end, chat.buf())
   end)
 end
@@ -940,6 +1456,10 @@ function M.info(root)
     waiting = next(p.blockers) ~= nil,
     last_stop = p.last_stop,
     context = p.context and vim.deepcopy(p.context) or nil,
+    mode = p.setup and p.setup.mode or nil,
+    model = p.setup and p.setup.model or nil,
+    plan = p.plan and vim.deepcopy(p.plan) or nil,
+    commands = type(p.commands) == 'table' and vim.deepcopy(p.commands) or p.commands,
   }
 end
 

@@ -19,6 +19,7 @@ M.needs_approval = { edit_file = true, write_file = true, run_command = true }
 ---@field config table the plugin's options
 ---@field cancelled fun(): boolean true once the turn was cancelled
 ---@field on_process fun(proc: vim.SystemObj) registers a process to kill on cancel
+---@field auto_approved boolean? the session's mode runs this call without asking (`autoApprove`)
 
 local function fail(msg)
   error({ agentd = msg }, 0)
@@ -320,7 +321,7 @@ function M.summary(name, args)
   end
   local ok, json = pcall(vim.json.encode, args)
   json = ok and json or ''
-  return #json > 60 and json:sub(1, 57) .. '...' or json
+  return '`' .. (#json > 60 and json:sub(1, 57) .. '...' or json) .. '`'
 end
 
 --- The question asked before a tool that changes something runs.
@@ -356,22 +357,52 @@ local function question(ctx, name, args)
   return table.concat(out, '\n')
 end
 
+--- The question of an agent/requestPermission (a daemon-run tool, such as
+--- an MCP server's): which tool, on which server, with what arguments.
+function M.permission_question(params)
+  local tool = params.serverTool or params.tool or '?'
+  local out = {}
+  if params.server then
+    out[1] = ('agentd wants to call %s on the MCP server %s'):format(tool, params.server)
+  else
+    out[1] = ('agentd wants to run %s'):format(tool)
+  end
+  if type(params.description) == 'string' and params.description ~= '' then
+    out[1] = out[1] .. ' (' .. params.description:gsub('\n.*', ' …') .. ')'
+  end
+  out[1] = out[1] .. ':'
+  local ok, json = pcall(vim.json.encode, params.arguments or vim.empty_dict())
+  json = ok and json or '?'
+  out[2] = '  ' .. (#json > 400 and json:sub(1, 397) .. '...' or json)
+  out[3] = 'Allow it?'
+  return table.concat(out, '\n')
+end
+
 --- Ask whether a call may run. `auto_approve` decides first: true (all), a
 --- table {name = true|false}, or a function(name, args) returning true,
 --- false or nil (nil: ask). Then `confirm(name, args, question, cb)`, else
 --- vim.ui.select.
+--- What `auto_approve` says about a call: true, false or nil (ask).
+function M.verdict(config, name, args)
+  local auto = config.auto_approve
+  if auto == true then
+    return true
+  elseif type(auto) == 'table' then
+    return auto[name]
+  elseif type(auto) == 'function' then
+    return auto(name, args)
+  end
+end
+
 local function approve(ctx, name, args, cb)
   if not M.needs_approval[name] then
     return cb(true)
   end
-  local auto = ctx.config.auto_approve
-  local verdict
-  if auto == true then
+  local verdict = M.verdict(ctx.config, name, args)
+  -- The mode the user picked (auto-edit) already said yes to this edit; an
+  -- explicit `false` in auto_approve still refuses it.
+  if verdict == nil and ctx.auto_approved then
     verdict = true
-  elseif type(auto) == 'table' then
-    verdict = auto[name]
-  elseif type(auto) == 'function' then
-    verdict = auto(name, args)
   end
   if verdict ~= nil then
     return cb(verdict and true or false)
