@@ -803,6 +803,110 @@ test(':AgentdSessions loads a saved session picked in vim.ui.select', function()
   end)
 end)
 
+-- --- recorded messages -------------------------------------------------------------
+-- tests/recorded/daemon_messages.json holds messages recorded from the daemons
+-- that add MCP (issue 16) and modes and plans (issue 17). They are replayed
+-- into the plugin's handlers during a real prompt of the daemon under test, so
+-- the plugin's side is tested whichever daemon runs.
+local RECORDED = vim.json.decode(table.concat(vim.fn.readfile(here .. '/recorded/daemon_messages.json'), '\n'))
+
+--- The params of a recorded message, for the live session `sid`.
+local function recorded_params(name, sid, fields)
+  local params = vim.deepcopy(RECORDED[name].params)
+  params.sessionId = sid
+  for k, v in pairs(fields or {}) do
+    if params.update then
+      params.update[k] = v
+    else
+      params[k] = v
+    end
+  end
+  return params
+end
+
+local function feed(name, sid, fields)
+  agentd.handlers['agent/update'](nil, recorded_params(name, sid, fields), { method = 'agent/update' })
+end
+
+--- agent/requestPermission as Neovim's RPC layer calls it: in a coroutine,
+--- the reply being what the handler returns. Returns a function giving the
+--- result once there is one.
+local function permission(params)
+  local result
+  coroutine.wrap(function()
+    result = agentd.handlers['agent/requestPermission'](nil, params, { method = 'agent/requestPermission' })
+  end)()
+  return function()
+    return result
+  end
+end
+
+test('recorded: an MCP card naming its server, the permission question (allowed, then withdrawn by a cancel), a plan redrawn in place, mode notes', function()
+  check(agentd.ask('!delay 0.05\n!chunks 2000') ~= nil, 'ask refused')
+  wait_for('the stream', function()
+    return contains(chat.content(), 'w2')
+  end)
+  local sid = state().session_id
+  feed('mcp_tool_call', sid)
+  check(contains(chat.content(), '- tool **echo** `{"text":"hi"}` · MCP tst — running'), 'card:\n%s', chat.content():match('[^\n]*MCP[^\n]*') or '')
+  local result
+  local offered = with_select(item_with('kind', 'allow_always'), function()
+    result = permission(recorded_params('mcp_permission', sid))
+    check(contains(chat.content(), '· MCP tst — awaiting permission'), 'no awaiting status')
+    wait_for('the answer', function()
+      return result() ~= nil
+    end)
+  end)
+  check(vim.deep_equal(result(), { outcome = { outcome = 'selected', optionId = 'allow_always' } }), 'answer: %s', vim.inspect(result()))
+  check(#offered == 1, 'questions: %d', #offered)
+  local q = offered[1].opts.prompt
+  check(q == 'agentd wants to call echo on the MCP server tst (Echo a text back (a tool with side effects, as far as agentd knows).):\n  {"text":"hi"}\nAllow it?', 'question: %s', q)
+  check(contains(chat.content(), '· MCP tst — running'), 'not running after the allow')
+  feed('mcp_tool_call_update', sid)
+  check(contains(chat.content(), '- tool **echo** `{"text":"hi"}` · MCP tst — completed'), 'not completed')
+  -- auto_approve answers by the model's name of the tool, without a question.
+  approvals['mcp__tst__echo'] = false
+  offered = with_select(function() end, function()
+    result = permission(recorded_params('mcp_permission', sid, { toolCallId = 'call_r2' }))
+  end)
+  approvals['mcp__tst__echo'] = nil
+  check(#offered == 0, 'asked despite auto_approve')
+  check(vim.deep_equal(result(), { outcome = { outcome = 'selected', optionId = 'reject_once' } }), 'auto_approve answer: %s', vim.inspect(result()))
+  -- The plan: one section, redrawn.
+  feed('plan_first', sid)
+  feed('plan_second', sid)
+  local turn_text = chat.content():match('.*## You\n(.*)$')
+  local _, plans = turn_text:gsub('%*%*Plan%*%*', '')
+  check(plans == 1, 'plan sections: %d', plans)
+  check(contains(turn_text, '**Plan**\n\n- [x] read the parser · high\n- [-] **fix it** (in progress)\n- [ ] run the tests · low\n'), 'plan:\n%s', turn_text)
+  -- Mode notes, in the turn.
+  feed('mode_ask', sid)
+  feed('mode_code', sid)
+  turn_text = chat.content():match('.*## You\n(.*)$')
+  check(turn_text:match('\n%- mode: [Aa]sk\n') and turn_text:match('\n%- mode: [Cc]ode'), 'mode notes:\n%s', turn_text)
+  -- A question open when the prompt is cancelled is answered `cancelled`.
+  feed('mcp_tool_call', sid, { toolCallId = 'call_r3' })
+  offered = with_select(function()
+    return false -- never answered
+  end, function()
+    result = permission(recorded_params('mcp_permission', sid, { toolCallId = 'call_r3' }))
+    check(result() == nil, 'answered without the user')
+    agentd.cancel()
+    wait_for('the withdrawal', function()
+      return result() ~= nil
+    end)
+  end)
+  check(vim.deep_equal(result(), { outcome = { outcome = 'cancelled' } }), 'withdrawn answer: %s', vim.inspect(result()))
+  -- One that comes after the cancel is answered `cancelled` at once.
+  offered = with_select(item_with('kind', 'allow_once'), function()
+    result = permission(recorded_params('mcp_permission', sid, { toolCallId = 'call_r4' }))
+  end)
+  check(#offered == 0 and vim.deep_equal(result(), { outcome = { outcome = 'cancelled' } }), 'asked after the cancel: %s', vim.inspect(result()))
+  check(contains(chat.content(), '- tool **echo** `{"text":"hi"}` · MCP tst — cancelled'), 'card not cancelled')
+  local stop = ask_and_wait('after the recorded messages')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+end)
+
 -- (Another root from here on: the commands above act on `root`.)
 test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
   -- The repository's test MCP server (FastMCP), run by the daemon's Python.

@@ -983,6 +983,13 @@ function M.request_permission(params)
     end
     return cancelled
   end
+  local p = by_session[params.sessionId]
+  local turn = p and p.turn
+  if not turn or turn.cancelled then
+    -- No prompt of ours runs in that session (one just cancelled, or a
+    -- session this editor does not know): nobody to ask.
+    return cancelled
+  end
   local verdict = tools.verdict(M.config, params.tool, params.arguments)
   if verdict ~= nil then
     return pick(verdict and 'allow_once' or 'reject_once')
@@ -991,9 +998,7 @@ function M.request_permission(params)
   if not co or is_main or #options == 0 then
     return cancelled -- nowhere to wait for an answer: refuse
   end
-  local p = by_session[params.sessionId]
-  local turn = p and p.turn
-  local call = turn and turn.calls[params.toolCallId]
+  local call = turn.calls[params.toolCallId]
   local pending = {}
   function pending.finish(outcome)
     if pending.done then
