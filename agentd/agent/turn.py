@@ -352,18 +352,24 @@ async def _run_tools(
         if call.name == UPDATE_PLAN:
             results[call.id] = _update_plan(session, call, emit)
             return
-        executor: Literal["client", "daemon"] = "client" if call.name in client_names else "daemon"
-        where = call_locations(call.name, call.arguments, session.workspace_root)
         # Checked when the call runs, not only when tools are offered: the
         # mode may have changed since, and a model may call what it was not offered.
         offered = {s.name for s in _tool_specs(session)}
+        refused = call.name not in offered and (
+            call.name in client_names or call.name in DAEMON_TOOL_SPECS
+        )
+        # A refused call is announced as the daemon's: `executor: client` tells
+        # the editor to run it, and an editor that did would apply the very
+        # edit the mode forbids.
+        executor: Literal["client", "daemon"] = (
+            "client" if call.name in client_names and not refused else "daemon"
+        )
+        where = call_locations(call.name, call.arguments, session.workspace_root)
         auto = executor == "client" and not modes.asks_before(session.mode, call.name)
         emit(ToolCallStarted(call.id, call.name, call.arguments, executor, where, auto))
         found: list[Location] = []
         try:
-            if call.name not in offered and (
-                call.name in client_names or call.name in DAEMON_TOOL_SPECS
-            ):
+            if refused:
                 res = ToolResultPart(call.id, modes.refusal(session.mode, call.name), True)
             elif executor == "client":
                 res = await session.client_tools.run(session, call)

@@ -77,6 +77,7 @@ async def test_set_mode_switches_tools_and_approval_and_is_kept_with_the_session
         # Refused by the daemon: the editor was told of the attempt, never asked to run it.
         (call,) = updates(c, sid, "tool_call")
         assert "autoApprove" not in call
+        assert call["executor"] == "daemon"  # "client" would tell the editor to run it
         (done,) = updates(c, sid, "tool_call_update")
         assert done["status"] == "failed"
         assert done["content"].startswith("edit_file is not available in Ask mode")
