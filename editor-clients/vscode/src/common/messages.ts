@@ -2,7 +2,28 @@
 // layer (AgentController) emits ChatEvents; the chat view forwards them to
 // the webview unchanged, so the webview can be tested by replaying them.
 
-import type { AgentUpdate, MemoryDoc, SessionInfo, StopReason, Usage } from '../protocol/types';
+import type {
+  AgentUpdate,
+  CompactionUpdate,
+  McpServerStatus,
+  MemoryDoc,
+  PermissionOption,
+  PlanEntry,
+  SessionInfo,
+  SessionSetup,
+  SlashCommand,
+  StopReason,
+  Usage,
+} from '../protocol/types';
+
+/** An image attached to a prompt (base64 data, no data: prefix). */
+export interface PromptImage {
+  mimeType: string;
+  data: string;
+}
+
+/** Image types agentd takes (docs/protocol.md, Images). */
+export const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'] as const;
 
 export type TurnOutcome = 'completed' | 'cancelled' | 'error' | 'replayed';
 
@@ -13,7 +34,7 @@ export type ClientToolState = 'awaiting_approval' | 'running' | 'denied' | 'done
 export type ReviewDecision = 'accept' | 'reject' | 'acceptSession' | 'show';
 
 export type ChatEvent =
-  | { type: 'turnStart'; turnId: string; sessionId: string; prompt: string; replay?: boolean }
+  | { type: 'turnStart'; turnId: string; sessionId: string; prompt: string; replay?: boolean; images?: PromptImage[] }
   | { type: 'update'; turnId: string; update: AgentUpdate }
   | {
       type: 'toolState';
@@ -41,25 +62,42 @@ export type ChatEvent =
   | { type: 'notice'; level: 'info' | 'warning' | 'error'; text: string; scope?: 'daemon' }
   | { type: 'memory'; available: boolean; directory?: string; docs: MemoryDoc[]; message?: string }
   | { type: 'sessions'; sessions: SessionInfo[] }
-  | { type: 'daemon'; state: 'starting' | 'ready' | 'stopped' | 'failed'; message?: string };
+  | { type: 'daemon'; state: 'starting' | 'ready' | 'stopped' | 'failed'; message?: string }
+  /** What the daemon offers, for controls shown only when it does (no dead buttons). */
+  | { type: 'features'; images: boolean; mcp: boolean; commands: SlashCommand[] }
+  /** The session's mode and model and their choices (the pickers). */
+  | { type: 'setup'; sessionId: string; setup: SessionSetup }
+  /** The session's plan as it stands (each replaces the one before). */
+  | { type: 'plan'; entries: PlanEntry[] }
+  /** The context meter. */
+  | { type: 'context'; tokens: number; window: number }
+  /** A compaction of the conversation: a divider in the transcript. */
+  | { type: 'compaction'; update: CompactionUpdate; replay?: boolean }
+  /** The daemon asks before a tool runs; `options` empty once answered (`answer` says how). */
+  | { type: 'permission'; turnId: string; toolCallId: string; title: string; options: PermissionOption[]; answer?: string }
+  | { type: 'mcp'; servers: McpServerStatus[] };
 
 /** What the webview posts to the extension. */
 export type WebviewMessage =
   | { type: 'ready' }
-  | { type: 'prompt'; text: string }
+  | { type: 'prompt'; text: string; images?: PromptImage[] }
   | { type: 'cancel' }
   | { type: 'newSession' }
   | { type: 'reset' }
   | { type: 'switchSession' }
-  | { type: 'openFile'; path: string }
+  | { type: 'openFile'; path: string; line?: number }
   | { type: 'refreshMemory' }
   | { type: 'openMemoryFolder' }
   | { type: 'restart' }
-  | { type: 'review'; toolCallId: string; decision: ReviewDecision };
+  | { type: 'review'; toolCallId: string; decision: ReviewDecision }
+  | { type: 'setMode'; mode: string }
+  | { type: 'setModel'; model: string }
+  | { type: 'permission'; toolCallId: string; optionId: string }
+  | { type: 'refreshMcp' };
 
 export function isWebviewMessage(v: unknown): v is WebviewMessage {
   if (!v || typeof v !== 'object') return false;
-  const m = v as { type?: unknown; text?: unknown; path?: unknown };
+  const m = v as { type?: unknown; text?: unknown; path?: unknown; line?: unknown; images?: unknown };
   switch (m.type) {
     case 'ready':
     case 'cancel':
@@ -69,11 +107,20 @@ export function isWebviewMessage(v: unknown): v is WebviewMessage {
     case 'refreshMemory':
     case 'openMemoryFolder':
     case 'restart':
+    case 'refreshMcp':
       return true;
     case 'prompt':
-      return typeof m.text === 'string';
+      return typeof m.text === 'string' && (m.images === undefined || (Array.isArray(m.images) && m.images.every(isPromptImage)));
     case 'openFile':
-      return typeof m.path === 'string';
+      return typeof m.path === 'string' && (m.line === undefined || (Number.isInteger(m.line) && (m.line as number) > 0));
+    case 'setMode':
+      return typeof (v as { mode?: unknown }).mode === 'string';
+    case 'setModel':
+      return typeof (v as { model?: unknown }).model === 'string';
+    case 'permission': {
+      const p = v as { toolCallId?: unknown; optionId?: unknown };
+      return typeof p.toolCallId === 'string' && typeof p.optionId === 'string';
+    }
     case 'review': {
       const r = v as { toolCallId?: unknown; decision?: unknown };
       return typeof r.toolCallId === 'string' && ['accept', 'reject', 'acceptSession', 'show'].includes(r.decision as string);
@@ -81,4 +128,10 @@ export function isWebviewMessage(v: unknown): v is WebviewMessage {
     default:
       return false;
   }
+}
+
+export function isPromptImage(v: unknown): v is PromptImage {
+  if (!v || typeof v !== 'object') return false;
+  const i = v as { mimeType?: unknown; data?: unknown };
+  return typeof i.mimeType === 'string' && (IMAGE_TYPES as readonly string[]).includes(i.mimeType) && typeof i.data === 'string' && /^[A-Za-z0-9+/]*={0,2}$/.test(i.data);
 }

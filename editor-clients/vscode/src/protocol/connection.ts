@@ -3,6 +3,8 @@
 // tests, over a real `agentd serve` child process) satisfy it structurally, so
 // the session logic is exercised against the real daemon without VS Code.
 
+import type { AgentdCapabilities } from './types';
+
 export interface Disposable {
   dispose(): void;
 }
@@ -18,7 +20,20 @@ export interface AgentConnection {
   sendRequest<R>(method: string, params: unknown, token?: CancellationToken): Promise<R>;
   sendNotification(method: string, params: unknown): Promise<void> | void;
   onNotification(method: string, handler: (params: any) => void): Disposable;
+  /**
+   * A handler for a request the daemon sends (agent/requestPermission). Like
+   * notifications, one handler per method underneath; the multiplexer fans out.
+   */
+  onRequest?(method: string, handler: (params: any, token: CancellationToken) => unknown): Disposable;
+  /** `capabilities.experimental.agentd` of the initialize result, once known. */
+  capabilities?(): AgentdCapabilities | undefined;
 }
+
+/**
+ * A request handler's answer "not mine" (another chat surface's session):
+ * the multiplexer asks the next handler.
+ */
+export const NOT_MINE = Symbol('not mine');
 
 /** A JSON-RPC error as both libraries raise it (ResponseError has `code`). */
 export function errorCode(err: unknown): number | undefined {
@@ -86,9 +101,31 @@ export class CancellationSource {
 export function multiplexNotifications(inner: AgentConnection): AgentConnection {
   const listeners = new Map<string, Set<(params: any) => void>>();
   const registrations = new Map<string, Disposable>();
+  const requestHandlers = new Map<string, Set<(params: any, token: CancellationToken) => unknown>>();
   return {
     sendRequest: (method, params, token) => inner.sendRequest(method, params, token),
     sendNotification: (method, params) => inner.sendNotification(method, params),
+    capabilities: () => inner.capabilities?.(),
+    onRequest(method, handler) {
+      let set = requestHandlers.get(method);
+      if (!set) {
+        const fresh = new Set<(params: any, token: CancellationToken) => unknown>();
+        requestHandlers.set(method, fresh);
+        set = fresh;
+        // Registered once per method for the connection's life: the first
+        // handler that does not answer NOT_MINE answers the request.
+        inner.onRequest?.(method, async (params, token) => {
+          for (const h of [...fresh]) {
+            const r = await h(params, token);
+            if (r !== NOT_MINE) return r;
+          }
+          throw new Error(`No chat surface handles ${method} for this session.`);
+        });
+      }
+      const own = set;
+      own.add(handler);
+      return { dispose: () => own.delete(handler) };
+    },
     onNotification(method, handler) {
       let set = listeners.get(method);
       if (!set) {

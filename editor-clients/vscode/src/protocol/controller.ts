@@ -7,13 +7,20 @@
 // implements Stop: the view learns of the cancel at once, the daemon through
 // `$/cancelRequest`, and the late -32800 reply is absorbed.
 
-import type { ChatEvent } from '../common/messages';
+import type { ChatEvent, PromptImage } from '../common/messages';
 import { DENIED_COMMAND, DENIED_EDIT, type ClientToolRunner, type ToolCall } from '../tools/clientTools';
-import { CancellationSource, errorCode, errorMessage, type AgentConnection, type Disposable } from './connection';
+import { CancellationSource, NOT_MINE, errorCode, errorMessage, type AgentConnection, type CancellationToken, type Disposable } from './connection';
 import {
   ErrorCodes,
   type AgentUpdate,
   type AgentUpdateParams,
+  type ContentBlock,
+  type McpStatusResult,
+  type PlanEntry,
+  type RequestPermissionParams,
+  type RequestPermissionResult,
+  type SessionSetup,
+  type SlashCommand,
   type MemoryChangedParams,
   type MemoryListResult,
   type MemoryStatusResult,
@@ -44,6 +51,8 @@ interface Turn {
   ended: boolean;
   /** Settles when the daemon has answered the prompt request (whatever the answer). */
   settled: Promise<void>;
+  /** Open agent/requestPermission requests of this turn, by toolCallId. */
+  permissions: Map<string, (optionId: string | undefined) => void>;
 }
 
 export interface TurnSummary {
@@ -68,6 +77,10 @@ export class AgentController {
   /** Between prompt() being called and its turn existing (awaits in between). */
   private starting = false;
   private readonly toolRuns = new Set<Promise<void>>();
+  /** The session's mode, model and their choices, as the daemon last said. */
+  private setup: SessionSetup | undefined;
+  /** The context window the daemon last reported, for a compaction's `tokensAfter`. */
+  private contextWindow: number | undefined;
 
   constructor(
     private readonly workspaceRoot: () => string | undefined,
@@ -101,6 +114,20 @@ export class AgentController {
     if (this.options.watchMemory !== false) {
       this.subscriptions.push(conn.onNotification('memory/changed', (p: MemoryChangedParams) => this.onMemoryChanged(p)));
     }
+    const perm = conn.onRequest?.('agent/requestPermission', (p: RequestPermissionParams, token: CancellationToken) => this.onPermission(p, token));
+    if (perm) this.subscriptions.push(perm);
+  }
+
+  /** What the daemon offers, for the view to show only the controls that work. Never throws. */
+  async refreshFeatures(): Promise<void> {
+    const caps = this.conn?.capabilities?.();
+    let commands: SlashCommand[] = [];
+    try {
+      commands = await this.listCommands();
+    } catch {
+      // An older daemon has no commands: no completion is offered.
+    }
+    this.emit({ type: 'features', images: !!caps?.promptContent?.includes('image'), mcp: !!caps?.mcp, commands });
   }
 
   /** The daemon went away: end the running turn with `reason`. */
@@ -160,13 +187,16 @@ export class AgentController {
 
   async newSession(): Promise<string> {
     await this.stopAndWait();
-    const { sessionId } = await this.connection().sendRequest<{ sessionId: string }>('agent/newSession', {
+    const res = await this.connection().sendRequest<{ sessionId: string } & SessionSetup>('agent/newSession', {
       workspaceRoot: this.root(),
     });
+    const sessionId = res.sessionId;
     this.sessionId = sessionId;
     this.staleSessionId = undefined;
     this.emit({ type: 'cleared' });
     this.emit({ type: 'session', sessionId });
+    this.applySetup(sessionId, res);
+    this.clearPlan();
     return sessionId;
   }
 
@@ -179,6 +209,94 @@ export class AgentController {
     }
     this.emit({ type: 'cleared' });
     this.emit({ type: 'session', sessionId: id });
+    // A reset keeps the mode and the model and clears the plan.
+    if (id && this.setup) this.emit({ type: 'setup', sessionId: id, setup: this.setup });
+    this.clearPlan();
+  }
+
+  /** A daemon without modes and models (before issue 17) sends no setup: no pickers. */
+  private applySetup(sessionId: string, res: SessionSetup | undefined): void {
+    if (!res || typeof res !== 'object' || (res.mode === undefined && res.model === undefined)) {
+      if (this.setup) this.emit({ type: 'setup', sessionId, setup: {} });
+      this.setup = undefined;
+      return;
+    }
+    const { mode, modes, model, models } = res;
+    this.setup = { mode, modes, model, models };
+    this.emit({ type: 'setup', sessionId, setup: this.setup });
+  }
+
+  private planShown = false;
+
+  private showPlan(entries: PlanEntry[]): void {
+    this.planShown = entries.length > 0;
+    this.emit({ type: 'plan', entries });
+  }
+
+  /** Another session's (or a reset session's) plan goes; nothing to say if none was shown. */
+  private clearPlan(): void {
+    if (this.planShown) this.showPlan([]);
+  }
+
+  /** Switch the session's mode (agent/setMode); counts from the next model step. */
+  async setMode(mode: string): Promise<void> {
+    const sessionId = await this.ensureSession();
+    try {
+      const res = await this.connection().sendRequest<{ mode: NonNullable<SessionSetup['mode']> }>('agent/setMode', { sessionId, mode });
+      this.setup = { ...this.setup, mode: res.mode };
+      this.emit({ type: 'setup', sessionId, setup: this.setup });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/setMode');
+      // The picker shows what holds again.
+      if (this.setup) this.emit({ type: 'setup', sessionId, setup: this.setup });
+      throw err;
+    }
+  }
+
+  /** Switch the session's model (agent/setModel); the next model request uses it. */
+  async setModel(model: string): Promise<void> {
+    const sessionId = await this.ensureSession();
+    try {
+      const res = await this.connection().sendRequest<{ model: string }>('agent/setModel', { sessionId, model });
+      this.setup = { ...this.setup, model: res.model };
+      this.emit({ type: 'setup', sessionId, setup: this.setup });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/setModel');
+      if (this.setup) this.emit({ type: 'setup', sessionId, setup: this.setup });
+      throw err;
+    }
+  }
+
+  /** The slash commands a prompt may start with. Throws NotSupportedError on -32601. */
+  async listCommands(): Promise<SlashCommand[]> {
+    try {
+      const res = await this.connection().sendRequest<{ commands: SlashCommand[] }>('agent/listCommands', this.sessionId ? { sessionId: this.sessionId } : {});
+      return Array.isArray(res?.commands) ? res.commands : [];
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/listCommands');
+      throw err;
+    }
+  }
+
+  /** The daemon's MCP servers. Throws NotSupportedError on -32601. */
+  async mcpStatus(): Promise<McpStatusResult> {
+    try {
+      return await this.connection().sendRequest<McpStatusResult>('mcp/status', {});
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('mcp/status');
+      throw err;
+    }
+  }
+
+  /** Fetch mcp/status for the view when the daemon has MCP; never throws. */
+  async refreshMcp(): Promise<void> {
+    if (!this.conn?.capabilities?.()?.mcp) return;
+    try {
+      const res = await this.mcpStatus();
+      this.emit({ type: 'mcp', servers: res.servers ?? [] });
+    } catch {
+      // Shown again at the next refresh; the panel keeps what it had.
+    }
   }
 
   /** Persisted sessions of the workspace, newest first. Throws NotSupportedError on -32601. */
@@ -206,8 +324,11 @@ export class AgentController {
     this.replay = { turnId: undefined, quiet, count: 0 };
     this.pendingReplaySession = sessionId;
     try {
-      await this.connection().sendRequest('agent/loadSession', { sessionId, workspaceRoot: this.root() });
+      const res = await this.connection().sendRequest<SessionSetup | null>('agent/loadSession', { sessionId, workspaceRoot: this.root() });
       this.sessionId = sessionId;
+      this.applySetup(sessionId, res ?? undefined);
+      if (res && Array.isArray(res.plan)) this.showPlan(res.plan);
+      else this.clearPlan();
     } catch (err) {
       if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/loadSession');
       throw err;
@@ -226,7 +347,7 @@ export class AgentController {
    * Run one prompt to its end. Resolves with how it ended; cancellation and
    * errors are outcomes, not rejections (they are also emitted as events).
    */
-  async prompt(text: string): Promise<TurnSummary> {
+  async prompt(text: string, images: PromptImage[] = []): Promise<TurnSummary> {
     if (this.running || this.starting) {
       const message = 'A prompt is still running: press Stop first.';
       this.emit({ type: 'notice', level: 'warning', text: message });
@@ -256,12 +377,17 @@ export class AgentController {
       toolAborts: new Map(),
       ended: false,
       settled: new Promise<void>((r) => (settle = r)),
+      permissions: new Map(),
     };
     this.turn = turn;
     this.lastSettled = turn.settled;
-    this.emit({ type: 'turnStart', turnId: turn.id, sessionId, prompt: text });
+    this.emit({ type: 'turnStart', turnId: turn.id, sessionId, prompt: text, ...(images.length ? { images } : {}) });
+    // Images go as content blocks after the text; a text-only prompt stays a string.
+    const prompt: string | ContentBlock[] = images.length
+      ? [...(text ? [{ type: 'text' as const, text }] : []), ...images.map((i) => ({ type: 'image' as const, data: i.data, mimeType: i.mimeType }))]
+      : text;
     try {
-      const result = await conn.sendRequest<PromptResult>('agent/prompt', { sessionId, prompt: text }, turn.source.token);
+      const result = await conn.sendRequest<PromptResult>('agent/prompt', { sessionId, prompt }, turn.source.token);
       if (!turn.ended) {
         const failed = result.stopReason === 'error';
         this.finishTurn(turn, {
@@ -290,8 +416,10 @@ export class AgentController {
       return { outcome: 'error', message };
     } finally {
       turn.tools.abort(); // nothing the editor runs outlives its prompt
+      this.closePermissions(turn);
       if (this.turn === turn) this.turn = undefined;
       settle();
+      if (this.conn?.capabilities?.()?.mcp) void this.refreshMcp();
     }
   }
 
@@ -317,7 +445,53 @@ export class AgentController {
 
   private finishTurn(turn: Turn, e: Extract<ChatEvent, { type: 'turnEnd' }>): void {
     turn.ended = true;
+    this.closePermissions(turn);
     this.emit(e);
+  }
+
+  // --- permission ------------------------------------------------------------------
+
+  /**
+   * agent/requestPermission: the daemon asks before a tool with side effects
+   * runs. The tool's card shows the options; the answer is the user's click.
+   * A cancelled prompt, a withdrawn request or a closed view answer
+   * `cancelled` (the daemon refuses the call: fail closed).
+   */
+  private async onPermission(p: RequestPermissionParams, token: CancellationToken): Promise<RequestPermissionResult | typeof NOT_MINE> {
+    const turn = this.turn;
+    if (!p || typeof p !== 'object' || !turn || p.sessionId !== turn.sessionId) return NOT_MINE;
+    const cancelled: RequestPermissionResult = { outcome: { outcome: 'cancelled' } };
+    if (turn.ended || token.isCancellationRequested) return cancelled;
+    const options = Array.isArray(p.options) ? p.options.filter((o) => o && typeof o.optionId === 'string') : [];
+    const title = typeof p.title === 'string' && p.title ? p.title : String(p.tool ?? 'a tool');
+    let sub: Disposable | undefined;
+    const chosen = await new Promise<string | undefined>((resolve) => {
+      turn.permissions.get(p.toolCallId)?.(undefined);
+      turn.permissions.set(p.toolCallId, resolve);
+      // The daemon withdraws the request ($/cancelRequest) when its prompt is cancelled.
+      sub = token.onCancellationRequested(() => resolve(undefined));
+      this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, options });
+    });
+    sub?.dispose();
+    turn.permissions.delete(p.toolCallId);
+    const option = options.find((o) => o.optionId === chosen);
+    if (!turn.ended) {
+      this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, options: [], answer: option ? option.name : 'Cancelled' });
+    }
+    return option ? { outcome: { outcome: 'selected', optionId: option.optionId } } : cancelled;
+  }
+
+  /** The user's answer to a permission request shown on a tool card. */
+  answerPermission(toolCallId: string, optionId: string): boolean {
+    const resolve = this.turn?.permissions.get(toolCallId);
+    if (!resolve) return false;
+    resolve(optionId);
+    return true;
+  }
+
+  private closePermissions(turn: Turn): void {
+    for (const resolve of [...turn.permissions.values()]) resolve(undefined);
+    turn.permissions.clear();
   }
 
   /** Resolves when every client tool started so far has answered (for tests and shutdown). */
@@ -334,11 +508,14 @@ export class AgentController {
       this.onReplayUpdate(p.sessionId, p.update, replay);
       return;
     }
+    const u = p.update;
+    // Session-wide state (mode, plan, context, compaction) is ours whether a
+    // prompt runs or not: agent/compact and agent/setMode arrive between turns.
+    if (p.sessionId === this.sessionId && this.onSessionUpdate(p.sessionId, u, false)) return;
     const turn = this.turn;
     // Updates of other sessions (another chat surface on the same daemon) and
     // stragglers of a turn already shown as ended are not ours to show.
     if (!turn || turn.ended || p.sessionId !== turn.sessionId) return;
-    const u = p.update;
     this.emit({ type: 'update', turnId: turn.id, update: u });
     if (u.kind === 'tool_call' && u.executor === 'client') this.startTool(turn, u);
     if (u.kind === 'tool_call_update' && u.status === 'cancelled') turn.toolAborts.get(u.toolCallId)?.abort();
@@ -350,7 +527,20 @@ export class AgentController {
    * place, and `prompt_end` says how each prompt ended.
    */
   private onReplayUpdate(sessionId: string, u: AgentUpdate, replay: NonNullable<typeof this.replay>): void {
+    // The session's state comes back even when the turns are not shown again.
+    if (u.kind === 'mode' || u.kind === 'plan' || (u.kind === 'usage' && replay.quiet)) {
+      this.onSessionUpdate(sessionId, u, true);
+      return;
+    }
     if (replay.quiet) return;
+    if (u.kind === 'compaction') {
+      // A divider between turns: the turn before it (if any) is over.
+      if (replay.turnId) this.emit({ type: 'turnEnd', turnId: replay.turnId, outcome: 'replayed', replay: true });
+      replay.turnId = undefined;
+      this.onSessionUpdate(sessionId, u, true);
+      return;
+    }
+    if (u.kind === 'usage') this.onSessionUpdate(sessionId, u, true);
     if (u.kind === 'user_message') {
       if (replay.turnId) this.emit({ type: 'turnEnd', turnId: replay.turnId, outcome: 'replayed', replay: true });
       replay.turnId = `r${++this.turnCounter}`;
@@ -377,12 +567,43 @@ export class AgentController {
     }
   }
 
+  /** Handles the session-wide kinds; true when `u` was one (it goes to no turn). */
+  private onSessionUpdate(sessionId: string, u: AgentUpdate, replay: boolean): boolean {
+    switch (u.kind) {
+      case 'mode':
+        this.setup = { ...this.setup, mode: u.mode };
+        this.emit({ type: 'setup', sessionId, setup: this.setup });
+        return true;
+      case 'plan':
+        this.showPlan(Array.isArray(u.entries) ? u.entries : []);
+        return true;
+      case 'compaction':
+        this.emit({ type: 'compaction', update: u, ...(replay ? { replay } : {}) });
+        if (u.status === 'done' && this.contextWindow) this.emit({ type: 'context', tokens: u.tokensAfter, window: this.contextWindow });
+        return true;
+      case 'usage':
+        if (typeof u.contextWindow === 'number' && u.contextWindow > 0 && typeof u.contextTokens === 'number') {
+          this.contextWindow = u.contextWindow;
+          this.emit({ type: 'context', tokens: u.contextTokens, window: u.contextWindow });
+        }
+        return false; // the turn's token line shows it too
+      default:
+        return false;
+    }
+  }
+
   private startTool(turn: Turn, u: Extract<AgentUpdate, { kind: 'tool_call' }>): void {
     const abort = new AbortController();
     turn.toolAborts.set(u.toolCallId, abort);
     const onTurnAbort = (): void => abort.abort();
     turn.tools.signal.addEventListener('abort', onTurnAbort, { once: true });
-    const call: ToolCall = { sessionId: turn.sessionId, toolCallId: u.toolCallId, name: u.name, arguments: u.arguments ?? {} };
+    const call: ToolCall = {
+      sessionId: turn.sessionId,
+      toolCallId: u.toolCallId,
+      name: u.name,
+      arguments: u.arguments ?? {},
+      ...(u.autoApprove === true ? { autoApprove: true } : {}),
+    };
     const conn = this.conn;
     const run = (async () => {
       const outcome = await this.tools.run(call, abort.signal, (state, detail, review) => {

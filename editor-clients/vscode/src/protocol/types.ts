@@ -4,6 +4,13 @@
 export const CLIENT_TOOLS = ['edit_file', 'write_file', 'run_command', 'read_file'] as const;
 export type ClientToolName = (typeof CLIENT_TOOLS)[number];
 
+/**
+ * What the extension tells the daemon at initialize: the tools it runs, and
+ * that it answers agent/requestPermission (the panel asks the user; without
+ * it the daemon refuses tools that need permission).
+ */
+export const INITIALIZATION_OPTIONS = { clientTools: [...CLIENT_TOOLS], requestPermission: true };
+
 /** JSON-RPC error codes the client reacts to. */
 export const ErrorCodes = {
   MethodNotFound: -32601,
@@ -30,7 +37,95 @@ export interface PromptResult {
 export type ContentBlock =
   | { type: 'text'; text: string }
   | { type: 'resource_link'; uri: string; name?: string }
-  | { type: 'resource'; resource: { uri: string; text?: string; mimeType?: string } };
+  | { type: 'resource'; resource: { uri: string; text?: string; mimeType?: string } }
+  | ImageBlock;
+
+/** An image in a prompt: base64 `data` (no data: prefix). */
+export interface ImageBlock {
+  type: 'image';
+  data: string;
+  mimeType: string;
+}
+
+/** `capabilities.experimental.agentd` of the initialize result: what this daemon offers. */
+export interface AgentdCapabilities {
+  protocolVersion: number;
+  version?: string;
+  clientTools?: string[];
+  daemonTools?: string[];
+  memory?: boolean;
+  /** Content block types agent/prompt takes; "image" when a model the user can pick takes images. */
+  promptContent?: string[];
+  /** MCP servers are supported (mcp/status). */
+  mcp?: boolean;
+}
+
+/** A place a tool call is about: `path` absolute, `line` 1-based. */
+export interface ToolLocation {
+  path: string;
+  line?: number;
+}
+
+export type SessionMode = 'ask' | 'code' | 'auto-edit';
+
+/** How a session runs (agent/newSession, agent/loadSession): its mode and model, and the choices. */
+export interface SessionSetup {
+  mode?: SessionMode;
+  modes?: { id: string; name: string; description: string }[];
+  model?: string;
+  models?: { id: string; name: string; supportsImages: boolean }[];
+  /** Only in agent/loadSession's result: the plan as it stands. */
+  plan?: PlanEntry[];
+}
+
+export interface PlanEntry {
+  content: string;
+  priority: 'high' | 'medium' | 'low';
+  status: 'pending' | 'in_progress' | 'completed';
+}
+
+export interface SlashCommand {
+  name: string;
+  description: string;
+  hint?: string;
+}
+
+export interface PermissionOption {
+  optionId: string;
+  name: string;
+  kind: 'allow_once' | 'allow_always' | 'reject_once' | 'reject_always';
+}
+
+/** agent/requestPermission (daemon -> editor): may a daemon-run tool with side effects run? */
+export interface RequestPermissionParams {
+  sessionId: string;
+  toolCallId: string;
+  tool: string;
+  title: string;
+  arguments: Record<string, unknown>;
+  options: PermissionOption[];
+  server?: string;
+  serverTool?: string;
+  description?: string;
+}
+
+export type RequestPermissionResult = { outcome: { outcome: 'selected'; optionId: string } | { outcome: 'cancelled' } };
+
+export interface McpServerStatus {
+  name: string;
+  state: 'idle' | 'starting' | 'ready' | 'restarting' | 'failed' | 'stopped';
+  transport: 'stdio' | 'http' | 'sse';
+  toolCount: number;
+  tools: string[];
+  restarts: number;
+  sessions: number;
+  lastError?: string | null;
+}
+
+export interface McpStatusResult {
+  servers: McpServerStatus[];
+  sdkLoaded?: boolean;
+}
 
 export interface MessageChunkUpdate {
   kind: 'message_chunk';
@@ -46,6 +141,11 @@ export interface ToolCallUpdate {
   name: string;
   arguments: Record<string, unknown>;
   executor: 'client' | 'daemon';
+  locations?: ToolLocation[];
+  /** The MCP server that runs the call; absent for agentd's own tools. */
+  server?: string;
+  /** A client tool the session's mode runs without asking (an edit in auto-edit). */
+  autoApprove?: boolean;
 }
 export type ToolStatus = 'running' | 'completed' | 'failed' | 'cancelled';
 export interface ToolCallStatusUpdate {
@@ -53,6 +153,7 @@ export interface ToolCallStatusUpdate {
   toolCallId: string;
   status: ToolStatus;
   content?: string;
+  locations?: ToolLocation[];
 }
 export interface MemoryUpdate {
   kind: 'memory';
@@ -65,6 +166,34 @@ export interface UsageUpdate {
   inputTokens: number;
   outputTokens: number;
   sessionTotalTokens: number;
+  /** The context meter: what the conversation takes of the model's window (absent when unknown). */
+  contextTokens?: number;
+  contextWindow?: number;
+}
+export interface CompactionUpdate {
+  kind: 'compaction';
+  status: 'started' | 'done' | 'failed' | 'cancelled';
+  trigger: 'threshold' | 'window' | 'overflow' | 'manual';
+  tokensBefore: number;
+  tokensAfter: number;
+  cleared: number;
+  summarized: number;
+  summary?: string;
+  message?: string;
+}
+export interface PlanUpdate {
+  kind: 'plan';
+  entries: PlanEntry[];
+}
+export interface ModeUpdate {
+  kind: 'mode';
+  mode: SessionMode;
+}
+/** An image of a stored prompt; only sent while agent/loadSession replays. */
+export interface UserImageUpdate {
+  kind: 'user_image';
+  mimeType: string;
+  data: string;
 }
 export interface UserMessageUpdate {
   kind: 'user_message';
@@ -85,7 +214,11 @@ export type AgentUpdate =
   | MemoryUpdate
   | UsageUpdate
   | UserMessageUpdate
-  | PromptEndUpdate;
+  | PromptEndUpdate
+  | CompactionUpdate
+  | PlanUpdate
+  | ModeUpdate
+  | UserImageUpdate;
 
 export interface AgentUpdateParams {
   sessionId: string;

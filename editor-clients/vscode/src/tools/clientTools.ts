@@ -11,6 +11,8 @@ export interface ToolCall {
   toolCallId: string;
   name: string;
   arguments: Record<string, unknown>;
+  /** The session's mode runs this edit without asking (auto-edit); commands always ask. */
+  autoApprove?: boolean;
 }
 
 export interface ToolOutcome {
@@ -170,7 +172,7 @@ export class ClientToolRunner {
         original,
         proposed: original.slice(0, at) + newText + original.slice(at + oldText.length),
       },
-      this.options.editApproval() === 'always',
+      this.options.editApproval() === 'always' || call.autoApprove === true,
       signal,
       onState,
     );
@@ -209,7 +211,7 @@ export class ClientToolRunner {
         original,
         proposed: content,
       },
-      this.options.editApproval() === 'always',
+      this.options.editApproval() === 'always' || call.autoApprove === true,
       signal,
       onState,
     );

@@ -20,6 +20,11 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
   private history: ChatEvent[] = [];
   private lastDaemon: ChatEvent | undefined;
   private lastMemory: ChatEvent | undefined;
+  /**
+   * The newest of each state event (features, mode and model, plan, context
+   * meter, MCP servers): a reloaded webview gets the state, not its history.
+   */
+  private latest = new Map<string, ChatEvent>();
   /** Paths the panel may open: recalled memories and listed memory docs. */
   private openable = new Set<string>();
   private memoryDirectory: string | undefined;
@@ -36,7 +41,13 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
       controller.onEvent((e) => this.onChatEvent(e)),
       daemon.onDidChangeState(({ state, message }) => {
         this.publish({ type: 'daemon', state, message });
-        if (state === 'ready') void this.controller.refreshMemory();
+        if (state === 'ready') {
+          void this.controller.refreshMemory();
+          void this.controller.refreshFeatures();
+          void this.controller.refreshMcp();
+        }
+        // A stopped daemon offers nothing: its controls go until it is back.
+        if (state === 'stopped' || state === 'failed') this.publish({ type: 'features', images: false, mcp: false, commands: [] });
       }),
     );
   }
@@ -76,9 +87,14 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
   }
 
   private publish(e: ChatEvent): void {
-    if (e.type === 'cleared') this.history = [];
+    if (e.type === 'cleared') {
+      this.history = [];
+      this.latest.delete('plan');
+      this.latest.delete('context');
+    }
     if (e.type === 'daemon') this.lastDaemon = e;
     else if (e.type === 'memory') this.lastMemory = e;
+    else if (['features', 'setup', 'plan', 'context', 'mcp'].includes(e.type)) this.latest.set(e.type, e);
     else if (e.type !== 'notice') {
       this.history.push(e);
       if (this.history.length > MAX_HISTORY) this.history.splice(0, this.history.length - MAX_HISTORY);
@@ -94,6 +110,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
           const replay: ChatEvent[] = [
             this.lastDaemon ?? { type: 'daemon', state: this.daemon.state },
             ...(this.lastMemory ? [this.lastMemory] : []),
+            ...this.latest.values(),
             ...this.history,
           ];
           await this.view?.webview.postMessage(replay);
@@ -106,7 +123,19 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
             this.notice('error', 'agentd is not running. Use "agentd: Restart agentd" or fix agentd.command.', 'daemon');
             return;
           }
-          await this.controller.prompt(m.text);
+          await this.controller.prompt(m.text, m.images ?? []);
+          break;
+        case 'setMode':
+          await this.controller.setMode(m.mode);
+          break;
+        case 'setModel':
+          await this.controller.setModel(m.model);
+          break;
+        case 'permission':
+          this.controller.answerPermission(m.toolCallId, m.optionId);
+          break;
+        case 'refreshMcp':
+          await this.controller.refreshMcp();
           break;
         case 'cancel':
           this.controller.cancel();
@@ -121,7 +150,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
           await this.switchSession();
           break;
         case 'openFile':
-          await this.openFile(m.path);
+          await this.openFile(m.path, m.line);
           break;
         case 'refreshMemory':
           await this.controller.refreshMemory();
@@ -183,7 +212,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
   }
 
   /** Open a file the panel links to: only recalled/listed memories or files in the workspace. */
-  async openFile(p: string): Promise<void> {
+  async openFile(p: string, line?: number): Promise<void> {
     const root = this.workspaceRoot();
     const inside = (dir: string | undefined): boolean => {
       if (!dir) return false;
@@ -194,8 +223,21 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
       this.notice('warning', `Not opening ${p}: it is neither a memory file nor in the workspace.`);
       return;
     }
-    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(p));
-    await vscode.window.showTextDocument(doc, { preview: true });
+    const uri = vscode.Uri.file(p);
+    // A folder (a list_dir location) is revealed in the Explorer, not opened as text.
+    const stat = await vscode.workspace.fs.stat(uri).then(
+      (s) => s,
+      () => undefined,
+    );
+    if (stat && stat.type & vscode.FileType.Directory) {
+      await vscode.commands.executeCommand('revealInExplorer', uri);
+      return;
+    }
+    const doc = await vscode.workspace.openTextDocument(uri);
+    // The line may have changed since the tool ran: clamp to the file.
+    const at = line ? Math.min(Math.max(line - 1, 0), Math.max(doc.lineCount - 1, 0)) : undefined;
+    const selection = at === undefined ? undefined : new vscode.Range(new vscode.Position(at, 0), new vscode.Position(at, 0));
+    await vscode.window.showTextDocument(doc, { preview: true, ...(selection ? { selection } : {}) });
   }
 
   dispose(): void {

@@ -4,7 +4,7 @@
 
 import * as vscode from 'vscode';
 import { multiplexNotifications, type AgentConnection } from '../protocol/connection';
-import { CLIENT_TOOLS } from '../protocol/types';
+import { INITIALIZATION_OPTIONS } from '../protocol/types';
 import { which } from '../common/which';
 
 export const NOT_FOUND_MESSAGE = 'agentd was not found: install it with `pipx install agentd-editor` or set agentd.command';
@@ -128,7 +128,7 @@ export class DaemonManager implements vscode.Disposable {
         ...config,
         env: env as Record<string, string>,
         resolvedCommand: resolved,
-        initializationOptions: { clientTools: [...CLIENT_TOOLS] },
+        initializationOptions: INITIALIZATION_OPTIONS,
       },
       { onClosed: () => this.onClosed(gen) },
     );

@@ -5,6 +5,7 @@
 import type * as vscode from 'vscode';
 import { CloseAction, ErrorAction, LanguageClient, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
 import type { CancellationToken } from '../protocol/connection';
+import type { AgentdCapabilities } from '../protocol/types';
 import type { ClientFactory, DaemonClient } from './daemon';
 
 export function languageClientFactory(output: vscode.LogOutputChannel, traceOutput: vscode.LogOutputChannel): ClientFactory {
@@ -42,6 +43,8 @@ export function languageClientFactory(output: vscode.LogOutputChannel, traceOutp
           : client.sendRequest<R>(method, params),
       sendNotification: (method, params) => client.sendNotification(method, params),
       onNotification: (method, handler) => client.onNotification(method, handler),
+      onRequest: (method, handler) => client.onRequest(method, (params, token) => handler(params, token)),
+      capabilities: () => (client.initializeResult?.capabilities as { experimental?: { agentd?: AgentdCapabilities } } | undefined)?.experimental?.agentd,
     };
     return conn;
   };

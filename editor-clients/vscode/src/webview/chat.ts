@@ -9,8 +9,10 @@
 
 import type { ChatEvent } from '../common/messages';
 import type { MemoryDoc } from '../protocol/types';
+import { commandKey, setFeatures, takeImages } from './composer';
 import { $, basename, button, fileLink, h, post } from './dom';
-import { TurnView } from './turn';
+import { clearContext, renderContext, renderMcp, renderPlan, renderSetup, showMcp } from './session';
+import { TurnView, compactionDivider } from './turn';
 
 const transcript = $<HTMLElement>('transcript');
 const promptBox = $<HTMLTextAreaElement>('prompt');
@@ -79,6 +81,7 @@ function handle(e: ChatEvent): void {
   switch (e.type) {
     case 'turnStart': {
       const t = new TurnView(e.turnId, e.prompt, !!e.replay, followBottom);
+      if (e.images?.length) t.addImages(e.images);
       turns.set(e.turnId, t);
       transcript.append(t.root);
       if (!e.replay) setRunning(t);
@@ -102,7 +105,38 @@ function handle(e: ChatEvent): void {
       turns.clear();
       transcript.textContent = '';
       setRunning(undefined);
+      clearContext();
       break;
+    case 'features':
+      setFeatures(e.commands, e.images, (text) => notice('warning', text));
+      showMcp(e.mcp);
+      break;
+    case 'setup':
+      renderSetup(e);
+      break;
+    case 'plan':
+      renderPlan(e);
+      break;
+    case 'context':
+      renderContext(e);
+      break;
+    case 'mcp':
+      renderMcp(e);
+      break;
+    case 'permission':
+      turns.get(e.turnId)?.permission(e.toolCallId, e.title, e.options, e.answer);
+      break;
+    case 'compaction': {
+      // A compaction's later statuses replace its "started" line; one that a
+      // running prompt waits for goes inside that turn, where it happened.
+      const started = [...transcript.querySelectorAll<HTMLElement>('.compaction[data-status="started"]')].pop();
+      const divider = compactionDivider(e.update);
+      if (started) started.replaceWith(divider);
+      else if (running && !e.replay) running.append(divider);
+      else transcript.append(divider);
+      followBottom();
+      break;
+    }
     case 'session':
       break;
     case 'notice':
@@ -141,9 +175,12 @@ window.addEventListener('message', (ev: MessageEvent) => {
 
 function send(): void {
   const text = promptBox.value.trim();
-  if (!text || running) return;
-  post({ type: 'prompt', text });
+  if (running) return;
+  const images = takeImages();
+  if (!text && !images.length) return;
+  post({ type: 'prompt', text, ...(images.length ? { images } : {}) });
   promptBox.value = '';
+  promptBox.dispatchEvent(new Event('input'));
 }
 
 $<HTMLFormElement>('composer').addEventListener('submit', (ev) => {
@@ -151,6 +188,10 @@ $<HTMLFormElement>('composer').addEventListener('submit', (ev) => {
   send();
 });
 promptBox.addEventListener('keydown', (ev) => {
+  if (!ev.isComposing && commandKey(ev)) {
+    ev.preventDefault();
+    return;
+  }
   if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
     ev.preventDefault();
     send();

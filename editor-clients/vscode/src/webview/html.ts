@@ -44,17 +44,32 @@ export function chatHtml(o: ChatHtmlOptions): string {
 <div id="app">
   <header id="status-bar">
     <span id="daemon-state" class="pill status-item" data-state="starting">starting…</span>
+    <select id="mode" class="status-item" aria-label="Mode" title="Mode: what the agent may do without asking" hidden></select>
+    <select id="model" class="status-item" aria-label="Model" title="Model" hidden></select>
+    <span id="context-meter" class="pill status-item" hidden></span>
   </header>
   <details id="memory">
     <summary>Memory <span id="memory-count"></span></summary>
     <div id="memory-body"><p class="muted">Loading…</p></div>
   </details>
+  <details id="mcp" hidden>
+    <summary>MCP servers <span id="mcp-count"></span></summary>
+    <div id="mcp-body"></div>
+  </details>
+  <details id="plan" open hidden>
+    <summary>Plan <span id="plan-count"></span></summary>
+    <ol id="plan-body"></ol>
+  </details>
   <main id="transcript" aria-live="polite"></main>
   <div id="notices" role="status"></div>
   <form id="composer">
+    <ul id="commands" role="listbox" aria-label="Commands" hidden></ul>
+    <div id="attachments" hidden></div>
     <textarea id="prompt" rows="3" placeholder="Ask agentd… (Enter to send, Shift+Enter for a new line)" aria-label="Prompt"></textarea>
     <div class="composer-actions">
       <span id="run-state" class="muted"></span>
+      <input type="file" id="file-input" accept="image/png,image/jpeg,image/gif,image/webp" multiple hidden>
+      <button type="button" id="btn-attach" class="secondary" title="Attach an image (or paste one into the prompt)" hidden>Image…</button>
       <button type="button" id="btn-stop" title="Stop (Ctrl+Shift+Escape)" disabled>Stop</button>
       <button type="submit" id="btn-send">Send</button>
     </div>

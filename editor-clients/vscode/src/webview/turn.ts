@@ -3,8 +3,8 @@
 // Live and replayed turns render through the same code, so a restored
 // session looks as it did.
 
-import type { ChatEvent, ClientToolState, ReviewDecision } from '../common/messages';
-import type { AgentUpdate } from '../protocol/types';
+import { isPromptImage, type ChatEvent, type ClientToolState, type PromptImage, type ReviewDecision } from '../common/messages';
+import type { AgentUpdate, CompactionUpdate, PermissionOption, ToolLocation } from '../protocol/types';
 import { button, clip, fileLink, h, post } from './dom';
 import { parseMarkdown, toDom } from './markdown';
 
@@ -13,7 +13,11 @@ interface ToolCard {
   status: HTMLElement;
   result: HTMLElement;
   actions: HTMLElement;
+  locations: HTMLElement;
 }
+
+/** Location links shown on a card before "N more" (search may report 500). */
+const MAX_LOCATIONS = 20;
 
 /** Statuses after which a card no longer changes with the turn's end. */
 const FINAL = ['completed', 'failed', 'denied', 'done', 'cancelled'];
@@ -34,6 +38,7 @@ export class TurnView {
   private textBlock: { el: HTMLElement; src: string } | undefined;
   private thought: { el: HTMLElement; src: string } | undefined;
   private tools = new Map<string, ToolCard>();
+  private userMsg: HTMLElement | undefined;
   private pendingRender = new Set<{ el: HTMLElement; src: string }>();
   ended = false;
 
@@ -44,7 +49,7 @@ export class TurnView {
     private readonly afterRender: () => void,
   ) {
     this.root = h('section', { class: 'turn', data: { turnId: id, state: replay ? 'replayed' : 'running' } });
-    if (prompt) this.root.append(h('div', { class: 'user-msg', text: prompt }));
+    if (prompt) this.root.append((this.userMsg = h('div', { class: 'user-msg', text: prompt })));
     this.body = h('div', { class: 'answer' });
     this.usage = h('div', { class: 'usage muted' });
     this.footer = h('div', { class: 'turn-footer' });
@@ -87,8 +92,13 @@ export class TurnView {
         // The daemon reports a refusal as "failed"; the card already says "denied".
         if (!(card.root.dataset.status === 'denied' && u.status === 'failed')) setStatus(card, u.status);
         if (u.content !== undefined) card.result.textContent = clip(u.content);
+        // A finished tool's results (search hits, glob files) replace the call's own file.
+        if (Array.isArray(u.locations) && u.locations.length) renderLocations(card.locations, u.locations);
         break;
       }
+      case 'user_image':
+        this.addImages([{ mimeType: u.mimeType, data: u.data }]);
+        break;
       case 'memory':
         this.textBlock = undefined;
         this.body.append(memoryNote(u.docs, u.point, u.tier));
@@ -98,7 +108,67 @@ export class TurnView {
         break;
       case 'user_message':
       case 'prompt_end':
+      case 'plan':
+      case 'mode':
+      case 'compaction':
+        // Session-wide: the controller shows these outside the turn.
         break;
+    }
+  }
+
+  /** Something that happened during the turn but is not the model's (a compaction divider). */
+  append(el: HTMLElement): void {
+    this.textBlock = undefined;
+    this.thought = undefined;
+    this.body.append(el);
+  }
+
+  /** The prompt's images, as thumbnails under its text (only types agentd takes, as data: URLs). */
+  addImages(images: PromptImage[]): void {
+    const ok = images.filter(isPromptImage);
+    if (!ok.length) return;
+    if (!this.userMsg) {
+      this.userMsg = h('div', { class: 'user-msg' });
+      this.root.prepend(this.userMsg);
+    }
+    let strip = this.userMsg.querySelector<HTMLElement>('.user-images');
+    if (!strip) {
+      strip = h('div', { class: 'user-images' });
+      this.userMsg.append(strip);
+    }
+    for (const i of ok) {
+      const img = document.createElement('img');
+      img.className = 'thumb';
+      img.alt = 'attached image';
+      img.src = `data:${i.mimeType};base64,${i.data}`;
+      strip.append(img);
+    }
+  }
+
+  /** The daemon asks before a tool runs: its options on the card, or how it was answered. */
+  permission(toolCallId: string, title: string, options: PermissionOption[], answer?: string): void {
+    const card = this.tools.get(toolCallId);
+    if (!card) return;
+    card.actions.textContent = '';
+    if (!options.length) {
+      if (answer) card.actions.append(h('span', { class: 'muted permission-answer', text: answer }));
+      if (card.root.dataset.status === 'awaiting_approval') setStatus(card, 'running');
+      return;
+    }
+    setStatus(card, LABELS.awaiting_approval, 'awaiting_approval');
+    card.actions.append(h('span', { class: 'permission-title', text: `Allow ${title}?` }));
+    for (const o of options) {
+      const reject = o.kind.startsWith('reject');
+      card.actions.append(
+        button(
+          o.name,
+          () => {
+            post({ type: 'permission', toolCallId, optionId: o.optionId });
+            for (const b of card.actions.querySelectorAll('button')) b.disabled = true;
+          },
+          { class: reject ? 'permission-option secondary' : 'permission-option', data: { optionId: o.optionId } },
+        ),
+      );
     }
   }
 
@@ -162,15 +232,29 @@ export class TurnView {
       h('div', { class: 'muted', text: 'Result' }),
       result,
     );
+    // An MCP tool reads "server: tool" (the model's name, mcp__server__tool, is in the title).
+    const server = typeof u.server === 'string' && u.server ? u.server : undefined;
+    const prefix = server ? `mcp__${server}__` : '';
+    const toolName = server && u.name.startsWith(prefix) ? u.name.slice(prefix.length) : u.name;
     const head = h(
       'div',
       { class: 'tool-head' },
-      h('span', { class: 'tool-name', text: u.name }),
+      ...(server ? [h('span', { class: 'tool-server badge', text: server, title: `MCP server ${server}` })] : []),
+      h('span', { class: 'tool-name', text: toolName, title: u.name }),
       h('span', { class: 'tool-summary', text: summary, title: summary }),
       status,
     );
-    const root = h('div', { class: 'tool-card', data: { toolCallId: u.toolCallId, executor: u.executor } }, head, actions, details);
-    const card = { root, status, result, actions };
+    const locations = h('div', { class: 'tool-locations' });
+    if (Array.isArray(u.locations)) renderLocations(locations, u.locations);
+    const root = h(
+      'div',
+      { class: 'tool-card', data: { toolCallId: u.toolCallId, executor: u.executor, ...(server ? { server } : {}) } },
+      head,
+      locations,
+      actions,
+      details,
+    );
+    const card = { root, status, result, actions, locations };
     setStatus(card, u.executor === 'client' ? 'pending' : 'running');
     this.tools.set(u.toolCallId, card);
     this.body.append(root);
@@ -207,4 +291,54 @@ function memoryNote(docs: string[], point: string, tier: string): HTMLElement {
     note.append(fileLink(p));
   });
   return note;
+}
+
+/** file:line links; a click asks the extension to open the file at the line (it checks the path). */
+function renderLocations(el: HTMLElement, locations: ToolLocation[]): void {
+  el.textContent = '';
+  const valid = locations.filter((l) => l && typeof l.path === 'string' && l.path);
+  valid.slice(0, MAX_LOCATIONS).forEach((l, i) => {
+    if (i) el.append(' ');
+    const line = Number.isInteger(l.line) && (l.line as number) > 0 ? (l.line as number) : undefined;
+    const label = `${l.path.split(/[\\/]/).filter(Boolean).pop() ?? l.path}${line ? `:${line}` : ''}`;
+    el.append(
+      button(label, () => post({ type: 'openFile', path: l.path, ...(line ? { line } : {}) }), {
+        class: 'link location',
+        title: `${l.path}${line ? `:${line}` : ''}`,
+        data: { path: l.path, ...(line ? { line: String(line) } : {}) },
+      }),
+    );
+  });
+  if (valid.length > MAX_LOCATIONS) el.append(h('span', { class: 'muted', text: ` and ${valid.length - MAX_LOCATIONS} more` }));
+}
+
+/** A compaction between turns: a "conversation compacted" divider (or why it failed). */
+export function compactionDivider(u: CompactionUpdate): HTMLElement {
+  const fmt = (n: number): string => (Number.isFinite(n) ? n.toLocaleString('en-US') : '?');
+  let text: string;
+  switch (u.status) {
+    case 'started':
+      text = 'Compacting the conversation…';
+      break;
+    case 'done': {
+      const what: string[] = [];
+      if (u.summarized) what.push(`${u.summarized} messages summarised`);
+      if (u.cleared) what.push(`${u.cleared} tool outputs cleared`);
+      text =
+        u.tokensAfter < u.tokensBefore
+          ? `Conversation compacted: about ${fmt(u.tokensBefore)} → ${fmt(u.tokensAfter)} tokens${what.length ? ` (${what.join(', ')})` : ''}`
+          : `Conversation not compacted: ${u.message ?? 'nothing to compact yet'}`;
+      break;
+    }
+    case 'cancelled':
+      text = 'Compaction cancelled: the conversation is as it was.';
+      break;
+    default:
+      text = `Compaction failed: ${u.message ?? 'the conversation is as it was'}.`;
+  }
+  const el = h('div', { class: 'compaction', data: { status: u.status, trigger: u.trigger ?? '' } }, h('span', { class: 'compaction-label', text }));
+  if (u.status === 'done' && u.summary) {
+    el.append(h('details', { class: 'compaction-summary' }, h('summary', { text: 'Summary' }), h('div', { class: 'muted pre', text: u.summary })));
+  }
+  return el;
 }

@@ -14,7 +14,7 @@ import {
   type MessageConnection,
 } from 'vscode-jsonrpc/node';
 import { multiplexNotifications, type AgentConnection, type CancellationToken } from '../../src/protocol/connection';
-import { CLIENT_TOOLS } from '../../src/protocol/types';
+import { INITIALIZATION_OPTIONS, type AgentdCapabilities } from '../../src/protocol/types';
 
 /** `AGENTD_BIN` (CI) or `agentd` on PATH. */
 export const AGENTD_BIN = process.env.AGENTD_BIN || 'agentd';
@@ -64,6 +64,8 @@ export interface Daemon {
   child: ChildProcess;
   stderr(): string;
   env: NodeJS.ProcessEnv;
+  /** capabilities.experimental.agentd of the initialize result. */
+  caps: AgentdCapabilities | undefined;
   stop(): Promise<void>;
 }
 
@@ -79,12 +81,14 @@ export function tmpDir(prefix: string): string {
 }
 
 /** Adapts a vscode-jsonrpc connection to the protocol layer's interface (what LanguageClient is in the editor). */
-export function asAgentConnection(conn: MessageConnection): AgentConnection {
+export function asAgentConnection(conn: MessageConnection, caps?: AgentdCapabilities): AgentConnection {
   return {
     sendRequest: <R>(method: string, params: unknown, token?: CancellationToken) =>
       (token ? conn.sendRequest(method, params, token as never) : conn.sendRequest(method, params)) as Promise<R>,
     sendNotification: (method, params) => conn.sendNotification(method, params),
     onNotification: (method, handler) => conn.onNotification(method, handler),
+    onRequest: (method, handler) => conn.onRequest(method, (params: unknown, token) => handler(params, token)),
+    capabilities: () => caps,
   };
 }
 
@@ -103,17 +107,20 @@ export async function startDaemon(modelUrl: string, extraEnv: Record<string, str
   child.stderr!.on('data', (d) => (stderr += d));
   const conn = createMessageConnection(new StreamMessageReader(child.stdout!), new StreamMessageWriter(child.stdin!));
   conn.listen();
-  await conn.sendRequest('initialize', {
+  // The same initializationOptions the extension sends.
+  const init = await conn.sendRequest<{ capabilities: { experimental?: { agentd?: AgentdCapabilities } } }>('initialize', {
     processId: process.pid,
     rootUri: null,
     capabilities: {},
-    initializationOptions: { clientTools: [...CLIENT_TOOLS] },
+    initializationOptions: INITIALIZATION_OPTIONS,
   });
+  const caps = init.capabilities.experimental?.agentd;
   await conn.sendNotification('initialized', {});
   return {
     conn,
     // Shared like the extension shares LanguageClient: one handler per method underneath.
-    agent: multiplexNotifications(asAgentConnection(conn)),
+    agent: multiplexNotifications(asAgentConnection(conn, caps)),
+    caps,
     home,
     child,
     env,

@@ -3,7 +3,10 @@
 // pushed to the registered handlers, and start/stop are observable.
 
 import type { CancellationToken, Disposable } from '../../src/protocol/connection';
+import type { AgentdCapabilities } from '../../src/protocol/types';
 import type { ClientFactory, ClientHooks, DaemonClient } from '../../src/vscode/daemon';
+
+const NEVER: CancellationToken = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
 
 export class RpcError extends Error {
   constructor(
@@ -24,6 +27,9 @@ export class FakeDaemon implements DaemonClient {
   readonly sent: { method: string; params: any }[] = [];
   readonly handlers = new Map<string, Handler>();
   private notificationHandlers = new Map<string, (p: any) => void>();
+  private requestHandlers = new Map<string, (p: any, token: CancellationToken) => unknown>();
+  /** What `capabilities()` answers (the initialize result's experimental.agentd). */
+  caps: AgentdCapabilities | undefined = { protocolVersion: 1 };
 
   constructor(
     readonly config: Parameters<ClientFactory>[0],
@@ -56,6 +62,22 @@ export class FakeDaemon implements DaemonClient {
   onNotification(method: string, handler: (p: any) => void): Disposable {
     this.notificationHandlers.set(method, handler);
     return { dispose: () => this.notificationHandlers.delete(method) };
+  }
+
+  onRequest(method: string, handler: (p: any, token: CancellationToken) => unknown): Disposable {
+    this.requestHandlers.set(method, handler);
+    return { dispose: () => this.requestHandlers.delete(method) };
+  }
+
+  capabilities(): AgentdCapabilities | undefined {
+    return this.caps;
+  }
+
+  /** A request from the daemon to the editor; `token` lets the test withdraw it. */
+  async request(method: string, params: unknown, token: CancellationToken = NEVER): Promise<unknown> {
+    const h = this.requestHandlers.get(method);
+    if (!h) throw new RpcError(-32601, `Unhandled method ${method}`);
+    return h(params, token);
   }
 
   notify(method: string, params: unknown): void {

@@ -101,6 +101,13 @@ export class MockTerminal {
 }
 const terminals: MockTerminal[] = [];
 
+export enum FileType {
+  Unknown = 0,
+  File = 1,
+  Directory = 2,
+  SymbolicLink = 64,
+}
+
 export class Position {
   constructor(
     readonly line: number,
