@@ -460,6 +460,263 @@ describe('activation and the chat view', () => {
     // A replayed end does not touch the "prompt running" context of the Stop keybinding.
     expect(commands.executeCommand).not.toHaveBeenCalledWith('setContext', 'agentd.promptRunning', false);
   });
+  // --- issues 15-18: recorded daemon messages (the shapes of docs/protocol.md) ---------
+
+  const MODES = [
+    { id: 'ask', name: 'Ask', description: 'Read-only' },
+    { id: 'code', name: 'Code', description: 'Asks before edits and commands' },
+    { id: 'auto-edit', name: 'Auto-edit', description: 'Edits without asking' },
+  ];
+  const MODELS = [
+    { id: 'small', name: 'small', supportsImages: false },
+    { id: 'big', name: 'big', supportsImages: true },
+  ];
+  const PERMISSION_OPTIONS = [
+    { optionId: 'allow_once', name: 'Allow once', kind: 'allow_once' },
+    { optionId: 'allow_always', name: 'Always allow in this session', kind: 'allow_always' },
+    { optionId: 'reject_once', name: 'Reject', kind: 'reject_once' },
+  ];
+
+  it('opens a location at its line (clamped to the file) and reveals a folder in the Explorer', async () => {
+    const { receive, root } = await activated();
+    receive({ type: 'ready' });
+    const file = path.join(root, 'src.py');
+    fs.writeFileSync(file, 'a\nb\nc\n');
+    receive({ type: 'openFile', path: file, line: 3 });
+    await vi.waitFor(() => expect(window.showTextDocument).toHaveBeenCalled());
+    const opts = window.showTextDocument.mock.calls[0][1] as { selection: { start: { line: number; character: number } } };
+    expect(opts.selection.start).toMatchObject({ line: 2, character: 0 });
+    receive({ type: 'openFile', path: file, line: 999 }); // the file shrank since the search
+    await vi.waitFor(() => expect(window.showTextDocument).toHaveBeenCalledTimes(2));
+    expect((window.showTextDocument.mock.calls[1][1] as typeof opts).selection.start.line).toBe(3);
+    fs.mkdirSync(path.join(root, 'pkg'));
+    receive({ type: 'openFile', path: path.join(root, 'pkg') });
+    await vi.waitFor(() => expect(commands.executeCommand).toHaveBeenCalledWith('revealInExplorer', expect.objectContaining({ fsPath: path.join(root, 'pkg') })));
+    expect(window.showTextDocument).toHaveBeenCalledTimes(2);
+  });
+
+  it('features follow the daemon: images, MCP and commands when it has them, nothing when it does not', async () => {
+    const old = await activated();
+    old.receive({ type: 'ready' });
+    await vi.waitFor(() => expect(old.flat().some((e) => e.type === 'features')).toBe(true));
+    expect(old.flat().find((e) => e.type === 'features')).toEqual({ type: 'features', images: false, mcp: false, commands: [] });
+    expect(old.made[0].requests.some((r) => r.method === 'mcp/status')).toBe(false);
+
+    __mock.reset();
+    __mock.configuration.set('agentd.command', EXISTING);
+    const commandsList = [{ name: 'compact', description: 'Compact the conversation', hint: '[what to keep]' }];
+    const servers = [{ name: 'db', state: 'ready', transport: 'stdio', toolCount: 2, tools: ['query', 'schema'], restarts: 0, sessions: 1 }];
+    const cur = await activated((d) => {
+      d.caps = { protocolVersion: 1, promptContent: ['text', 'resource_link', 'resource', 'image'], mcp: true };
+      d.handlers.set('agent/listCommands', () => ({ commands: commandsList }));
+      d.handlers.set('mcp/status', () => ({ servers, sdkLoaded: true }));
+    });
+    cur.receive({ type: 'ready' });
+    await vi.waitFor(() => expect(cur.flat().some((e) => e.type === 'mcp')).toBe(true));
+    expect(cur.flat().find((e) => e.type === 'features')).toEqual({ type: 'features', images: true, mcp: true, commands: commandsList });
+    expect(cur.flat().find((e) => e.type === 'mcp')).toEqual({ type: 'mcp', servers });
+    // A reloaded webview gets them again (state, not history).
+    cur.posted.length = 0;
+    cur.receive({ type: 'ready' });
+    await vi.waitFor(() => expect(cur.posted.length).toBeGreaterThan(0));
+    expect((cur.posted.find(Array.isArray) as ChatEvent[]).map((e) => e.type)).toEqual(expect.arrayContaining(['features', 'mcp']));
+  });
+
+  it('mode and model pickers: set from the session, changed through agent/setMode / agent/setModel, and by a mode update', async () => {
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/newSession', () => ({ sessionId: 's-m', mode: 'code', modes: MODES, model: 'small', models: MODELS }));
+      d.handlers.set('agent/setMode', (p) => {
+        if (!['ask', 'code', 'auto-edit'].includes(p.mode)) throw new RpcError(-32602, "mode: must be 'ask', 'code' or 'auto-edit'");
+        return { mode: p.mode };
+      });
+      d.handlers.set('agent/setModel', (p) => ({ model: p.model }));
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'setMode', mode: 'auto-edit' });
+    await vi.waitFor(() => expect(made[0].requests.some((r) => r.method === 'agent/setMode')).toBe(true));
+    // No session yet: one is created first, and its setup shown.
+    expect(made[0].requests.map((r) => r.method).filter((m) => m.startsWith('agent/'))).toEqual(
+      expect.arrayContaining(['agent/newSession', 'agent/setMode']),
+    );
+    expect(made[0].requests.find((r) => r.method === 'agent/setMode')?.params).toEqual({ sessionId: 's-m', mode: 'auto-edit' });
+    await vi.waitFor(() => expect(flat().filter((e) => e.type === 'setup').at(-1)).toMatchObject({ setup: { mode: 'auto-edit', model: 'small' } }));
+    receive({ type: 'setModel', model: 'big' });
+    await vi.waitFor(() => expect(flat().filter((e) => e.type === 'setup').at(-1)).toMatchObject({ setup: { mode: 'auto-edit', model: 'big' } }));
+    // The daemon's own mode update (another client, or a command) moves the picker.
+    made[0].notify('agent/update', { sessionId: 's-m', update: { kind: 'mode', mode: 'ask' } });
+    expect(flat().filter((e) => e.type === 'setup').at(-1)).toMatchObject({ setup: { mode: 'ask', modes: MODES } });
+    // A refused value: the error is shown and the picker goes back to what holds.
+    receive({ type: 'setMode', mode: 'yolo' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'notice' && /mode: must be/.test(e.text))).toBe(true));
+    expect(flat().filter((e) => e.type === 'setup').at(-1)).toMatchObject({ setup: { mode: 'ask' } });
+  });
+
+  it('agent/requestPermission: the card offers the options, the click answers; another session is not ours', async () => {
+    let release!: () => void;
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'q1', name: 'mcp__db__query', arguments: { sql: 'delete from t' }, executor: 'daemon', server: 'db' },
+        });
+        return new Promise((resolve) => (release = () => resolve({ stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } })));
+      });
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'clean the table' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'update' && e.update.kind === 'tool_call')).toBe(true));
+    const sessionId = (flat().find((e) => e.type === 'turnStart') as { sessionId: string }).sessionId;
+    const params = {
+      sessionId,
+      toolCallId: 'q1',
+      tool: 'mcp__db__query',
+      title: 'db: query',
+      arguments: { sql: 'delete from t' },
+      server: 'db',
+      serverTool: 'query',
+      options: PERMISSION_OPTIONS,
+    };
+    await expect(made[0].request('agent/requestPermission', { ...params, sessionId: 'someone-else' })).rejects.toThrow(/No chat surface/);
+    const answer = made[0].request('agent/requestPermission', params);
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'permission' && e.options.length === 3)).toBe(true));
+    expect(flat().find((e) => e.type === 'permission')).toMatchObject({ toolCallId: 'q1', title: 'db: query' });
+    receive({ type: 'permission', toolCallId: 'q1', optionId: 'allow_always' });
+    expect(await answer).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_always' } });
+    expect(flat().filter((e) => e.type === 'permission').at(-1)).toMatchObject({ options: [], answer: 'Always allow in this session' });
+    // An answer that names no offered option is no allow.
+    const second = made[0].request('agent/requestPermission', { ...params, toolCallId: 'q2' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'permission' && e.toolCallId === 'q2')).toBe(true));
+    receive({ type: 'permission', toolCallId: 'q2', optionId: 'allow_forever' });
+    expect(await second).toEqual({ outcome: { outcome: 'cancelled' } });
+    release();
+  });
+
+  it('agent/requestPermission fails closed: Stop, or the daemon withdrawing it, answers cancelled', async () => {
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p, token) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'q1', name: 'mcp__db__query', arguments: {}, executor: 'daemon', server: 'db' },
+        });
+        return new Promise((_, reject) => token?.onCancellationRequested(() => reject(new RpcError(-32800, 'cancelled'))));
+      });
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'go' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'update' && e.update.kind === 'tool_call')).toBe(true));
+    const sessionId = (flat().find((e) => e.type === 'turnStart') as { sessionId: string }).sessionId;
+    const params = { sessionId, toolCallId: 'q1', tool: 'mcp__db__query', title: 'db: query', arguments: {}, options: PERMISSION_OPTIONS };
+    const withdrawn = new CancellationSource();
+    const first = made[0].request('agent/requestPermission', params, withdrawn.token);
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'permission')).toBe(true));
+    withdrawn.cancel();
+    expect(await first).toEqual({ outcome: { outcome: 'cancelled' } });
+    const second = made[0].request('agent/requestPermission', { ...params, toolCallId: 'q3' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'permission' && e.toolCallId === 'q3')).toBe(true));
+    await commands.executeCommand('agentd.cancel');
+    expect(await second).toEqual({ outcome: { outcome: 'cancelled' } });
+    // After the prompt, nothing is asked in its name.
+    expect(await made[0].request('agent/requestPermission', { ...params, toolCallId: 'q4' }).catch((e: Error) => e.message)).toMatch(/No chat surface/);
+  });
+
+  it('compaction and the context meter: live between turns, and a reload of the panel keeps the meter and the plan', async () => {
+    const { receive, flat, made, posted } = await activated((d) => {
+      d.handlers.set('agent/newSession', () => ({ sessionId: 's-c' }));
+      d.handlers.set('agent/prompt', (p) => {
+        const u = (update: unknown) => d.notify('agent/update', { sessionId: p.sessionId, update });
+        u({ kind: 'plan', entries: [{ content: 'fix add()', priority: 'high', status: 'in_progress' }] });
+        u({ kind: 'message_chunk', text: 'ok' });
+        u({ kind: 'usage', inputTokens: 25000, outputTokens: 5, sessionTotalTokens: 25005, contextTokens: 26000, contextWindow: 32000 });
+        return { stopReason: 'end_turn', usage: { inputTokens: 25000, outputTokens: 5 } };
+      });
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'work' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'turnEnd')).toBe(true));
+    expect(flat().find((e) => e.type === 'context')).toEqual({ type: 'context', tokens: 26000, window: 32000 });
+    expect(flat().find((e) => e.type === 'plan')).toMatchObject({ entries: [{ content: 'fix add()' }] });
+    // The plan is not a turn's update.
+    expect(flat().some((e) => e.type === 'update' && e.update.kind === 'plan')).toBe(false);
+    // A threshold compaction after the reply, with no prompt running.
+    const c = { kind: 'compaction', trigger: 'threshold', tokensBefore: 26000, tokensAfter: 5000, cleared: 1, summarized: 8 };
+    made[0].notify('agent/update', { sessionId: 's-c', update: { ...c, status: 'started' } });
+    made[0].notify('agent/update', { sessionId: 's-c', update: { ...c, status: 'done', summary: 'goals...' } });
+    expect(flat().filter((e) => e.type === 'compaction').map((e) => (e as { update: { status: string } }).update.status)).toEqual(['started', 'done']);
+    expect(flat().at(-1)).toEqual({ type: 'context', tokens: 5000, window: 32000 });
+    // Another session's compaction is not shown here.
+    made[0].notify('agent/update', { sessionId: 'other', update: { ...c, status: 'done' } });
+    expect(flat().filter((e) => e.type === 'compaction')).toHaveLength(2);
+    posted.length = 0;
+    receive({ type: 'ready' });
+    await vi.waitFor(() => expect(posted.length).toBeGreaterThan(0));
+    const batch = posted.find(Array.isArray) as ChatEvent[];
+    expect(batch.filter((e) => e.type === 'context')).toEqual([{ type: 'context', tokens: 5000, window: 32000 }]);
+    expect(batch.filter((e) => e.type === 'compaction')).toHaveLength(2);
+    expect(batch.some((e) => e.type === 'plan')).toBe(true);
+  });
+
+  it('a reloaded session comes back compacted, with its images, plan, mode and model', async () => {
+    const png = 'iVBORw0KGgo=';
+    const { receive, flat } = await activated((d) => {
+      d.handlers.set('agent/listSessions', () => ({ sessions: [{ sessionId: 'old3', title: 't', updatedAt: '2026-01-01T00:00:00Z' }] }));
+      d.handlers.set('agent/loadSession', (p) => {
+        const u = (update: unknown) => d.notify('agent/update', { sessionId: p.sessionId, update });
+        u({ kind: 'compaction', status: 'done', trigger: 'threshold', tokensBefore: 30000, tokensAfter: 4000, cleared: 0, summarized: 12, summary: 's' });
+        u({ kind: 'user_message', text: 'look at this' });
+        u({ kind: 'user_image', mimeType: 'image/png', data: png });
+        u({ kind: 'usage', inputTokens: 4100, outputTokens: 3, sessionTotalTokens: 40000, contextTokens: 4200, contextWindow: 32000 });
+        u({ kind: 'plan', entries: [{ content: 'step 1', priority: 'medium', status: 'pending' }] });
+        u({ kind: 'message_chunk', text: 'a cat' });
+        u({ kind: 'prompt_end', stopReason: 'end_turn' });
+        return { mode: 'ask', modes: MODES, model: 'big', models: MODELS, plan: [{ content: 'step 1', priority: 'medium', status: 'pending' }] };
+      });
+    });
+    window.showQuickPick.mockImplementationOnce(async (items: unknown) => (items as { sessionId: string }[])[0]);
+    receive({ type: 'ready' });
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'session' && e.sessionId === 'old3')).toBe(true));
+    const shown = flat().filter((e) => ['compaction', 'turnStart', 'update', 'turnEnd', 'plan', 'setup', 'context'].includes(e.type));
+    expect(shown.map((e) => (e.type === 'update' ? `update:${e.update.kind}` : e.type))).toEqual([
+      'compaction',
+      'turnStart',
+      'update:user_image',
+      'context',
+      'update:usage',
+      'plan',
+      'update:message_chunk',
+      'turnEnd',
+      'setup',
+      'plan',
+    ]);
+    expect(shown[0]).toMatchObject({ type: 'compaction', replay: true, update: { summarized: 12 } });
+    expect(shown.find((e) => e.type === 'setup')).toMatchObject({ sessionId: 'old3', setup: { mode: 'ask', model: 'big' } });
+  });
+
+  it('a prompt with images goes as content blocks; a text-only prompt stays a string', async () => {
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/prompt', () => ({ stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } }));
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'what is this?', images: [{ mimeType: 'image/png', data: 'iVBORw0KGgo=' }] });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'turnEnd')).toBe(true));
+    receive({ type: 'prompt', text: 'plain' });
+    await vi.waitFor(() => expect(made[0].requests.filter((r) => r.method === 'agent/prompt')).toHaveLength(2));
+    const prompts = made[0].requests.filter((r) => r.method === 'agent/prompt').map((r) => r.params.prompt);
+    expect(prompts).toEqual([
+      [
+        { type: 'text', text: 'what is this?' },
+        { type: 'image', data: 'iVBORw0KGgo=', mimeType: 'image/png' },
+      ],
+      'plain',
+    ]);
+    expect(flat().find((e) => e.type === 'turnStart')).toMatchObject({ images: [{ mimeType: 'image/png' }] });
+    // A message from the webview with something that is not an image is dropped whole.
+    const before = made[0].requests.length;
+    receive({ type: 'prompt', text: 'x', images: [{ mimeType: 'text/html', data: 'PGI+' }] });
+    receive({ type: 'prompt', text: 'x', images: [{ mimeType: 'image/png', data: 'not base64!' }] });
+    await new Promise((r) => setImmediate(r));
+    expect(made[0].requests.length).toBe(before);
+  });
 });
 
 describe('agentd.trace.server', () => {

@@ -409,3 +409,19 @@ describe('run_command', () => {
     expect(res.content).toMatch(/killed by SIGTERM \(cancelled\)/);
   });
 });
+
+describe('the session mode (autoApprove on the tool call)', () => {
+  it('an edit the mode runs without asking (auto-edit) applies with no review; a command still asks', async () => {
+    const file = path.join(root, 'm.txt');
+    fs.writeFileSync(file, 'one\n');
+    const res = await run({ ...call('edit_file', { path: 'm.txt', old_text: 'one', new_text: 'two' }), autoApprove: true });
+    expect(res).toMatchObject({ isError: false });
+    expect(reviews.waiting).toHaveLength(0);
+    expect(diffTabs()).toHaveLength(0);
+    expect(workspace.textDocuments.find((d) => d.uri.fsPath === file)?.getText()).toBe('two\n');
+    answer('Deny');
+    const cmd = await run({ ...call('run_command', { command: 'true' }), autoApprove: true });
+    expect(cmd).toMatchObject({ content: DENIED_COMMAND, isError: true, denied: true });
+    expect(window.showWarningMessage).toHaveBeenCalledTimes(1);
+  });
+});

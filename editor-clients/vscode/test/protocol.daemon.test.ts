@@ -333,3 +333,53 @@ describe('memory', () => {
     expect((delivery as { update: { docs: string[] } }).update.docs.map((p) => fs.realpathSync(p))).toContain(fs.realpathSync(doc));
   });
 });
+
+describe('tool locations (issue 18)', () => {
+  it('a daemon search reports file:line locations on its tool_call_update; read_file names its file on the call', async () => {
+    fs.mkdirSync(path.join(h.root, 'src'));
+    fs.writeFileSync(path.join(h.root, 'src', 'a.py'), 'one\nneedle here\nthree\n');
+    fs.writeFileSync(path.join(h.root, 'b.txt'), 'needle\n');
+    const res = await h.controller.prompt('!tool search {"query": "needle"}');
+    expect(res.outcome).toBe('completed');
+    const done = h.events.find(
+      (e) => e.type === 'update' && e.update.kind === 'tool_call_update' && e.update.status === 'completed',
+    ) as Extract<ChatEvent, { type: 'update' }>;
+    expect(done).toBeDefined();
+    const locations = (done.update as { locations?: { path: string; line?: number }[] }).locations;
+    expect(locations).toEqual(
+      expect.arrayContaining([
+        { path: path.join(h.root, 'src', 'a.py'), line: 2 },
+        { path: path.join(h.root, 'b.txt'), line: 1 },
+      ]),
+    );
+  });
+});
+
+describe('what the daemon offers decides which controls show', () => {
+  it('features follow the initialize capabilities and agent/listCommands (none on a daemon without them)', async () => {
+    await h.controller.refreshFeatures();
+    const features = h.events.find((e) => e.type === 'features') as Extract<ChatEvent, { type: 'features' }>;
+    expect(features.images).toBe(!!daemon.caps?.promptContent?.includes('image'));
+    expect(features.mcp).toBe(!!daemon.caps?.mcp);
+    const listed = await h.controller.listCommands().then(
+      (c) => c,
+      (err: Error) => err,
+    );
+    if (listed instanceof Error) {
+      expect(listed.message).toMatch(/does not support agent\/listCommands/);
+      expect(features.commands).toEqual([]);
+    } else {
+      expect(features.commands.map((c) => c.name)).toEqual(listed.map((c) => c.name));
+    }
+  });
+
+  it('a session without modes and models (or with them) emits setup only when the daemon has them', async () => {
+    await h.controller.newSession();
+    const setup = h.events.find((e) => e.type === 'setup') as Extract<ChatEvent, { type: 'setup' }> | undefined;
+    const newSession = sent(h.wire, 'request', 'agent/newSession');
+    const reply = h.wire.find((w) => w.dir === 'reply' && w.method === 'agent/newSession') as { result: { modes?: unknown } };
+    expect(newSession).toHaveLength(1);
+    if (reply.result.modes) expect(setup?.setup.modes).toEqual(reply.result.modes);
+    else expect(setup).toBeUndefined();
+  });
+});

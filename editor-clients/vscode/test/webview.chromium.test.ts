@@ -329,4 +329,267 @@ describe('chat webview in Chromium', () => {
     expect(await page.locator('#btn-stop').isDisabled()).toBe(true);
     expect(problems).toEqual([]);
   });
+  it('tool cards link their locations as file:line (issue 18); a click asks to open the file at the line', async () => {
+    const hits = Array.from({ length: 23 }, (_, i) => ({ path: `/ws/src/f${i}.py`, line: i + 1 }));
+    await send([
+      { type: 'turnStart', turnId: 'l1', sessionId: S, prompt: 'find needle' },
+      {
+        type: 'update',
+        turnId: 'l1',
+        update: { kind: 'tool_call', toolCallId: 'r', name: 'read_file', arguments: { path: 'app.py', offset: 7 }, executor: 'daemon', locations: [{ path: '/ws/app.py', line: 7 }] },
+      },
+      { type: 'update', turnId: 'l1', update: { kind: 'tool_call', toolCallId: 's', name: 'search', arguments: { query: 'needle' }, executor: 'daemon' } },
+      { type: 'update', turnId: 'l1', update: { kind: 'tool_call_update', toolCallId: 's', status: 'completed', content: 'src/f0.py\n1:needle', locations: hits } },
+      { type: 'update', turnId: 'l1', update: { kind: 'tool_call', toolCallId: 'd', name: 'list_dir', arguments: {}, executor: 'daemon', locations: [{ path: '/ws' }] } },
+    ]);
+    const search = page.locator('.tool-card[data-tool-call-id="s"]');
+    await search.locator('.location').first().waitFor();
+    expect(await page.locator('.tool-card[data-tool-call-id="r"] .location').allTextContents()).toEqual(['app.py:7']);
+    expect(await search.locator('.location').count()).toBe(20);
+    expect(await search.locator('.tool-locations').textContent()).toContain('and 3 more');
+    expect(await search.locator('.location').nth(2).getAttribute('title')).toBe('/ws/src/f2.py:3');
+    expect(await page.locator('.tool-card[data-tool-call-id="d"] .location').allTextContents()).toEqual(['ws']);
+    await search.locator('.location', { hasText: 'f2.py:3' }).click();
+    await page.locator('.tool-card[data-tool-call-id="d"] .location').click();
+    expect((await posted()).filter((m) => m.type === 'openFile')).toEqual([
+      { type: 'openFile', path: '/ws/src/f2.py', line: 3 },
+      { type: 'openFile', path: '/ws' },
+    ]);
+    expect(problems).toEqual([]);
+  });
+
+  it('context meter, compaction divider (live and replayed) and the plan view', async () => {
+    expect(await page.locator('#context-meter').isHidden()).toBe(true);
+    expect(await page.locator('#plan').isHidden()).toBe(true);
+    await send([
+      { type: 'turnStart', turnId: 'c1', sessionId: S, prompt: 'long work' },
+      { type: 'update', turnId: 'c1', update: { kind: 'usage', inputTokens: 20000, outputTokens: 10, sessionTotalTokens: 20010, contextTokens: 20160, contextWindow: 32000 } },
+      { type: 'context', tokens: 20160, window: 32000 },
+      {
+        type: 'plan',
+        entries: [
+          { content: 'read the failing test', priority: 'high', status: 'completed' },
+          { content: 'fix <b>add()</b>', priority: 'high', status: 'in_progress' },
+          { content: 'run the suite', priority: 'low', status: 'pending' },
+        ],
+      },
+      { type: 'turnEnd', turnId: 'c1', outcome: 'completed', stopReason: 'end_turn' },
+      { type: 'compaction', update: { kind: 'compaction', status: 'started', trigger: 'threshold', tokensBefore: 0, tokensAfter: 0, cleared: 0, summarized: 0 } },
+    ]);
+    await page.locator('.compaction[data-status="started"]').waitFor();
+    expect(await page.locator('#context-meter').textContent()).toBe('context 63 %');
+    expect(await page.locator('#plan-count').textContent()).toBe('(1/3)');
+    expect(await page.locator('#plan-body li').allTextContents()).toEqual(['read the failing testdone', 'fix <b>add()</b>in progress', 'run the suitepending']);
+    expect(await page.locator('#plan-body li').nth(1).getAttribute('data-status')).toBe('in_progress');
+    await send([
+      {
+        type: 'compaction',
+        update: { kind: 'compaction', status: 'done', trigger: 'threshold', tokensBefore: 28000, tokensAfter: 6100, cleared: 2, summarized: 14, summary: 'The user wants add() fixed.' },
+      },
+      { type: 'context', tokens: 6100, window: 32000 },
+    ]);
+    await page.locator('.compaction[data-status="done"]').waitFor();
+    // The "started" line was replaced, not kept beside the result.
+    expect(await page.locator('.compaction').count()).toBe(1);
+    expect(await page.locator('.compaction-label').textContent()).toBe(
+      'Conversation compacted: about 28,000 → 6,100 tokens (14 messages summarised, 2 tool outputs cleared)',
+    );
+    expect(await page.locator('.compaction-summary').textContent()).toContain('The user wants add() fixed.');
+    expect(await page.locator('#context-meter').textContent()).toBe('context 19 %');
+    // A failed one says so and that nothing was lost.
+    await send({ type: 'compaction', update: { kind: 'compaction', status: 'failed', trigger: 'manual', tokensBefore: 6100, tokensAfter: 6100, cleared: 0, summarized: 0, message: 'the summariser answered 500' } });
+    await page.locator('.compaction[data-status="failed"]').waitFor();
+    expect(await page.locator('.compaction[data-status="failed"]').textContent()).toBe('Compaction failed: the summariser answered 500.');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'compaction.png'), fullPage: true });
+    // A replay (a reloaded session) shows the divider before the verbatim tail; the plan goes with a new session.
+    await send([
+      { type: 'cleared' },
+      { type: 'compaction', replay: true, update: { kind: 'compaction', status: 'done', trigger: 'threshold', tokensBefore: 28000, tokensAfter: 6100, cleared: 0, summarized: 14 } },
+      { type: 'turnStart', turnId: 'c2', sessionId: S, prompt: 'kept verbatim', replay: true },
+      { type: 'turnEnd', turnId: 'c2', outcome: 'replayed', replay: true },
+      { type: 'plan', entries: [] },
+    ]);
+    await page.locator('section.turn[data-turn-id="c2"]').waitFor();
+    expect(await page.locator('#transcript > *').evaluateAll((els) => els.map((e) => e.className))).toEqual(['compaction', 'turn']);
+    expect(await page.locator('#context-meter').isHidden()).toBe(true);
+    await page.waitForFunction(() => document.getElementById('plan')!.hidden);
+    expect(problems).toEqual([]);
+  });
+
+  it('the mode and model pickers show only when the session has them, and post the choice', async () => {
+    expect(await page.locator('#mode').isHidden()).toBe(true);
+    expect(await page.locator('#model').isHidden()).toBe(true);
+    const modes = [
+      { id: 'ask', name: 'Ask', description: 'Read-only: answers questions' },
+      { id: 'code', name: 'Code', description: 'Asks before edits and commands' },
+      { id: 'auto-edit', name: 'Auto-edit', description: 'Edits without asking' },
+    ];
+    await send({ type: 'setup', sessionId: S, setup: { mode: 'code', modes, model: 'test', models: [{ id: 'test', name: 'test', supportsImages: false }] } });
+    await page.locator('#mode:not([hidden])').waitFor();
+    expect(await page.locator('#mode').inputValue()).toBe('code');
+    expect(await page.locator('#mode option').allTextContents()).toEqual(['Ask', 'Code', 'Auto-edit']);
+    // One model is no choice.
+    expect(await page.locator('#model').isHidden()).toBe(true);
+    await page.locator('#mode').selectOption('auto-edit');
+    await send({
+      type: 'setup',
+      sessionId: S,
+      setup: { mode: 'ask', modes, model: 'big', models: [{ id: 'small', name: 'Small', supportsImages: false }, { id: 'big', name: 'Big', supportsImages: true }] },
+    });
+    await page.locator('#model:not([hidden])').waitFor();
+    expect(await page.locator('#mode').inputValue()).toBe('ask');
+    expect(await page.locator('#model').inputValue()).toBe('big');
+    await page.locator('#model').selectOption('small');
+    expect((await posted()).filter((m) => m.type === 'setMode' || m.type === 'setModel')).toEqual([
+      { type: 'setMode', mode: 'auto-edit' },
+      { type: 'setModel', model: 'small' },
+    ]);
+    // A daemon without modes (an empty setup) hides them again.
+    await send({ type: 'setup', sessionId: S, setup: {} });
+    await page.waitForFunction(() => document.getElementById('mode')!.hidden && document.getElementById('model')!.hidden);
+    expect(problems).toEqual([]);
+  });
+
+  it('an MCP tool card names its server; a permission request offers its options on the card and posts the answer', async () => {
+    await send([
+      { type: 'features', images: false, mcp: true, commands: [] },
+      {
+        type: 'mcp',
+        servers: [
+          { name: 'db', state: 'ready', transport: 'stdio', toolCount: 3, tools: ['query'], restarts: 0, sessions: 1 },
+          { name: 'tickets', state: 'failed', transport: 'http', toolCount: 0, tools: [], restarts: 2, sessions: 1, lastError: 'connection refused' },
+        ],
+      },
+      { type: 'turnStart', turnId: 'm1', sessionId: S, prompt: 'clean the table' },
+      {
+        type: 'update',
+        turnId: 'm1',
+        update: { kind: 'tool_call', toolCallId: 'q', name: 'mcp__db__query', arguments: { sql: 'delete from t' }, executor: 'daemon', server: 'db' },
+      },
+      {
+        type: 'permission',
+        turnId: 'm1',
+        toolCallId: 'q',
+        title: 'db: query',
+        options: [
+          { optionId: 'allow_once', name: 'Allow once', kind: 'allow_once' },
+          { optionId: 'allow_always', name: 'Always allow in this session', kind: 'allow_always' },
+          { optionId: 'reject_once', name: 'Reject', kind: 'reject_once' },
+        ],
+      },
+    ]);
+    const card = page.locator('.tool-card[data-tool-call-id="q"]');
+    await card.locator('.permission-option').first().waitFor();
+    expect(await card.locator('.tool-server').textContent()).toBe('db');
+    expect(await card.locator('.tool-name').textContent()).toBe('query');
+    expect(await card.getAttribute('data-status')).toBe('awaiting_approval');
+    expect(await card.locator('.permission-title').textContent()).toBe('Allow db: query?');
+    expect(await card.locator('.permission-option').allTextContents()).toEqual(['Allow once', 'Always allow in this session', 'Reject']);
+    // The MCP section lists the servers with their state.
+    expect(await page.locator('#mcp').isHidden()).toBe(false);
+    expect(await page.locator('#mcp-count').textContent()).toBe('(2)');
+    expect(await page.locator('.mcp-list li[data-server="tickets"]').textContent()).toContain('connection refused');
+    await page.locator('#mcp summary').click();
+    await card.locator('.permission-option', { hasText: 'Always allow' }).click();
+    expect(await card.locator('.permission-option').first().isDisabled()).toBe(true);
+    expect((await posted()).filter((m) => m.type === 'permission' || m.type === 'refreshMcp')).toEqual([
+      { type: 'refreshMcp' },
+      { type: 'permission', toolCallId: 'q', optionId: 'allow_always' },
+    ]);
+    await send({ type: 'permission', turnId: 'm1', toolCallId: 'q', title: 'db: query', options: [], answer: 'Always allow in this session' });
+    await card.locator('.permission-answer').waitFor();
+    expect(await card.locator('.permission-option').count()).toBe(0);
+    expect(await card.getAttribute('data-status')).toBe('running');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'mcp-permission.png'), fullPage: true });
+    // Without MCP in the daemon, the section is gone.
+    await send({ type: 'features', images: false, mcp: false, commands: [] });
+    await page.waitForFunction(() => document.getElementById('mcp')!.hidden);
+    expect(problems).toEqual([]);
+  });
+
+  it('slash commands complete in the prompt box when the daemon lists them; none without', async () => {
+    const box = page.locator('#prompt');
+    await box.fill('/');
+    expect(await page.locator('#commands').isHidden()).toBe(true);
+    await box.fill('');
+    await send({
+      type: 'features',
+      images: false,
+      mcp: false,
+      commands: [
+        { name: 'compact', description: 'Compact the conversation', hint: '[what to keep]' },
+        { name: 'init', description: 'Write AGENTS.md' },
+        { name: 'memory', description: "What the project's memory holds" },
+        { name: 'reset', description: 'Clear the conversation' },
+      ],
+    });
+    await box.focus();
+    await box.type('/');
+    await page.locator('#commands:not([hidden])').waitFor();
+    expect(await page.locator('#commands li').count()).toBe(4);
+    await box.type('m');
+    expect(await page.locator('#commands li .cmd-name').allTextContents()).toEqual(['/memory']);
+    await box.press('Backspace');
+    await box.press('ArrowDown');
+    await box.press('Tab');
+    expect(await box.inputValue()).toBe('/init ');
+    expect(await page.locator('#commands').isHidden()).toBe(true);
+    await box.fill('');
+    await box.type('/co');
+    await box.press('Enter'); // completes, does not send
+    expect(await box.inputValue()).toBe('/compact ');
+    await box.type('keep the API decisions');
+    await box.press('Enter');
+    await box.type('/reset');
+    await box.press('Enter'); // typed in full: sends
+    expect((await posted()).filter((m) => m.type === 'prompt')).toEqual([
+      { type: 'prompt', text: '/compact keep the API decisions' },
+      { type: 'prompt', text: '/reset' },
+    ]);
+    expect(problems).toEqual([]);
+  });
+
+  it('images: attach and paste only when the daemon takes images; sent with the prompt and shown in the turn', async () => {
+    expect(await page.locator('#btn-attach').isHidden()).toBe(true);
+    await send({ type: 'features', images: true, mcp: false, commands: [] });
+    await page.locator('#btn-attach:not([hidden])').waitFor();
+    // 1x1 PNG
+    const png = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+    await page.locator('#file-input').setInputFiles({ name: 'shot.png', mimeType: 'image/png', buffer: Buffer.from(png, 'base64') });
+    await page.locator('#attachments img.thumb').waitFor();
+    // A pasted image joins it; a pasted text file is not an image.
+    await page.evaluate((data) => {
+      const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+      const dt = new DataTransfer();
+      dt.items.add(new File([bytes], 'pasted.png', { type: 'image/png' }));
+      document.getElementById('prompt')!.dispatchEvent(new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
+    }, png);
+    await page.waitForFunction(() => document.querySelectorAll('#attachments img.thumb').length === 2);
+    await page.locator('#file-input').setInputFiles({ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hi') });
+    await page.locator('.notice.warning', { hasText: 'agentd takes PNG, JPEG, GIF and WebP' }).waitFor();
+    await page.locator('#attachments .attachment button').nth(1).click();
+    await page.locator('#prompt').fill('what is in this picture?');
+    await page.locator('#prompt').press('Enter');
+    const sentPrompt = (await posted()).filter((m) => m.type === 'prompt');
+    expect(sentPrompt).toEqual([{ type: 'prompt', text: 'what is in this picture?', images: [{ mimeType: 'image/png', data: png }] }]);
+    expect(await page.locator('#attachments').isHidden()).toBe(true);
+    await send([
+      { type: 'turnStart', turnId: 'i1', sessionId: S, prompt: 'what is in this picture?', images: [{ mimeType: 'image/png', data: png }] },
+      { type: 'turnEnd', turnId: 'i1', outcome: 'completed' },
+      // A replayed prompt's image (user_image) shows the same way.
+      { type: 'turnStart', turnId: 'i2', sessionId: S, prompt: 'and this one', replay: true },
+      { type: 'update', turnId: 'i2', update: { kind: 'user_image', mimeType: 'image/png', data: png } },
+      // Never a type that is not an image.
+      { type: 'update', turnId: 'i2', update: { kind: 'user_image', mimeType: 'text/html', data: 'PGI+' } },
+      { type: 'turnEnd', turnId: 'i2', outcome: 'replayed', replay: true },
+    ]);
+    await page.locator('section.turn[data-turn-id="i2"] img.thumb').waitFor();
+    expect(await page.locator('section.turn[data-turn-id="i1"] .user-msg img.thumb').count()).toBe(1);
+    expect(await page.locator('section.turn[data-turn-id="i2"] .user-msg img.thumb').count()).toBe(1);
+    expect(await page.locator('section.turn[data-turn-id="i2"] img').getAttribute('src')).toMatch(/^data:image\/png;base64,/);
+    // A daemon without images: the button goes.
+    await send({ type: 'features', images: false, mcp: false, commands: [] });
+    await page.waitForFunction(() => document.getElementById('btn-attach')!.hidden);
+    expect(problems).toEqual([]);
+  });
 });

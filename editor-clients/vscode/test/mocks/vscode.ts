@@ -167,6 +167,9 @@ export class MockTextDocument {
   getText(): string {
     return this.text;
   }
+  get lineCount(): number {
+    return this.text.split('\n').length;
+  }
   positionAt(offset: number): Position {
     const before = this.text.slice(0, Math.max(0, Math.min(offset, this.text.length)));
     const lines = before.split('\n');
