@@ -293,6 +293,25 @@ describe('the extension in code-server', () => {
     await shot('08-memory');
   });
 
+  it('a search card links its hits as file:line; a click opens the file at that line (issue 18)', async () => {
+    fs.writeFileSync(path.join(workspaceDir, 'notes.md'), 'one\ntwo\nthe needle is here\nfour\n');
+    await control('rule', {
+      match: 'find the needle',
+      times: 1,
+      reply: { toolCalls: [{ id: 'find1', name: 'search', arguments: { query: 'needle is here' } }] },
+    });
+    const turn = await ask('find the needle');
+    await ended(turn);
+    const link = turn.locator('.tool-card[data-tool-call-id="find1"] .location', { hasText: 'notes.md:3' });
+    await link.waitFor();
+    expect(await link.getAttribute('title')).toBe(`${path.join(fs.realpathSync(workspaceDir), 'notes.md')}:3`);
+    await link.click();
+    await page.locator('.tab.active', { hasText: 'notes.md' }).waitFor({ timeout: 30_000 });
+    // The cursor is on the hit's line (VS Code's status bar says where).
+    await expect.poll(async () => page.locator('#status\\.editor\\.selection').textContent(), { timeout: 30_000 }).toMatch(/Ln 3, Col 1/);
+    await shot('09-location-opened');
+  });
+
   it('traces the JSON-RPC traffic in the "agentd (trace)" channel when agentd.trace.server says so', async () => {
     const files: string[] = [];
     const walk = (d: string): void => {
@@ -319,7 +338,7 @@ describe('the extension in code-server', () => {
     const notice = chat.locator('.notice[data-scope="daemon"]');
     await notice.waitFor();
     expect(await notice.textContent()).toContain('agentd exited unexpectedly');
-    await shot('09-daemon-killed');
+    await shot('10-daemon-killed');
     await notice.locator('button', { hasText: 'Restart agentd' }).click();
     await chat.locator('#daemon-state[data-state="ready"]').waitFor({ timeout: 60_000 });
     expect(await chat.locator('.notice[data-scope="daemon"]').count()).toBe(0);
@@ -330,7 +349,7 @@ describe('the extension in code-server', () => {
     // The same session goes on: its token total did not start again from zero.
     const after = Number(/session total (\d+)/.exec((await turn.locator('.usage').textContent()) ?? '')?.[1]);
     expect(after).toBeGreaterThan(total);
-    await shot('10-restarted');
+    await shot('11-restarted');
   });
 
   it('raised no page errors', () => {
