@@ -692,6 +692,41 @@ describe('activation and the chat view', () => {
     expect(shown.find((e) => e.type === 'setup')).toMatchObject({ sessionId: 'old3', setup: { mode: 'ask', model: 'big' } });
   });
 
+  it('the @agentd participant asks agent/requestPermission in a modal dialog (it has no tool cards); the panel routes it by session', async () => {
+    const { made } = await activated((d) => {
+      d.handlers.set('agent/prompt', async (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'q9', name: 'mcp__db__query', arguments: {}, executor: 'daemon', server: 'db' },
+        });
+        const outcome = await d.request('agent/requestPermission', {
+          sessionId: p.sessionId,
+          toolCallId: 'q9',
+          tool: 'mcp__db__query',
+          title: 'db: query',
+          arguments: {},
+          options: PERMISSION_OPTIONS,
+        });
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'message_chunk', text: JSON.stringify(outcome) } });
+        return { stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } };
+      });
+    });
+    window.showWarningMessage.mockImplementationOnce(async (...args: unknown[]) => (args.slice(2) as { title: string }[]).find((i) => i.title === 'Allow once'));
+    const handler = chat.createChatParticipant.mock.calls[0][1] as (...a: unknown[]) => Promise<unknown>;
+    const stream = { markdown: vi.fn(), progress: vi.fn(), reference: vi.fn() };
+    await handler({ prompt: 'clean up' }, {}, stream, new CancellationSource().token);
+    const [message, opts, ...buttons] = window.showWarningMessage.mock.calls[0] as [string, { modal: boolean }, ...{ title: string; isCloseAffordance: boolean }[]];
+    expect(message).toBe('agentd wants to run db: query');
+    expect(opts).toEqual({ modal: true });
+    expect(buttons.map((b) => [b.title, b.isCloseAffordance])).toEqual([
+      ['Allow once', false],
+      ['Always allow in this session', false],
+      ['Reject', true],
+    ]);
+    expect(stream.markdown).toHaveBeenCalledWith(JSON.stringify({ outcome: { outcome: 'selected', optionId: 'allow_once' } }));
+    void made;
+  });
+
   it('a prompt with images goes as content blocks; a text-only prompt stays a string', async () => {
     const { receive, flat, made } = await activated((d) => {
       d.handlers.set('agent/prompt', () => ({ stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } }));

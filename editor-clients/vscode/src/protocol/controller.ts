@@ -16,6 +16,7 @@ import {
   type AgentUpdateParams,
   type ContentBlock,
   type McpStatusResult,
+  type PermissionOption,
   type PlanEntry,
   type RequestPermissionParams,
   type RequestPermissionResult,
@@ -85,8 +86,15 @@ export class AgentController {
   constructor(
     private readonly workspaceRoot: () => string | undefined,
     private readonly tools: ClientToolRunner,
-    /** Refresh the memory list on memory/changed (the panel does; the chat participant has no list). */
-    private readonly options: { watchMemory?: boolean } = {},
+    private readonly options: {
+      /** Refresh the memory list on memory/changed (the panel does; the chat participant has no list). */
+      watchMemory?: boolean;
+      /**
+       * Ask the user about agent/requestPermission outside the view (the chat
+       * participant has no tool cards); resolves with an optionId or undefined.
+       */
+      askPermission?: (title: string, options: PermissionOption[], signal: AbortSignal) => Promise<string | undefined>;
+    } = {},
   ) {}
 
   // --- wiring ------------------------------------------------------------------
@@ -471,6 +479,14 @@ export class AgentController {
       // The daemon withdraws the request ($/cancelRequest) when its prompt is cancelled.
       sub = token.onCancellationRequested(() => resolve(undefined));
       this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, options });
+      if (this.options.askPermission) {
+        const abort = new AbortController();
+        turn.permissions.set(p.toolCallId, (id) => {
+          abort.abort();
+          resolve(id);
+        });
+        this.options.askPermission(title, options, abort.signal).then(resolve, () => resolve(undefined));
+      }
     });
     sub?.dispose();
     turn.permissions.delete(p.toolCallId);

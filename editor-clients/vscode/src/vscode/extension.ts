@@ -3,6 +3,7 @@
 
 import * as vscode from 'vscode';
 import { AgentController } from '../protocol/controller';
+import type { PermissionOption } from '../protocol/types';
 import { ClientToolRunner } from '../tools/clientTools';
 import { ChatViewProvider, VIEW_ID } from './chatView';
 import { DaemonManager, type ClientFactory } from './daemon';
@@ -67,12 +68,24 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
 
   // The participant has its own session, so the panel and @agentd do not
   // interleave prompts in one conversation.
-  const participantController = new AgentController(workspaceRoot, tools, { watchMemory: false });
+  const participantController = new AgentController(workspaceRoot, tools, { watchMemory: false, askPermission: askPermissionInDialog });
   const participant = registerChatParticipant(participantController, context.extensionUri);
   if (participant) context.subscriptions.push(participant, daemon.attach(participantController));
 
   void daemon.start();
   return { daemon, chat, controller, reviews };
+}
+
+/**
+ * agent/requestPermission for the @agentd participant, which has no tool
+ * cards: a modal dialog whose buttons are the daemon's options (closing it
+ * answers nothing, which the daemon takes as a refusal).
+ */
+export async function askPermissionInDialog(title: string, options: PermissionOption[], signal: AbortSignal): Promise<string | undefined> {
+  if (signal.aborted) return undefined;
+  const items = options.map((o) => ({ title: o.name, optionId: o.optionId, isCloseAffordance: o.kind.startsWith('reject') }));
+  const pick = await vscode.window.showWarningMessage(`agentd wants to run ${title}`, { modal: true }, ...items);
+  return signal.aborted ? undefined : pick?.optionId;
 }
 
 export function deactivate(): void {

@@ -332,7 +332,7 @@ export const window = {
   showErrorMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showInformationMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showQuickPick: vi.fn(async (..._args: unknown[]): Promise<unknown> => undefined),
-  showTextDocument: vi.fn(async (doc: unknown) => doc),
+  showTextDocument: vi.fn(async (doc: unknown, _options?: unknown) => doc),
   createOutputChannel: vi.fn((name: string) => outputChannel(name)),
   registerWebviewViewProvider: vi.fn(() => new Disposable()),
 };
