@@ -92,7 +92,8 @@ export function asAgentConnection(conn: MessageConnection, caps?: AgentdCapabili
   };
 }
 
-export async function startDaemon(modelUrl: string, extraEnv: Record<string, string> = {}): Promise<Daemon> {
+/** `initializationOptions` are merged over what the extension sends (settings such as `models`, `supportsImages`). */
+export async function startDaemon(modelUrl: string, extraEnv: Record<string, string> = {}, initializationOptions: Record<string, unknown> = {}): Promise<Daemon> {
   const home = tmpDir('agentd-home-');
   const env = {
     ...process.env,
@@ -112,7 +113,7 @@ export async function startDaemon(modelUrl: string, extraEnv: Record<string, str
     processId: process.pid,
     rootUri: null,
     capabilities: {},
-    initializationOptions: INITIALIZATION_OPTIONS,
+    initializationOptions: { ...INITIALIZATION_OPTIONS, ...initializationOptions },
   });
   const caps = init.capabilities.experimental?.agentd;
   await conn.sendNotification('initialized', {});

@@ -8,7 +8,10 @@ export type WireEvent =
   | { dir: 'in'; method: string; params: any }
   | { dir: 'out-notification'; method: string; params: any }
   | { dir: 'request'; method: string; params: any }
-  | { dir: 'reply'; method: string; result?: any; errorCode?: number; error?: unknown };
+  | { dir: 'reply'; method: string; result?: any; errorCode?: number; error?: unknown }
+  /** A request from the daemon, and what this client answered. */
+  | { dir: 'in-request'; method: string; params: any }
+  | { dir: 'answer'; method: string; result: any };
 
 export function recording(inner: AgentConnection): { conn: AgentConnection; events: WireEvent[] } {
   const events: WireEvent[] = [];
@@ -34,6 +37,16 @@ export function recording(inner: AgentConnection): { conn: AgentConnection; even
         handler(params);
       });
     },
+    onRequest(method, handler) {
+      const sub = inner.onRequest?.(method, async (params, token) => {
+        events.push({ dir: 'in-request', method, params });
+        const result = await handler(params, token);
+        events.push({ dir: 'answer', method, result });
+        return result;
+      });
+      return sub ?? { dispose() {} };
+    },
+    capabilities: () => inner.capabilities?.(),
   };
   return { conn, events };
 }
