@@ -655,6 +655,34 @@ describe('activation and the chat view', () => {
     expect(batch.some((e) => e.type === 'plan')).toBe(true);
   });
 
+  it('"Compact the Conversation…" is offered once the daemon reports a context window, and calls agent/compact', async () => {
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/newSession', () => ({ sessionId: 's-k' }));
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'usage', inputTokens: 9, outputTokens: 1, sessionTotalTokens: 10, contextTokens: 10, contextWindow: 1000 } });
+        return { stopReason: 'end_turn', usage: { inputTokens: 9, outputTokens: 1 } };
+      });
+      d.handlers.set('agent/compact', (p) => {
+        const c = { kind: 'compaction', trigger: 'manual', tokensBefore: 10, tokensAfter: 4, cleared: 0, summarized: 2 };
+        d.notify('agent/update', { sessionId: p.sessionId, update: { ...c, status: 'started' } });
+        d.notify('agent/update', { sessionId: p.sessionId, update: { ...c, status: 'done' } });
+        return { ...c, status: 'done' };
+      });
+    });
+    receive({ type: 'ready' });
+    expect(commands.executeCommand).not.toHaveBeenCalledWith('setContext', 'agentd.canCompact', true);
+    receive({ type: 'prompt', text: 'hi' });
+    await vi.waitFor(() => expect(commands.executeCommand).toHaveBeenCalledWith('setContext', 'agentd.canCompact', true));
+    window.showInputBox.mockImplementationOnce(async () => undefined); // Escape: nothing happens
+    await commands.executeCommand('agentd.compact');
+    expect(made[0].requests.some((r) => r.method === 'agent/compact')).toBe(false);
+    window.showInputBox.mockImplementationOnce(async () => '  keep the API decisions ');
+    await commands.executeCommand('agentd.compact');
+    expect(made[0].requests.find((r) => r.method === 'agent/compact')?.params).toEqual({ sessionId: 's-k', instructions: 'keep the API decisions' });
+    expect(flat().filter((e) => e.type === 'compaction').map((e) => (e as { update: { status: string } }).update.status)).toEqual(['started', 'done']);
+    expect(flat().filter((e) => e.type === 'context').at(-1)).toEqual({ type: 'context', tokens: 4, window: 1000 });
+  });
+
   it('a reloaded session comes back compacted, with its images, plan, mode and model', async () => {
     const png = 'iVBORw0KGgo=';
     const { receive, flat } = await activated((d) => {

@@ -241,6 +241,7 @@ describe('chat webview in Chromium', () => {
       'agentd.newSession',
       'agentd.switchSession',
       'agentd.resetSession',
+      'agentd.compact', // in the "..." menu, only while the daemon reports a context window
     ]);
     await send([{ type: 'turnStart', turnId: 'a', sessionId: S, prompt: 'p' }, { type: 'cleared' }]);
     await page.waitForFunction(() => document.getElementById('transcript')!.childElementCount === 0);

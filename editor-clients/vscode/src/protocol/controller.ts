@@ -14,6 +14,7 @@ import {
   ErrorCodes,
   type AgentUpdate,
   type AgentUpdateParams,
+  type CompactionUpdate,
   type ContentBlock,
   type McpStatusResult,
   type PermissionOption,
@@ -271,6 +272,20 @@ export class AgentController {
     } catch (err) {
       if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/setModel');
       if (this.setup) this.emit({ type: 'setup', sessionId, setup: this.setup });
+      throw err;
+    }
+  }
+
+  /**
+   * Compact the conversation now (agent/compact); its `compaction` updates
+   * show the divider. Refused (-32003) while a prompt runs.
+   */
+  async compact(instructions?: string): Promise<CompactionUpdate> {
+    const sessionId = await this.ensureSession();
+    try {
+      return await this.connection().sendRequest<CompactionUpdate>('agent/compact', { sessionId, ...(instructions ? { instructions } : {}) });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/compact');
       throw err;
     }
   }

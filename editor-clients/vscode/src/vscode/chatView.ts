@@ -29,6 +29,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
   private openable = new Set<string>();
   private memoryDirectory: string | undefined;
   private disposables: vscode.Disposable[] = [];
+  private canCompact = false;
 
   constructor(
     private readonly extensionUri: vscode.Uri,
@@ -47,7 +48,11 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
           void this.controller.refreshMcp();
         }
         // A stopped daemon offers nothing: its controls go until it is back.
-        if (state === 'stopped' || state === 'failed') this.publish({ type: 'features', images: false, mcp: false, commands: [] });
+        if (state === 'stopped' || state === 'failed') {
+          this.publish({ type: 'features', images: false, mcp: false, commands: [] });
+          this.canCompact = false;
+          void vscode.commands.executeCommand('setContext', 'agentd.canCompact', false);
+        }
       }),
     );
   }
@@ -79,6 +84,11 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
     if (e.type === 'turnStart' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', true);
     if (e.type === 'turnEnd' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', false);
     if (e.type === 'update' && e.update.kind === 'memory') for (const p of e.update.docs) this.openable.add(p);
+    // A daemon that reports a context window compacts: "Compact the Conversation…" is offered.
+    if (e.type === 'context' && !this.canCompact) {
+      this.canCompact = true;
+      void vscode.commands.executeCommand('setContext', 'agentd.canCompact', true);
+    }
     if (e.type === 'memory') {
       this.memoryDirectory = e.directory;
       for (const d of e.docs) this.openable.add(d.path);
@@ -166,6 +176,22 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
           else await this.reviews?.decide(m.toolCallId, m.decision === 'accept' ? 'once' : m.decision === 'reject' ? 'deny' : 'session');
           break;
       }
+    } catch (err) {
+      this.notice('error', explain(err));
+    }
+  }
+
+  /** "Compact the Conversation…": optional instructions for the summary, then agent/compact. */
+  async compact(): Promise<void> {
+    const instructions = await vscode.window.showInputBox({
+      title: 'Compact the conversation',
+      prompt: 'What the summary must keep (optional). The newest turns stay as they are.',
+      placeHolder: 'e.g. the API decisions',
+    });
+    if (instructions === undefined) return; // Escape
+    try {
+      // The outcome shows as the divider (its compaction updates).
+      await this.controller.compact(instructions.trim() || undefined);
     } catch (err) {
       this.notice('error', explain(err));
     }

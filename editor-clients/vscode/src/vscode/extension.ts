@@ -53,6 +53,7 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
     vscode.commands.registerCommand('agentd.newSession', () => chat.onMessage({ type: 'newSession' })),
     vscode.commands.registerCommand('agentd.resetSession', () => chat.onMessage({ type: 'reset' })),
     vscode.commands.registerCommand('agentd.switchSession', () => chat.onMessage({ type: 'switchSession' })),
+    vscode.commands.registerCommand('agentd.compact', () => chat.compact()),
     // From the diff editor's title (the proposal's URI is the argument) or the palette.
     vscode.commands.registerCommand('agentd.acceptEdit', (uri?: vscode.Uri) => reviews.decide(uri, 'once')),
     vscode.commands.registerCommand('agentd.rejectEdit', (uri?: vscode.Uri) => reviews.decide(uri, 'deny')),

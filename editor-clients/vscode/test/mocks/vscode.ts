@@ -333,6 +333,7 @@ export const window = {
   showInformationMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showQuickPick: vi.fn(async (..._args: unknown[]): Promise<unknown> => undefined),
   showTextDocument: vi.fn(async (doc: unknown, _options?: unknown) => doc),
+  showInputBox: vi.fn(async (_options?: unknown): Promise<string | undefined> => undefined),
   createOutputChannel: vi.fn((name: string) => outputChannel(name)),
   registerWebviewViewProvider: vi.fn(() => new Disposable()),
 };
