@@ -21,6 +21,9 @@ const VSIX = path.join(ROOT, 'dist', 'agentd-vscode.vsix');
 const SHOTS = path.join(ROOT, 'test-artifacts', 'code-server');
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const CODE_SERVER_HOME = process.env.CODE_SERVER_HOME ?? '';
+/** The test MCP server of the Python suite, and the Python that runs agentd (it has the `mcp` SDK). */
+const MCP_SERVER = process.env.AGENTD_MCP_TEST_SERVER || path.resolve(ROOT, '../../tests/mcp/server.py');
+const PYTHON = process.env.AGENTD_PYTHON || path.join(path.dirname(AGENTD_BIN), 'python');
 const NODE_HOME = process.env.NODE_HOME ?? '';
 
 let model: ModelServer;
@@ -104,7 +107,22 @@ beforeAll(async () => {
   home = path.join(base, 'agentd-home');
   userData = path.join(base, 'user-data');
   const extensions = path.join(base, 'extensions');
-  for (const d of [workspaceDir, home, path.join(userData, 'User'), extensions]) fs.mkdirSync(d, { recursive: true });
+  const agentdConfig = path.join(base, 'agentd-config');
+  for (const d of [workspaceDir, home, path.join(userData, 'User'), extensions, path.join(agentdConfig, 'agentd')]) fs.mkdirSync(d, { recursive: true });
+  // The user's agentd config file: two models to pick from and an MCP server
+  // (the daemon's own settings; a daemon without these features ignores them).
+  fs.writeFileSync(
+    path.join(agentdConfig, 'agentd', 'config.toml'),
+    [
+      'models = ["test", "test-alt"]',
+      '[mcp]',
+      'startup_wait = 60',
+      '[mcp_servers.db]',
+      `command = ${JSON.stringify(PYTHON)}`,
+      `args = [${JSON.stringify(MCP_SERVER)}]`,
+      '',
+    ].join('\n'),
+  );
   fs.writeFileSync(path.join(workspaceDir, 'app.py'), 'def greet():\n    return "hello"\n');
   // Settings are read at start; the daemon talks to the model server, keeps
   // its data in a private AGENTD_HOME, and traces its JSON-RPC.
@@ -112,7 +130,7 @@ beforeAll(async () => {
     path.join(userData, 'User', 'settings.json'),
     JSON.stringify({
       'agentd.command': AGENTD_BIN,
-      'agentd.env': { AGENTD_BASE_URL: `${model.url}/v1`, AGENTD_API_KEY: 'test', AGENTD_MODEL: 'test', AGENTD_HOME: home },
+      'agentd.env': { AGENTD_BASE_URL: `${model.url}/v1`, AGENTD_API_KEY: 'test', AGENTD_MODEL: 'test', AGENTD_HOME: home, XDG_CONFIG_HOME: agentdConfig },
       'agentd.trace.server': 'messages',
       'workbench.startupEditor': 'none',
       'workbench.tips.enabled': false,
@@ -254,6 +272,30 @@ describe('the extension in code-server', () => {
     await shot('05-edit-applied');
   });
 
+  it('the mode picker: in Auto-edit an edit applies without a review; then back to Code (edits reviewed, as the next tests rely on)', async (ctx) => {
+    const mode = chat.locator('#mode');
+    // TEMPORARY until issue 17's daemon side is on main: a daemon without modes shows no picker.
+    if (await mode.isHidden()) return ctx.skip('this agentd has no modes yet (issue 17)');
+    expect(await mode.inputValue()).toBe('code');
+    expect(await mode.locator('option').allTextContents()).toEqual(expect.arrayContaining(['Ask', 'Code']));
+    // Two models are configured: the model picker is there too.
+    expect(await chat.locator('#model').isVisible()).toBe(true);
+    await mode.selectOption('auto-edit');
+    await shot('05b-mode-picker');
+    await control('rule', {
+      match: 'shout the greeting',
+      times: 1,
+      reply: { toolCalls: [{ id: 'auto1', name: 'edit_file', arguments: { path: 'app.py', old_text: '"hello, world"', new_text: '"HELLO, WORLD"' } }] },
+    });
+    const turn = await ask('shout the greeting');
+    await ended(turn);
+    expect(fs.readFileSync(path.join(workspaceDir, 'app.py'), 'utf8')).toBe('def greet():\n    return "HELLO, WORLD"\n');
+    expect(await chat.locator('.tool-card[data-tool-call-id="auto1"]').getAttribute('data-status')).toBe('completed');
+    expect(await page.locator('.tab', { hasText: "agentd's proposed change" }).count()).toBe(0); // no review was opened
+    await mode.selectOption('code');
+    await expect.poll(() => mode.inputValue()).toBe('code');
+  });
+
   it('a command asks in a dialog with Deny as its only "no", runs in a terminal and its output reaches the model', async () => {
     await control('rule', {
       match: 'run the check',
@@ -310,6 +352,29 @@ describe('the extension in code-server', () => {
     // The cursor is on the hit's line (VS Code's status bar says where).
     await expect.poll(async () => page.locator('#status\\.editor\\.selection').textContent(), { timeout: 30_000 }).toMatch(/Ln 3, Col 1/);
     await shot('09-location-opened');
+  });
+
+  it('an MCP tool asks permission on its card; Allow once runs it on the named server', async (ctx) => {
+    // TEMPORARY until issue 16's daemon side is on main: a daemon without MCP shows no MCP section.
+    if (await chat.locator('#mcp').isHidden()) return ctx.skip('this agentd has no MCP servers yet (issue 16)');
+    await control('rule', {
+      match: 'ask the db',
+      times: 1,
+      reply: { toolCalls: [{ id: 'mcp1', name: 'mcp__db__echo', arguments: { text: 'from code-server' } }] },
+    });
+    const turn = await ask('ask the db');
+    const card = chat.locator('.tool-card[data-tool-call-id="mcp1"]');
+    await card.locator('.permission-option', { hasText: 'Allow once' }).waitFor({ timeout: 60_000 });
+    expect(await card.locator('.tool-server').textContent()).toBe('db');
+    expect(await card.locator('.tool-name').textContent()).toBe('echo');
+    await shot('09b-mcp-permission');
+    await card.locator('.permission-option', { hasText: 'Allow once' }).click();
+    await ended(turn);
+    expect(await card.getAttribute('data-status')).toBe('completed');
+    expect(await card.locator('.tool-result').textContent()).toBe('echo: from code-server');
+    // The MCP section lists the server as ready.
+    await chat.locator('#mcp summary').click();
+    await chat.locator('.mcp-list li[data-server="db"][data-state="ready"]').waitFor({ timeout: 30_000 });
   });
 
   it('traces the JSON-RPC traffic in the "agentd (trace)" channel when agentd.trace.server says so', async () => {

@@ -14,5 +14,7 @@ declare module 'vitest' {
 export default function setup(project: TestProject): () => void {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-vscode-test-'));
   project.provide('tmpRoot', root);
-  return () => fs.rmSync(root, { recursive: true, force: true });
+  // Retried: a daemon of the code-server suite may still be writing its
+  // transcript there while it shuts down (ENOTEMPTY).
+  return () => fs.rmSync(root, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
 }
