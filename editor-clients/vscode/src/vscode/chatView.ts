@@ -50,6 +50,8 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
         // A stopped daemon offers nothing: its controls go until it is back.
         if (state === 'stopped' || state === 'failed') {
           this.publish({ type: 'features', images: false, mcp: false, commands: [] });
+          // The pickers come back with the session, at the next prompt.
+          this.publish({ type: 'setup', sessionId: this.controller.currentSessionId ?? '', setup: {} });
           this.canCompact = false;
           void vscode.commands.executeCommand('setContext', 'agentd.canCompact', false);
         }
