@@ -260,8 +260,10 @@ describe('sessions', () => {
   it('reset clears the view and the daemon history; list/load degrade gracefully when missing', async () => {
     await h.controller.prompt('first');
     const id = h.controller.currentSessionId;
+    const before = h.events.length;
     await h.controller.reset();
-    expect(h.events.at(-2)).toEqual({ type: 'cleared' });
+    // Then the session's mode and model again, where the daemon has them.
+    expect(h.events.slice(before, before + 2)).toEqual([{ type: 'cleared' }, { type: 'session', sessionId: id }]);
     expect(h.controller.currentSessionId).toBe(id);
     const [wireReset] = sent(h.wire, 'request', 'agent/resetSession');
     expect(wireReset?.params).toEqual({ sessionId: id });

@@ -112,12 +112,14 @@ describe('plans, commands and a reload', () => {
     await h.controller.refreshFeatures();
     const names = of(h.events, 'features').at(-1)!.commands.map((c) => c.name);
     expect(names).toEqual(expect.arrayContaining(['compact', 'init', 'memory', 'reset']));
-    const before = (await model.log()).filter((e) => e.type === 'request').length;
+    // Main requests only: memory extraction of earlier turns may run meanwhile.
+    const mainRequests = async () => (await model.log()).filter((e) => e.type === 'request' && e.purpose === 'main').length;
+    const before = await mainRequests();
     const res = await h.controller.prompt('/memory');
     expect(res.outcome).toBe('completed');
     const text = h.events.map((e) => (e.type === 'update' && e.update.kind === 'message_chunk' ? e.update.text : '')).join('');
     expect(text).toMatch(/memory/i);
-    expect((await model.log()).filter((e) => e.type === 'request').length).toBe(before);
+    expect(await mainRequests()).toBe(before);
   });
 });
 
