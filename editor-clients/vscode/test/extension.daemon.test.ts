@@ -191,6 +191,7 @@ describe('activation and the chat view', () => {
         },
       },
       onDidDispose: () => ({ dispose() {} }),
+      visible: true,
     };
     api.chat.resolveWebviewView(view as never);
     const flat = (): ChatEvent[] => posted.flatMap((m) => (Array.isArray(m) ? m : [m])) as ChatEvent[];
@@ -589,6 +590,29 @@ describe('activation and the chat view', () => {
     receive({ type: 'permission', toolCallId: 'q2', optionId: 'allow_forever' });
     expect(await second).toEqual({ outcome: { outcome: 'cancelled' } });
     release();
+  });
+
+  it('agent/requestPermission while the panel is not on screen: a modal dialog asks (the card too); dismissing it refuses', async () => {
+    const { receive, flat, made, view } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'q1', name: 'mcp__db__query', arguments: {}, executor: 'daemon', server: 'db' },
+        });
+        return new Promise(() => {});
+      });
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'go' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'update' && e.update.kind === 'tool_call')).toBe(true));
+    view.visible = false;
+    const sessionId = (flat().find((e) => e.type === 'turnStart') as { sessionId: string }).sessionId;
+    const params = { sessionId, toolCallId: 'q1', tool: 'mcp__db__query', title: 'db: query', arguments: {}, options: PERMISSION_OPTIONS };
+    window.showWarningMessage.mockImplementationOnce(async (...args: unknown[]) => (args.slice(2) as { title: string }[]).find((i) => i.title === 'Allow once'));
+    expect(await made[0].request('agent/requestPermission', params)).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+    expect(window.showWarningMessage.mock.calls[0][0]).toBe('agentd wants to run db: query');
+    // Dismissed (Escape): no allow.
+    expect(await made[0].request('agent/requestPermission', { ...params, toolCallId: 'q2' })).toEqual({ outcome: { outcome: 'cancelled' } });
   });
 
   it('agent/requestPermission fails closed: Stop, or the daemon withdrawing it, answers cancelled', async () => {

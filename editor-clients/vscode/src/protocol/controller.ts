@@ -92,9 +92,11 @@ export class AgentController {
       watchMemory?: boolean;
       /**
        * Ask the user about agent/requestPermission outside the view (the chat
-       * participant has no tool cards); resolves with an optionId or undefined.
+       * participant has no tool cards; the panel while it is not visible):
+       * resolves with an optionId or undefined. Returning undefined itself
+       * leaves the question to the tool card.
        */
-      askPermission?: (title: string, options: PermissionOption[], signal: AbortSignal) => Promise<string | undefined>;
+      askPermission?: (title: string, options: PermissionOption[], signal: AbortSignal) => Promise<string | undefined> | undefined;
     } = {},
   ) {}
 
@@ -494,13 +496,15 @@ export class AgentController {
       // The daemon withdraws the request ($/cancelRequest) when its prompt is cancelled.
       sub = token.onCancellationRequested(() => resolve(undefined));
       this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, options });
-      if (this.options.askPermission) {
-        const abort = new AbortController();
+      const abort = new AbortController();
+      const asked = this.options.askPermission?.(title, options, abort.signal);
+      if (asked) {
+        // Whichever answers first (the dialog or the card) wins; the other is dropped.
         turn.permissions.set(p.toolCallId, (id) => {
           abort.abort();
           resolve(id);
         });
-        this.options.askPermission(title, options, abort.signal).then(resolve, () => resolve(undefined));
+        asked.then(resolve, () => resolve(undefined));
       }
     });
     sub?.dispose();

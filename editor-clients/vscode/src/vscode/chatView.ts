@@ -82,6 +82,11 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
     });
   }
 
+  /** Whether the panel is on screen (a question on a tool card would be seen). */
+  get visible(): boolean {
+    return !!this.view?.visible;
+  }
+
   private onChatEvent(e: ChatEvent): void {
     if (e.type === 'turnStart' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', true);
     if (e.type === 'turnEnd' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', false);

@@ -40,8 +40,13 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
     workspaceRoot,
     editApproval: () => (vscode.workspace.getConfiguration('agentd').get<string>('approval.edits') === 'always' ? 'always' : 'ask'),
   });
-  const controller = new AgentController(workspaceRoot, tools);
-  const chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot, reviews);
+  // A permission question goes on the tool card; while the panel is not on
+  // screen it is asked in a dialog instead (the card shows it too).
+  let chat: ChatViewProvider | undefined;
+  const controller = new AgentController(workspaceRoot, tools, {
+    askPermission: (title, options, signal) => (chat?.visible ? undefined : askPermissionInDialog(title, options, signal)),
+  });
+  chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot, reviews);
   context.subscriptions.push(
     daemon,
     chat,
