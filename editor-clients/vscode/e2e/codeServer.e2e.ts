@@ -272,10 +272,9 @@ describe('the extension in code-server', () => {
     await shot('05-edit-applied');
   });
 
-  it('the mode picker: in Auto-edit an edit applies without a review; then back to Code (edits reviewed, as the next tests rely on)', async (ctx) => {
+  it('the mode picker: in Auto-edit an edit applies without a review; then back to Code (edits reviewed, as the next tests rely on)', async () => {
     const mode = chat.locator('#mode');
-    // TEMPORARY until issue 17's daemon side is on main: a daemon without modes shows no picker.
-    if (await mode.isHidden()) return ctx.skip('this agentd has no modes yet (issue 17)');
+    await mode.waitFor();
     expect(await mode.inputValue()).toBe('code');
     expect(await mode.locator('option').allTextContents()).toEqual(expect.arrayContaining(['Ask', 'Code']));
     // Two models are configured: the model picker is there too.

@@ -5,7 +5,7 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it as vitestIt } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
 import { AgentController } from '../src/protocol/controller';
 import { ClientToolRunner } from '../src/tools/clientTools';
@@ -22,19 +22,7 @@ beforeAll(async () => {
   model = await startModelServer();
   // Two models to pick from, the second taking images (settings as a user's config file gives them).
   daemon = await startDaemon(model.url, {}, { models: ['test', { id: 'test-vision', name: 'Test Vision', supportsImages: true }] });
-  // TEMPORARY until issue 17's daemon side is on main: skip on a daemon without agent/listCommands.
-  has17 = await daemon.agent.sendRequest('agent/listCommands', {}).then(
-    () => true,
-    () => false,
-  );
 });
-
-let has17 = false;
-const it = (name: string, fn: () => Promise<void>) =>
-  vitestIt(name, async (ctx) => {
-    if (!has17) return ctx.skip('this agentd has no modes, plans or commands yet (issue 17)');
-    await fn();
-  });
 
 afterAll(async () => {
   await daemon?.stop();
