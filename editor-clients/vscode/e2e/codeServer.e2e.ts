@@ -233,6 +233,8 @@ describe('the extension in code-server', () => {
     expect(await turn.locator('.md code').first().textContent()).toBe('code');
     expect(await turn.locator('.md li').allTextContents()).toEqual(['one', 'two']);
     expect(await turn.locator('.usage').textContent()).toMatch(/session total \d+/);
+    // The context meter (issue 15): the daemon reports the model's window with each step.
+    expect(await chat.locator('#context-meter').textContent()).toMatch(/^context \d+ %$/);
     await shot('02-markdown');
   });
 

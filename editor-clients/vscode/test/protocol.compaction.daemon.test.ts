@@ -3,7 +3,7 @@
 // compaction (agent/compact) shown as a divider, and a reload that shows the
 // divider before the turns kept verbatim.
 
-import { afterAll, beforeAll, describe, expect, it as vitestIt } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
 import { AgentController } from '../src/protocol/controller';
 import { ClientToolRunner } from '../src/tools/clientTools';
@@ -17,24 +17,12 @@ const WINDOW = 12_000;
 beforeAll(async () => {
   model = await startModelServer();
   daemon = await startDaemon(model.url, {}, { contextWindow: WINDOW, memory: { enabled: false } });
-  // TEMPORARY until issue 15's daemon side is on main: skip on a daemon without agent/compact.
-  has15 = await daemon.agent.sendRequest('agent/compact', { sessionId: 'none' }).then(
-    () => true,
-    (err: { code?: number }) => err.code !== -32601,
-  );
 });
 
 afterAll(async () => {
   await daemon?.stop();
   await model?.stop();
 });
-
-let has15 = false;
-const it = (name: string, fn: () => Promise<void>) =>
-  vitestIt(name, async (ctx) => {
-    if (!has15) return ctx.skip('this agentd does not compact yet (issue 15)');
-    await fn();
-  });
 
 function harness(root = tmpDir('agentd-ws-')) {
   const controller = new AgentController(() => root, new ClientToolRunner(new FakeWorkspace(), { workspaceRoot: () => root, editApproval: () => 'ask' }));
@@ -68,5 +56,21 @@ describe('context meter and compaction', () => {
     expect(shown[0]).toMatchObject({ type: 'compaction', replay: true, update: { status: 'done' } });
     expect(shown.slice(1).every((e) => e.type === 'turnStart')).toBe(true);
     expect(shown.length).toBeGreaterThan(1);
+  });
+  it('/compact typed in the prompt box runs the same compaction inside a turn (the divider goes there)', async () => {
+    const h = harness();
+    for (let i = 0; i < 3; i++) expect((await h.controller.prompt(filler(i))).outcome).toBe('completed');
+    const n = h.events.length;
+    const res = await h.controller.prompt('/compact keep the markers');
+    expect(res.outcome).toBe('completed');
+    const during = h.events.slice(n);
+    const turnStart = during.findIndex((e) => e.type === 'turnStart');
+    const turnEnd = during.findIndex((e) => e.type === 'turnEnd');
+    const compactions = during.map((e, i) => (e.type === 'compaction' ? i : -1)).filter((i) => i >= 0);
+    expect(compactions.map((i) => (during[i] as Extract<ChatEvent, { type: 'compaction' }>).update.status)).toEqual(['started', 'done']);
+    // Between the turn's start and end: the live view puts the divider in the running turn.
+    expect(compactions.every((i) => i > turnStart && i < turnEnd)).toBe(true);
+    const text = during.map((e) => (e.type === 'update' && e.update.kind === 'message_chunk' ? e.update.text : '')).join('');
+    expect(text).toMatch(/compacted/i);
   });
 });
