@@ -9,6 +9,7 @@ pydantic and the turn engine, which is why front ends import it lazily
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -140,16 +141,21 @@ class App:
 
     # --- results shared by every front end ----------------------------------------------
 
-    def list_sessions(self, root: Path) -> dict[str, Any]:
+    async def list_sessions(self, root: Path) -> dict[str, Any]:
         """`agent/listSessions`: every saved session of the workspace."""
+        infos = await self._list(root)
         return {
             "sessions": [
                 {"sessionId": i.session_id, "title": i.title, "updatedAt": _iso(i.updated_at)}
-                for i in self.core.list_sessions(root)
+                for i in infos
             ]
         }
 
-    def session_page(
+    async def _list(self, root: Path | None) -> list[TranscriptInfo]:
+        # A listing may read transcripts that have no meta file: in a worker thread.
+        return await asyncio.to_thread(self.core.list_sessions, root)
+
+    async def session_page(
         self, root: Path | None, cursor: str | None, limit: int = SESSION_PAGE
     ) -> dict[str, Any]:
         """ACP `session/list`: one page, newest first, of a workspace's saved
@@ -166,9 +172,9 @@ class App:
             if now - snapshot[1] < SNAPSHOT_SECONDS:
                 infos = snapshot[2]
             else:
-                infos = self.core.list_sessions(root)
+                infos = await self._list(root)
         else:
-            infos = self.core.list_sessions(root)
+            infos = await self._list(root)
             self._listing = (root, now, infos)
         if after is not None:
             infos = [i for i in infos if (i.updated_at, i.session_id) < after]
@@ -221,7 +227,7 @@ class App:
             "docCount": status["docCount"],
             "watcher": status["watcher"],
             "problems": status["problems"],
-            "extraction": self.extraction_status(pm.workspace_root),
+            "extraction": await self.extraction_status(pm.workspace_root),
             "deliveries": self.recall.stats.to_json() if self.recall is not None else {},
             "prefetch": [
                 {"sessionId": s.id, "tier": h.tier, "settled": h.settled, "consumed": h.consumed}
@@ -231,10 +237,10 @@ class App:
             ],
         }
 
-    def extraction_status(self, root: Path) -> dict[str, Any]:
+    async def extraction_status(self, root: Path) -> dict[str, Any]:
         if self.extraction is None:
             return {"state": "idle", "trailingPending": False, "cursors": []}
-        return self.extraction.status(root)
+        return await self.extraction.status_async(root)
 
     def _extraction_progress(self, root: Path) -> Progress | None:
         if self.progress_factory is None:

@@ -20,10 +20,18 @@ these into JSON-RPC replies, each in one function (`lsp/handlers.py`
 `_map_error`, `acp/handlers.py` `dispatch`); the providers are the only place
 that turn httpx's exceptions into `ModelError`s. Messages never contain API
 keys. Imports nothing of agentd: every layer may raise these.
+
+An error sent to an editor is short: `bounded_error` (applied by both front
+ends' writers to every error reply) keeps its message within
+`MAX_ERROR_MESSAGE_BYTES` and its `data` within `MAX_ERROR_DATA_BYTES`, so an
+exception that carries a request's body never echoes megabytes back; the
+details go to the log.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 from typing import Any
 
 # JSON-RPC 2.0
@@ -41,6 +49,12 @@ RESOURCE_NOT_FOUND = -32002
 # agentd's own, the same on both wires
 SESSION_NOT_FOUND = -32001
 SESSION_BUSY = -32003
+
+MAX_ERROR_MESSAGE_BYTES = 1024
+MAX_ERROR_DATA_BYTES = 4096
+# A field name or a field's message in `data.fields`, and how many fields.
+_MAX_FIELD_CHARS = 200
+_MAX_FIELDS = 20
 
 
 class AgentdError(Exception):
@@ -141,3 +155,76 @@ class PathOutsideWorkspace(ToolError):
 
 class ConfigError(AgentdError):
     pass
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An OS error in one line that names its cause: "Too many open files (EMFILE)"."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason} ({name})" if name else reason
+
+
+def short_text(text: str, limit: int = MAX_ERROR_MESSAGE_BYTES) -> str:
+    """`text` cut to at most `limit` bytes of UTF-8, saying how much was cut."""
+    if len(text) * 4 <= limit or len(text.encode("utf-8", "replace")) <= limit:
+        return text
+    note = f" [... {len(text)} characters in all]"
+    keep = text[: limit - len(note)]
+    while len(keep.encode("utf-8", "replace")) + len(note) > limit:
+        keep = keep[: len(keep) * 3 // 4]
+    return keep + note
+
+
+def bounded_error(error: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC error object within the byte budgets (see the module docs)."""
+    out = dict(error)
+    message = out.get("message")
+    out["message"] = short_text(message if isinstance(message, str) else str(message))
+    if "data" in out:
+        data = _bounded_data(out["data"])
+        if data is None:
+            del out["data"]
+        else:
+            out["data"] = data
+    return out
+
+
+def _bounded_data(data: Any) -> Any:
+    if isinstance(data, str | int | float | bool) or data is None:
+        return short_text(data, _MAX_FIELD_CHARS) if isinstance(data, str) else data
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, Any] = {}
+    fields = data.get("fields")
+    if isinstance(fields, list):
+        out["fields"] = [
+            {
+                k: short_text(str(v), _MAX_FIELD_CHARS)
+                for k, v in f.items()
+                if k in ("field", "message") and isinstance(v, str)
+            }
+            for f in fields[:_MAX_FIELDS]
+            if isinstance(f, dict)
+        ]
+    for key, value in data.items():
+        if key in ("fields", "traceback"):
+            continue  # fields bounded above; a traceback is for the log
+        if _small(value):
+            out[key] = value
+    return out or None
+
+
+def _small(value: Any) -> bool:
+    """Whether `value` (a JSON value) is within `MAX_ERROR_DATA_BYTES` as JSON."""
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return len(text) <= MAX_ERROR_DATA_BYTES
+
+
+def internal_error_message(method: str, exc: BaseException) -> str:
+    """What an editor is told of a handler's bug: the method and the exception's
+    type and (short) text. The traceback goes to the log."""
+    text = short_text(str(exc), 300)
+    return f"Internal error in {method}: {type(exc).__name__}" + (f": {text}" if text else "")

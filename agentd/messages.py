@@ -14,14 +14,60 @@ with the tool results first and any text or reminders after them. A
 
 Plain dataclasses, no pydantic: these are built on every stream chunk path and
 must stay cheap to construct and to import.
+
+Text in the vocabulary is valid Unicode: `clean_text` and `clean_json`
+replace lone surrogates (half an emoji, as a JSON `\\ud83d` escape decodes
+to) with U+FFFD where text enters the core (prompts, tool results, model
+output, stored transcripts), so nothing later fails to encode it as UTF-8.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (a split pair is joined)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    # UTF-16 joins a high and a low surrogate that stand side by side into the
+    # character they encode; what cannot be joined decodes as U+FFFD.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON value with every string (keys included) passed through `clean_text`.
+
+    Iterative, not recursive: the value may be nested as deep as the decoder allows.
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    if not isinstance(value, dict | list):
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+    while stack:
+        parent, key, item = stack.pop()
+        if isinstance(item, dict):
+            copy: Any = {}
+            for k, v in item.items():
+                copy[clean_text(k) if isinstance(k, str) else k] = None
+                stack.append((copy, clean_text(k) if isinstance(k, str) else k, v))
+        elif isinstance(item, list):
+            copy = [None] * len(item)
+            stack.extend((copy, i, v) for i, v in enumerate(item))
+        elif isinstance(item, str):
+            copy = clean_text(item)
+        else:
+            copy = item
+        parent[key] = copy
+    return root[0]
 
 
 @dataclass(slots=True)
@@ -155,22 +201,30 @@ def part_to_json(part: Part) -> dict[str, Any]:
 
 
 def part_from_json(data: dict[str, Any]) -> Part:
+    """A part as stored; its text is cleaned (a transcript may have been edited by hand)."""
     kind = data.get("type")
     if kind == "text":
-        return TextPart(str(data["text"]))
+        return TextPart(clean_text(str(data["text"])))
     if kind == "thinking":
-        return ThinkingPart(str(data["text"]))
+        return ThinkingPart(clean_text(str(data["text"])))
     if kind == "reminder":
-        return ReminderPart(str(data["text"]), str(data.get("source", "")))
+        return ReminderPart(clean_text(str(data["text"])), str(data.get("source", "")))
     if kind == "image":
         return ImagePart(
             str(data["mimeType"]), str(data.get("data", "")), str(data.get("sha256", ""))
         )
     if kind == "tool_call":
-        return ToolCallPart(ToolCall(str(data["id"]), str(data["name"]), dict(data["arguments"])))
+        call = ToolCall(
+            clean_text(str(data["id"])),
+            clean_text(str(data["name"])),
+            clean_json(dict(data["arguments"])),
+        )
+        return ToolCallPart(call)
     if kind == "tool_result":
         return ToolResultPart(
-            str(data["toolCallId"]), str(data["content"]), bool(data.get("isError", False))
+            clean_text(str(data["toolCallId"])),
+            clean_text(str(data["content"])),
+            bool(data.get("isError", False)),
         )
     raise ValueError(f"unknown part type {kind!r}")
 

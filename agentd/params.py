@@ -73,20 +73,28 @@ def params_model(handler: Callable[..., Any], models: ModuleType) -> type[BaseMo
 
 def workspace_path(value: str, field: str = "workspaceRoot") -> Path:
     """An absolute path (or file:// URI) of an existing directory, resolved."""
-    if value.startswith("file:"):
-        value = unquote(urlparse(value).path)
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise InvalidParams(
-            f"Invalid params: {field}: must be an absolute path: {value!r}",
-            {"fields": [{"field": field, "message": "must be an absolute path"}]},
+
+    def bad(why: str) -> InvalidParams:
+        # The value is quoted short: it may be megabytes long.
+        shown = repr(value) if len(value) <= 200 else repr(value[:200]) + "..."
+        return InvalidParams(
+            f"Invalid params: {field}: {why}: {shown}",
+            {"fields": [{"field": field, "message": why}]},
         )
-    if not path.is_dir():
-        raise InvalidParams(
-            f"Invalid params: {field}: not a directory: {value!r}",
-            {"fields": [{"field": field, "message": "not a directory"}]},
-        )
-    return path.resolve()
+
+    try:
+        if value.startswith("file:"):
+            value = unquote(urlparse(value).path)
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            raise bad("must be an absolute path")
+        if not path.is_dir():
+            raise bad("not a directory")
+        return path.resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        # A name too long, a NUL byte, a lone surrogate, a symlink loop: unusable.
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise bad(f"cannot be used ({why[:100]})") from None
 
 
 def check_choice(value: str, allowed: list[str], field: str) -> str:

@@ -62,6 +62,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,7 @@ from agentd.events import (
     PromptEnded,
     UsageReport,
 )
+from agentd.files import open_regular
 from agentd.layout import agentd_home, project_slug
 from agentd.messages import (
     ImagePart,
@@ -226,8 +228,50 @@ def _cleared(message: Message, cleared: dict[str, str]) -> Message:
     return Message(message.role, parts, interrupted=message.interrupted)
 
 
+class OpenFiles:
+    """The transcripts a daemon keeps open: at most `limit`, least recently
+    written closed first. A session is not a file descriptor held forever
+    (ACP clients never close sessions; a long-lived daemon gathers hundreds):
+    a writer whose file was closed opens it again at its next write."""
+
+    def __init__(self, limit: int = 32) -> None:
+        self.limit = max(1, limit)
+        self._files: OrderedDict[Path, IO[bytes]] = OrderedDict()
+
+    def get(self, path: Path) -> IO[bytes]:
+        f = self._files.get(path)
+        if f is not None:
+            self._files.move_to_end(path)
+            return f
+        while len(self._files) >= self.limit:
+            _, oldest = self._files.popitem(last=False)
+            oldest.close()
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Appending, never through a symlink, and never waiting on a FIFO.
+        fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        f = os.fdopen(fd, "ab")
+        self._files[path] = f
+        return f
+
+    def close(self, path: Path) -> None:
+        f = self._files.pop(path, None)
+        if f is not None:
+            f.close()
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
 class TranscriptWriter:
-    """Appends one session's messages. Opened lazily, kept open, flushed per line."""
+    """Appends one session's records, one line each, flushed as they come.
+
+    Its file is one of `files` (shared by the daemon's writers, so open files
+    are bounded) and reopened when needed. A line that cannot be written (a
+    full disk, no file descriptor left) is kept and written before the next
+    one, so the transcript never skips a message the history holds: it is
+    behind for as long as the disk refuses, never out of step. Offsets are
+    given when a message is appended, whether or not its line got out yet.
+    """
 
     def __init__(
         self,
@@ -236,6 +280,7 @@ class TranscriptWriter:
         workspace_root: Path,
         offset: int = 0,
         title: str = "",
+        files: OpenFiles | None = None,
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -245,20 +290,28 @@ class TranscriptWriter:
         self.failed = False
         # The title of the conversation since the last reset ("" before its first prompt).
         self.title = title
-        self._file: IO[str] | None = None
+        self._files = files if files is not None else OpenFiles(limit=1)
+        self._pending: list[bytes] = []
+        self._started = False
         # Settings chosen before anything was written: a session that never
         # gets a prompt leaves no file behind.
         self._pending_config: dict[str, str] = {}
         # Image files written since the last sync (made durable with it).
         self._unsynced: list[Path] = []
 
-    def _open(self) -> IO[str]:
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            new = not self.path.exists()
-            self._file = self.path.open("a", encoding="utf-8")
-            if new:
-                self._line(
+    @property
+    def pending(self) -> int:
+        """Lines kept because writing them failed (0 when the file is up to date)."""
+        return len(self._pending)
+
+    def _start(self) -> None:
+        """Before the first line: the session header of a new file, its meta
+        file, and the settings chosen before there was a file."""
+        self._started = True
+        new = not self.path.exists()
+        if new:
+            self._pending.append(
+                _encode(
                     {
                         "type": "session",
                         "sessionId": self.session_id,
@@ -266,53 +319,71 @@ class TranscriptWriter:
                         "createdAt": time.time(),
                     }
                 )
-            if new or not meta_path(self.path).exists():
-                self._write_meta()
-            if self._pending_config:
-                self._line({"type": "config", "ts": time.time(), **self._pending_config})
-                self._pending_config = {}
-        return self._file
+            )
+        if new or not meta_path(self.path).exists():
+            self._write_meta()
+        if self._pending_config:
+            self._pending.append(
+                _encode({"type": "config", "ts": time.time(), **self._pending_config})
+            )
+            self._pending_config = {}
 
     def _line(self, record: dict[str, Any]) -> None:
-        f = self._file
-        assert f is not None
-        f.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-        f.flush()
+        if not self._started:
+            self._start()
+        self._pending.append(_encode(record))
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending; OSError when the disk (or the fd table) refuses."""
+        if not self._pending:
+            return
+        f = self._files.get(self.path)
+        try:
+            f.write(b"".join(self._pending))
+            f.flush()
+        except OSError:
+            # What a failed write left in the buffer must not come out later, twice.
+            self._files.close(self.path)
+            raise
+        self._pending.clear()
 
     def append(self, message: Message) -> int:
-        """Write one message; returns its offset."""
-        self._open()
+        """Write one message; returns its offset (given even when the write fails)."""
         offset = self.offset
         record = message_to_json(message)
         if message.images:
             for part in record["parts"]:
                 if part["type"] == "image" and "data" in part:
-                    part["sha256"] = self._store_image(part.pop("data"))
-        self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
+                    try:
+                        part["sha256"] = self._store_image(part["data"])
+                    except OSError as exc:
+                        # Kept inline: the line is bigger, but the image is not lost.
+                        log.warning("transcript %s: cannot store an image: %s", self.path, exc)
+                        continue
+                    del part["data"]
         self.offset += 1
         if not self.title and message.role == "user":
             title = _title(message)
             if title:
                 self.title = title
                 self._write_meta()
+        self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
         return offset
 
     def reset(self) -> None:
-        self._open()
-        self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
         self.title = ""
         self._write_meta()
+        self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
 
     def note(self, note: Note) -> None:
-        self._open()
         self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)})
 
     def config(self, **values: str) -> None:
         """Record a setting the user chose for the session (`mode`, `model`)."""
-        if self._file is None and not self.path.exists():
+        if not self._started and not self.path.exists():
             self._pending_config.update(values)
             return
-        self._open()
         self._line({"type": "config", "ts": time.time(), **values})
 
     def _store_image(self, data: str) -> str:
@@ -325,7 +396,7 @@ class TranscriptWriter:
         folder = images_dir(self.path)
         target = folder / digest
         if not target.exists():
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = folder / f".{digest}.tmp"
             tmp.write_bytes(raw)
             os.replace(tmp, target)
@@ -343,22 +414,27 @@ class TranscriptWriter:
         target = meta_path(self.path)
         tmp = target.with_name(f".{target.name}.tmp")
         try:
-            tmp.write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp.write_bytes(_encode(meta))
             os.replace(tmp, target)
         except OSError as exc:
             log.info("cannot write %s: %s", target, exc)
 
     def compaction(self, record: CompactionRecord) -> None:
-        self._open()
         self._line(
             {"type": "compaction", "offset": self.offset, "ts": time.time(), **record.to_json()}
         )
 
     def sync(self) -> None:
-        """Make what was written durable (end of a prompt)."""
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        """Make what was written durable (end of a prompt); may run in a thread:
+        it opens descriptors of its own, never one the event loop may close."""
+        if not self._started:
+            return
+        fd = open_regular(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         images, self._unsynced = self._unsynced, []
         for image in images:
             fd = os.open(image, os.O_RDONLY)
@@ -374,9 +450,21 @@ class TranscriptWriter:
                 os.close(fd)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        try:
+            self.flush()
+        except OSError as exc:
+            log.error("transcript %s: %d line(s) not written: %s", self.path, self.pending, exc)
+        self._files.close(self.path)
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate that got past the core's boundaries: escaped, the
+        # line is still valid JSON and UTF-8 (a record is never lost to it).
+        return (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
 
 
 # Message lines are written by `TranscriptWriter.append` with this prefix, so a
@@ -397,7 +485,7 @@ def _iter_records(path: Path, skip_below: int = 0) -> Iterator[dict[str, Any]]:
     the whole append-only file, whose size grows for the daemon's lifetime.
     Message lines with an offset below `skip_below` are not even decoded."""
     try:
-        f = path.open(encoding="utf-8", errors="replace")
+        f = os.fdopen(open_regular(path), encoding="utf-8", errors="replace")
     except OSError:
         return
     with f:
@@ -670,7 +758,7 @@ def read_from(path: Path, start: int, position: int = 0, end: int | None = None)
     """
     out = TranscriptSlice()
     try:
-        f = path.open("rb")
+        f = os.fdopen(open_regular(path), "rb")
     except OSError:
         return out
     with f:

@@ -1,11 +1,15 @@
 """The input-stream fuzzer of tests/reliability/test_fuzz.py, run for longer.
 
-    python bench/fuzz.py [--seconds 120] [--json FILE]
+    python bench/fuzz.py [--seconds 150] [--json FILE]
 
 One daemon per strategy (random bytes, valid-looking JSON-RPC messages,
-mutated real messages), each fed for `--seconds`/3 seconds of hypothesis
-examples. Fails (exit 1) when the daemon dies, stops answering, or ends with
-an RSS over --rss-bound MiB; reports examples run and RSS before/after.
+mutated real messages over LSP; hostile values over LSP and over ACP:
+numbers of more than 4,300 digits, nesting up to 100,000 levels, lone
+surrogates in prompts, tool results and tool-call arguments, against a live
+model server), each fed for `--seconds`/5 seconds of hypothesis examples.
+Fails (exit 1) when the daemon dies, stops answering, answers a prompt with
+-32603, cannot answer a last prompt, or ends with an RSS over --rss-bound
+MiB; reports examples run and RSS before/after.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentd.testing.model_server import ModelServerThread
 from tests.reliability.fuzzing import (
+    Framing,
     FuzzDaemon,
     fuzz_env,
+    hostile_input,
     message_input,
     mutated_input,
     random_bytes_input,
@@ -36,9 +43,18 @@ class _TimeUp(Exception):
     pass
 
 
-def run(name: str, strategy: Any, seconds: float, bound: float) -> dict[str, Any]:
+def run(
+    name: str,
+    strategy: Any,
+    seconds: float,
+    bound: float,
+    framing: Framing = "lsp",
+    server: ModelServerThread | None = None,
+) -> dict[str, Any]:
+    """`server`: the strategy's inputs are hostile values (bodies, prompts)."""
     with tempfile.TemporaryDirectory(prefix="agentd-fuzz-") as d:
-        daemon = FuzzDaemon(fuzz_env(Path(d)), Path(d))
+        env = fuzz_env(Path(d), server.openai_base_url) if server else fuzz_env(Path(d))
+        daemon = FuzzDaemon(env, Path(d), framing)
         try:
             daemon.initialize()
             rss_start = daemon.rss_mib()
@@ -51,12 +67,15 @@ def run(name: str, strategy: Any, seconds: float, bound: float) -> dict[str, Any
                 database=None,
                 suppress_health_check=list(HealthCheck),
             )
-            @given(chunks=strategy)
-            def feed(chunks: list[bytes]) -> None:
+            @given(data=strategy)
+            def feed(data: Any) -> None:
                 nonlocal peak
                 if time.time() > deadline:
                     raise _TimeUp
-                daemon.feed(chunks)
+                if server is not None:
+                    daemon.feed_bodies(*data)
+                else:
+                    daemon.feed(data)
                 if daemon.examples % 100 == 0:
                     peak = max(peak, daemon.rss_mib())
 
@@ -64,6 +83,10 @@ def run(name: str, strategy: Any, seconds: float, bound: float) -> dict[str, Any
                 feed()
             except _TimeUp:
                 pass
+            last_prompt_ok = True
+            if server is not None:
+                reply = daemon.prompt("still there?")
+                last_prompt_ok = reply.get("result", {}).get("stopReason") == "end_turn"
             rss_end = daemon.rss_mib()
             code = daemon.finish()
             return {
@@ -76,7 +99,7 @@ def run(name: str, strategy: Any, seconds: float, bound: float) -> dict[str, Any
                     "end": round(rss_end, 1),
                 },
                 "exitCode": code,
-                "ok": code == 0 and max(peak, rss_end) < bound,
+                "ok": code == 0 and max(peak, rss_end) < bound and last_prompt_ok,
             }
         finally:
             daemon.kill()
@@ -84,7 +107,7 @@ def run(name: str, strategy: Any, seconds: float, bound: float) -> dict[str, Any
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--seconds", type=float, default=150.0)
     parser.add_argument("--rss-bound", type=float, default=400.0)
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -93,7 +116,13 @@ def main() -> int:
         ("valid-looking messages", message_input()),
         ("mutated real messages", mutated_input()),
     ]
-    results = [run(n, s, args.seconds / 3, args.rss_bound) for n, s in strategies]
+    share = args.seconds / (len(strategies) + 2)
+    results = [run(n, s, share, args.rss_bound) for n, s in strategies]
+    with ModelServerThread() as server:
+        for framing in ("lsp", "acp"):
+            name = f"hostile values ({framing.upper()})"
+            strategy = hostile_input(framing)
+            results.append(run(name, strategy, share, args.rss_bound, framing, server))
     text = json.dumps(results, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from agentd.acp.params import (
         AuthenticateParams,
         ContentBlock,
+        Empty,
         ListSessionsParams,
         LoadSessionParams,
         NewSessionParams,
@@ -130,7 +132,7 @@ async def load_session(
         _send(server, p.session_id, update, root)
 
     # The core restores the session and replays its history through `emit`.
-    session = app.core.load_session(p.session_id, server.runner, emit, root)
+    session = await app.core.load_session(p.session_id, server.runner, emit, root, root_field="cwd")
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
 
@@ -140,7 +142,9 @@ async def resume_session(
 ) -> dict[str, Any]:
     """`session/load` without the replay: the client still shows the conversation."""
     root = workspace_path(p.cwd, "cwd")
-    session = app.core.load_session(p.session_id, server.runner, lambda update: None, root)
+    session = await app.core.load_session(
+        p.session_id, server.runner, lambda update: None, root, root_field="cwd"
+    )
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
 
@@ -149,7 +153,7 @@ async def list_sessions(
     server: AcpServer, app: App, request: Request, p: ListSessionsParams
 ) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd") if p.cwd is not None else None
-    return app.session_page(root, p.cursor)
+    return await app.session_page(root, p.cursor)
 
 
 async def set_mode(
@@ -206,7 +210,7 @@ async def list_sessions_ext(
     server: AcpServer, app: App, request: Request, p: WorkspaceParams
 ) -> dict[str, Any]:
     """`_agentd/session/list`: every session of a workspace, as `agent/listSessions`."""
-    return app.list_sessions(_workspace(p))
+    return await app.list_sessions(_workspace(p))
 
 
 # --- the prompt turn --------------------------------------------------------------------
@@ -322,6 +326,11 @@ async def memory_status(
     return await app.memory_status(_workspace(p))
 
 
+async def _test_fail(server: AcpServer, app: App, request: Request, p: Empty) -> None:
+    # As a real bug's exception may, it carries a request body of 1.6 MB.
+    raise RuntimeError("injected handler failure: " + "x" * 1_600_000)
+
+
 # Every request agentd answers besides `initialize` (the server's own, as it
 # starts the warm-up). Methods starting with `_` are ACP extension methods.
 HANDLERS: dict[str, Handler] = {
@@ -341,3 +350,7 @@ HANDLERS: dict[str, Handler] = {
     "_agentd/memory/list": memory_list,
     "_agentd/memory/recall": memory_recall,
 }
+
+if os.environ.get("AGENTD_TEST_FAULTS") == "1":
+    # A handler that always raises, so tests can prove -32603 and survival.
+    HANDLERS["_agentd/_fail"] = _test_fail

@@ -17,6 +17,10 @@ class AcpModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
+class Empty(AcpModel):
+    pass
+
+
 class AuthenticateParams(AcpModel):
     method_id: str
 

@@ -24,12 +24,15 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from agentd.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
+from agentd.decode import Undecodable, decode_body
+from agentd.errors import INTERNAL_ERROR, INVALID_REQUEST, bounded_error
 from agentd.stdio import ReadFn
 
 log = logging.getLogger("agentd.acp")
 
 MAX_LINE = 256 * 1024 * 1024
+# `parse_message`'s reply id for a message that gets no reply (a notification).
+NO_REPLY = object()
 READ_SIZE = 64 * 1024
 
 
@@ -105,7 +108,12 @@ class Connection:
             return
         # `default=str`: a stray Path (or other non-JSON value) must not lose a reply.
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
-        self._write(data.encode("utf-8") + b"\n")
+        try:
+            raw = data.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (a file name the disk gave us): escaped, still JSON.
+            raw = json.dumps(message, separators=(",", ":"), default=str).encode()
+        self._write(raw + b"\n")
 
     def notify(self, method: str, params: Any) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -114,7 +122,8 @@ class Connection:
         self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
 
     def respond_error(self, msg_id: Any, error: RpcError) -> None:
-        self.send({"jsonrpc": "2.0", "id": msg_id, "error": error.to_json()})
+        # Short, whatever raised it: an exception may carry a request's body.
+        self.send({"jsonrpc": "2.0", "id": msg_id, "error": bounded_error(error.to_json())})
 
     def start_request(self, method: str, params: Any) -> asyncio.Future[Any]:
         """Send a request to the client; the future gets its result or an `RpcError`.
@@ -175,11 +184,13 @@ def parse_message(line: bytes) -> tuple[dict[str, Any] | None, RpcError | None, 
     """A line -> (message, None, None), or (None, the error to answer, the id to answer it with).
 
     The id of an invalid message is echoed when it is itself valid, else `null`.
+    A well-formed message that cannot be decoded (too deep, a number too long)
+    and has no id is a notification: (None, the error, `NO_REPLY`), logged only.
     """
     try:
-        data = json.loads(line)
-    except (UnicodeDecodeError, ValueError) as exc:
-        return None, RpcError(PARSE_ERROR, f"Parse error: {exc}"), None
+        data = decode_body(line)
+    except Undecodable as exc:
+        return None, RpcError(exc.code, exc.message), exc.reply_id if exc.reply else NO_REPLY
     if not isinstance(data, dict):
         return None, _invalid("a message must be a JSON object"), None
     msg_id = data.get("id")

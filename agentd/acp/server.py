@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from agentd import PROTOCOL_VERSION, __version__
 from agentd.acp.caps import ClientCaps
 from agentd.acp.handlers import HANDLERS, dispatch
-from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
+from agentd.acp.rpc import NO_REPLY, Connection, RpcError, parse_message, read_lines
 from agentd.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -46,6 +46,7 @@ from agentd.errors import (
     PARSE_ERROR,
     REQUEST_CANCELLED,
     SESSION_BUSY,
+    internal_error_message,
 )
 from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
 from agentd.vision import peek_images
@@ -159,7 +160,8 @@ class AcpServer:
         if message is None:
             assert error is not None
             log.warning("bad message: %s", error.message)
-            self.conn.respond_error(reply_id, error)
+            if reply_id is not NO_REPLY:
+                self.conn.respond_error(reply_id, error)
             return
         method = message.get("method")
         if method is None:
@@ -229,7 +231,7 @@ class AcpServer:
             self._reply_error(request, exc)
         except Exception as exc:
             log.exception("%s failed", request.method)
-            message = f"Internal error in {request.method}: {exc!r}"
+            message = internal_error_message(request.method, exc)
             self._reply_error(request, RpcError(INTERNAL_ERROR, message))
         else:
             request.answered = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from agentd.agent import commands
@@ -30,7 +30,7 @@ from agentd.agent.turn import (
     run_prompt,
 )
 from agentd.config import Settings
-from agentd.errors import InvalidParams, SessionBusy, SessionNotFound
+from agentd.errors import InvalidParams, SessionBusy, SessionNotFound, describe_os_error
 from agentd.events import (
     CompactionReport,
     Emit,
@@ -47,7 +47,7 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
-from agentd.layout import agentd_home
+from agentd.layout import agentd_home, canonical_root
 from agentd.messages import (
     ImagePart,
     Message,
@@ -55,12 +55,15 @@ from agentd.messages import (
     ThinkingPart,
     ToolCallPart,
     ToolResultPart,
+    clean_text,
 )
 from agentd.providers.base import ModelProvider, Usage
 from agentd.tasks import Supervisor
 from agentd.transcript import (
     EMPTY_TITLE,
     CompactionRecord,
+    LoadedTranscript,
+    OpenFiles,
     SessionCatalog,
     TranscriptInfo,
     TranscriptWriter,
@@ -69,6 +72,9 @@ from agentd.transcript import (
 )
 
 log = logging.getLogger(__name__)
+
+# Transcripts kept open at once (the least recently written is closed first).
+OPEN_TRANSCRIPTS = 32
 
 
 class AgentCore:
@@ -91,6 +97,8 @@ class AgentCore:
         self.writers: dict[str, TranscriptWriter] = {}
         # Transcript offset at which each running prompt began.
         self._prompt_starts: dict[str, int] = {}
+        # The transcripts open at once, whatever the number of sessions.
+        self.files = OpenFiles(OPEN_TRANSCRIPTS)
         self.catalog = SessionCatalog(home)
         model = settings.effective_model()
         self.window = ContextWindow(model, settings.context_window_for(model))
@@ -122,17 +130,15 @@ class AgentCore:
         if not self.persist:
             return
         path = sessions_dir(session.workspace_root, self.home) / f"{session.id}.jsonl"
-        writer = TranscriptWriter(path, session.id, session.workspace_root, offset, session.title)
+        writer = TranscriptWriter(
+            path, session.id, session.workspace_root, offset, session.title, self.files
+        )
         self.writers[session.id] = writer
 
         def persist(_: Session, message: Message) -> None:
-            try:
-                writer.append(message)
-            except OSError as exc:
-                # Losing the transcript must not break the conversation; say so once.
-                if not writer.failed:
-                    log.error("cannot write the transcript %s: %s", writer.path, exc)
-                    writer.failed = True
+            # The writer keeps a line it could not write and writes it before
+            # the next: the transcript lags while the disk refuses, never skips.
+            _write(writer, lambda: writer.append(message))
 
         session.listeners.append(persist)
 
@@ -152,19 +158,36 @@ class AgentCore:
         """Saved sessions, newest first: of one workspace, or of all (None)."""
         return self.catalog.list(workspace_root)
 
-    def load_session(
+    async def load_session(
         self,
         session_id: str,
         client_tools: ClientToolRunner,
         emit: Emit,
         workspace_root: Path | None = None,
+        *,
+        root_field: str = "workspaceRoot",
     ) -> Session:
-        """Restore a persisted session and replay its history through `emit`."""
-        if session_id in self.sessions:
+        """Restore a persisted session and replay its history through `emit`.
+
+        The transcript is found and read in a worker thread. A live session
+        asked for with another workspace root is refused (`InvalidParams`
+        naming `root_field`): it stays bound to its own, and its tools, memory
+        and transcript with it.
+        """
+        loaded = None
+        if session_id not in self.sessions:
+            loaded = await asyncio.to_thread(self._read_stored, session_id, workspace_root)
+        if session_id in self.sessions:  # live, or loaded by another request meanwhile
             session = self.sessions[session_id]
+            if workspace_root is not None and canonical_root(workspace_root) != canonical_root(
+                session.workspace_root
+            ):
+                why = f"session {session_id} belongs to the workspace {session.workspace_root}"
+                raise InvalidParams(
+                    f"Invalid params: {root_field}: {why}",
+                    {"fields": [{"field": root_field, "message": why}]},
+                )
         else:
-            path = self._find_transcript(session_id, workspace_root)
-            loaded = load(path) if path is not None else None
             if loaded is None:
                 raise SessionNotFound(f"no stored session with id {session_id!r}")
             session = Session(loaded.session_id, loaded.workspace_root, client_tools)
@@ -193,12 +216,13 @@ class AgentCore:
     def _keep_note(self, session: Session, note: Note) -> None:
         session.notes.append((len(session.history), note))
         writer = self.writers.get(session.id)
-        if writer is None:
-            return
-        try:
-            writer.note(note)
-        except OSError as exc:
-            log.warning("cannot write a note to the transcript %s: %s", writer.path, exc)
+        if writer is not None:
+            _write(writer, lambda: writer.note(note))
+
+    def _read_stored(self, session_id: str, root: Path | None) -> LoadedTranscript | None:
+        """The stored session (blocking: reads its transcript)."""
+        path = self._find_transcript(session_id, root)
+        return load(path) if path is not None else None
 
     def _find_transcript(self, session_id: str, root: Path | None) -> Path | None:
         if not all(c.isalnum() or c in "-_" for c in session_id):
@@ -220,7 +244,7 @@ class AgentCore:
         session.mode = mode
         writer = self.writers.get(session_id)
         if writer is not None:
-            writer.config(mode=mode)
+            _write(writer, lambda: writer.config(mode=mode))
         return session
 
     def set_model(self, session_id: str, model: str) -> Session:
@@ -229,7 +253,7 @@ class AgentCore:
         session.model = None if model == self.settings.effective_model() else model
         writer = self.writers.get(session_id)
         if writer is not None:
-            writer.config(model=model)
+            _write(writer, lambda: writer.config(model=model))
         return session
 
     def knows_model(self, model: str) -> bool:
@@ -251,7 +275,7 @@ class AgentCore:
         self.compactor.forget(session)
         writer = self.writers.get(session_id)
         if writer is not None:
-            writer.reset()
+            _write(writer, writer.reset)
         session.history.clear()
         session.notes.clear()
         session.plan = []
@@ -291,6 +315,8 @@ class AgentCore:
         session = self.get(session_id)
         if session.running is not None and not session.running.done():
             raise SessionBusy(f"session {session_id} is already running a prompt")
+        # The editor's words enter the history here: valid Unicode only.
+        prompt = _clean_input(prompt)
         self._check_images(session, prompt)
         command = commands.parse_command(prompt)
         if command is not None and command.name == commands.INIT:
@@ -425,7 +451,8 @@ class AgentCore:
         return self.get(session_id).cancel_running()
 
     def tool_result(self, session_id: str, tool_call_id: str, content: str, is_error: bool) -> bool:
-        return self.get(session_id).resolve_tool_result(tool_call_id, content, is_error)
+        session = self.get(session_id)
+        return session.resolve_tool_result(tool_call_id, clean_text(content), is_error)
 
     def after_reply(self, session_id: str) -> None:
         """The prompt's reply is written: make its transcript durable (an fsync
@@ -433,6 +460,8 @@ class AgentCore:
         memory schedule its background work."""
         writer = self.writers.get(session_id)
         if writer is not None:
+            if writer.pending:
+                _write(writer, writer.flush)  # lines a refused write left behind
             self.supervisor.spawn(_sync(writer), name=f"transcript-sync-{session_id[:8]}")
         session = self.sessions.get(session_id)
         if session is not None:
@@ -460,11 +489,31 @@ class AgentCore:
         )
 
 
+def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
+    """A transcript write that never breaks the conversation; a failure is
+    logged once, with its cause by name (EMFILE is not "cannot connect")."""
+    try:
+        write()
+    except OSError as exc:
+        if not writer.failed:
+            writer.failed = True
+            log.error(
+                "cannot write the transcript %s: %s; %d line(s) kept to write later",
+                writer.path,
+                describe_os_error(exc),
+                writer.pending,
+            )
+        return
+    if writer.failed:
+        writer.failed = False
+        log.warning("the transcript %s is written again, nothing skipped", writer.path)
+
+
 async def _sync(writer: TranscriptWriter) -> None:
     try:
         await asyncio.to_thread(writer.sync)
-    except (OSError, ValueError) as exc:  # ValueError: closed meanwhile
-        log.error("cannot sync the transcript %s: %s", writer.path, exc)
+    except OSError as exc:
+        log.error("cannot sync the transcript %s: %s", writer.path, describe_os_error(exc))
 
 
 def replay(
@@ -516,3 +565,10 @@ def replay(
     while note is not None:
         yield note[1]
         note = next(pending, None)
+
+
+def _clean_input(prompt: UserInput) -> UserInput:
+    """The prompt with lone surrogates in its text replaced (images are base64: ASCII)."""
+    if isinstance(prompt, str):
+        return clean_text(prompt)
+    return [TextPart(clean_text(p.text)) if isinstance(p, TextPart) else p for p in prompt]

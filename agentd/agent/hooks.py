@@ -5,8 +5,9 @@ one bounded exception (`first_index`):
 
 - `prompt_started`: the prompt arrived; fire the recall prefetch.
 - `first_index`: None, except when the project's memory is still being
-  indexed for the first time (a prompt sent the instant its session exists):
-  then an awaitable that waits for the local tier, within a small bound, so
+  indexed for the first time (a prompt sent the instant its session exists),
+  or that index landed during the prompt's start and the local tier has yet
+  to resume: then an awaitable that waits for the local tier, within a small bound, so
   that its notes still reach the first model request.
 - `take_nowait(point)`: just before a model request (`user_query` before the
   first one, `tool_result` before each ToolResult step); returns a reminder
@@ -55,7 +56,7 @@ class MemoryHooks(Protocol):
 
     def history_compacted(self, session: Session, kept_docs: set[str]) -> None: ...
 
-    def system_context(self, session: Session) -> str:
+    async def system_context(self, session: Session) -> str:
         """Text appended to the system prompt (instruction files)."""
         ...
 
@@ -93,7 +94,7 @@ class NoMemory:
     def history_compacted(self, session: Session, kept_docs: set[str]) -> None:
         return None
 
-    def system_context(self, session: Session) -> str:
+    async def system_context(self, session: Session) -> str:
         return ""
 
     async def describe(self, session: Session) -> str:

@@ -190,8 +190,10 @@ class MemoryRecall:
         local = next((h for h in state.handles if h.tier == "local"), None)
         if local is None or local.settled:
             return None
-        if self.manager.get_nowait(session.workspace_root) is not None:
-            return None  # indexed: the local tier answers without waiting for anything
+        # Indexed and still not settled happens too: the index was installed
+        # while this prompt's start was busy (its system prompt is read in a
+        # thread) and the local tier has yet to resume from its wait for it.
+        # Waiting then costs a turn of the loop; not waiting loses the notes.
         return self._wait_first_index(local)
 
     async def _wait_first_index(self, handle: PrefetchHandle) -> None:
@@ -260,8 +262,11 @@ class MemoryRecall:
         if state is not None:
             state.surfaced &= kept_docs
 
-    def system_context(self, session: Session) -> str:
-        return self._instruction_files(session.workspace_root).render()
+    async def system_context(self, session: Session) -> str:
+        files = self._instruction_files(session.workspace_root)
+        text = files.cached()
+        # Reading happens off the loop, and only when a file changed.
+        return text if text is not None else await asyncio.to_thread(files.render)
 
     def _instruction_files(self, root: Path) -> InstructionFiles:
         files = self._instructions.get(root)

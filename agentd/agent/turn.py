@@ -55,6 +55,8 @@ from agentd.messages import (
     ToolCallPart,
     ToolResultPart,
     ToolSpec,
+    clean_json,
+    clean_text,
 )
 from agentd.providers.base import (
     ModelProvider,
@@ -172,7 +174,7 @@ async def run_prompt(
                 emit(delivery)
             # Tools and system text follow the session's mode, which the
             # user may switch while a prompt runs: it counts from this step.
-            system = _system_prompt(ctx, session)
+            system = await _system_prompt(ctx, session)
             specs = _tool_specs(session)
             if ctx.compactor is not None:
                 await ctx.compactor.before_request(session, system, specs, emit)
@@ -250,9 +252,9 @@ def _tool_specs(session: Session) -> list[ToolSpec]:
     return modes.offered(session.mode, [*daemon, *client, UPDATE_PLAN_SPEC])
 
 
-def _system_prompt(ctx: TurnContext, session: Session) -> str:
+async def _system_prompt(ctx: TurnContext, session: Session) -> str:
     base = SYSTEM_PROMPT.format(root=session.workspace_root)
-    extra = ctx.memory.system_context(session)
+    extra = await ctx.memory.system_context(session)
     date = time.strftime("%Y-%m-%d")
     text = f"{base}\n\nToday's date is {date}."
     if session.mode == modes.ASK:
@@ -294,20 +296,36 @@ async def _stream_step(
         if parts:
             session.append(assistant)
 
+    # The model's output enters the history here: valid Unicode only. A
+    # surrogate pair split across two deltas is joined, not replaced.
+    text_in = _Utf16Joiner()
+    thinking_in = _Utf16Joiner()
     sent = len(session.history)
     stream = ctx.provider.stream(request)
     try:
         async for event in stream:
             if isinstance(event, TextDelta):
-                text.append(event.text)
-                emit(MessageChunk(event.text))
+                if chunk := text_in.feed(event.text):
+                    text.append(chunk)
+                    emit(MessageChunk(chunk))
             elif isinstance(event, ThinkingDelta):
-                thinking.append(event.text)
-                emit(ThoughtChunk(event.text))
+                if chunk := thinking_in.feed(event.text):
+                    thinking.append(chunk)
+                    emit(ThoughtChunk(chunk))
             elif isinstance(event, ToolCallReady):
-                calls.append(event.call)
+                call = event.call
+                calls.append(
+                    ToolCall(clean_text(call.id), clean_text(call.name), clean_json(call.arguments))
+                )
             elif isinstance(event, StreamEnd):
                 end = event
+                for joiner, kept, chunk_kind in (
+                    (text_in, text, MessageChunk),
+                    (thinking_in, thinking, ThoughtChunk),
+                ):
+                    if rest := joiner.flush():
+                        kept.append(rest)
+                        emit(chunk_kind(rest))
     except (ModelError, asyncio.CancelledError):
         # Partial output stays in history, marked interrupted; tool calls that
         # were complete are dropped because they will never run.
@@ -333,6 +351,24 @@ async def _stream_step(
         )
     )
     return end, calls
+
+
+class _Utf16Joiner:
+    """Cleans streamed text; holds back a trailing high surrogate for the next delta."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        text = self._held + text
+        self._held = ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        return clean_text(text)
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return clean_text(held)
 
 
 async def _run_tools(
@@ -385,6 +421,8 @@ async def _run_tools(
             # is invalid for the API (issue 14, item 10).
             log.exception("tool call %s (%s) failed", call.id, call.name)
             res = ToolResultPart(call.id, f"{call.name} failed: {type(exc).__name__}", True)
+        # Tool output enters the history here: valid Unicode only.
+        res = ToolResultPart(res.tool_call_id, clean_text(res.content), res.is_error)
         results[call.id] = res
         status: Literal["failed", "completed"] = "failed" if res.is_error else "completed"
         emit(ToolCallUpdate(call.id, status, res.content, found))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
-from agentd.errors import ProtocolError
+from agentd.errors import ProtocolError, internal_error_message
 from agentd.params import (
     check_choice,
     params_model,
@@ -71,7 +71,7 @@ def _map_error(method: str, exc: Exception) -> JsonRpcException:
     if isinstance(exc, ProtocolError):
         return JsonRpcException(message=exc.message, code=exc.code, data=exc.data)
     log.exception("handler for %s failed", method)
-    return JsonRpcInternalError(message=f"Internal error in {method}: {type(exc).__name__}: {exc}")
+    return JsonRpcInternalError(message=internal_error_message(method, exc))
 
 
 def _request(server: AgentdServer, method: str, impl: Handler) -> None:
@@ -168,7 +168,7 @@ async def close_session(ls: AgentdServer, app: App, p: SessionParams) -> dict[st
 
 
 async def list_sessions(ls: AgentdServer, app: App, p: WorkspaceParams) -> dict[str, Any]:
-    return app.list_sessions(workspace_path(p.workspace_root))
+    return await app.list_sessions(workspace_path(p.workspace_root))
 
 
 async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict[str, Any]:
@@ -184,7 +184,7 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     from agentd.lsp.updates import plan_to_wire
 
     root = workspace_path(p.workspace_root) if p.workspace_root else None
-    session = app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
+    session = await app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
     return {**_setup(app, session), "plan": plan_to_wire(session.plan)}
 
 
@@ -256,7 +256,8 @@ async def memory_status(ls: AgentdServer, app: App, p: WorkspaceParams) -> dict[
 
 
 async def _test_fail(ls: AgentdServer, app: App, p: Empty) -> None:
-    raise RuntimeError("injected handler failure")
+    # As a real bug's exception may, it carries a request body of 1.6 MB.
+    raise RuntimeError("injected handler failure: " + "x" * 1_600_000)
 
 
 REQUESTS: dict[str, Handler] = {

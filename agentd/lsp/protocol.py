@@ -31,7 +31,7 @@ from pygls.protocol import (
     lsp_method,
 )
 
-from agentd.errors import INVALID_PARAMS, INVALID_REQUEST, SERVER_NOT_INITIALIZED
+from agentd.errors import INVALID_PARAMS, INVALID_REQUEST, SERVER_NOT_INITIALIZED, bounded_error
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,16 @@ class AgentdProtocol(LanguageServerProtocol):
     def _write(self, payload: dict[str, Any]) -> None:
         if self.writer is None:
             return
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        error = payload.get("error")
+        if isinstance(error, dict):
+            # Short, whatever raised it: an exception may carry a request's body.
+            payload = {**payload, "error": bounded_error(error)}
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        try:
+            body = text.encode()
+        except UnicodeEncodeError:
+            # A lone surrogate (a file name the disk gave us): escaped, still JSON.
+            body = json.dumps(payload, separators=(",", ":")).encode()
         self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
 
     def notify(self, method: str, params: Any | None = None) -> None:

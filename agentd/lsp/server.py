@@ -9,7 +9,6 @@ after the reply, and the first request that needs it awaits that warm-up.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import threading
@@ -21,13 +20,14 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import lsp_method
 
 from agentd import PROTOCOL_VERSION, __version__
+from agentd.decode import Undecodable, decode_body
 from agentd.errors import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     SESSION_BUSY,
     SESSION_NOT_FOUND,
+    short_text,
 )
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
 from agentd.lsp.transport import read_frames
@@ -159,7 +159,8 @@ class AgentdServer(LanguageServer):
         )
         if lsp_type > self._editor_level or not self.agentd_protocol.initialized:
             return
-        message = record.getMessage()
+        # Short, as error replies are: a log line may quote what a client sent.
+        message = short_text(record.getMessage())
         self.agentd_protocol.notify("window/logMessage", {"type": lsp_type, "message": message})
 
     def report_server_error(self, error: Exception, source: Any) -> None:
@@ -218,7 +219,13 @@ class AgentdServer(LanguageServer):
         if reader_task.done() and self.exit_code is None:
             # stdin EOF without `exit`: LSP says exit code 1 unless shut down first.
             self.exit_code = 0 if proto._shutdown else 1
-            log.info("stdin closed; exiting with %s", self.exit_code)
+            failure = None if reader_task.cancelled() else reader_task.exception()
+            if failure is not None:
+                # Not an EOF: say what stopped the reader.
+                why = repr(failure)[:300]
+                log.error("reading stdin failed: %s; exiting with %s", why, self.exit_code)
+            else:
+                log.info("stdin closed; exiting with %s", self.exit_code)
         reader_task.cancel()
         stop_task.cancel()
         await self._cleanup()
@@ -228,10 +235,13 @@ class AgentdServer(LanguageServer):
         proto = self.agentd_protocol
         async for body in read_frames(read):
             try:
-                data = json.loads(body)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                log.error("unparseable message: %s", exc)
-                proto.reply_error(None, PARSE_ERROR, f"Parse error: {exc}")
+                data = decode_body(body)
+            except Undecodable as exc:
+                if exc.reply:
+                    log.error("unreadable message: %s", exc.message)
+                    proto.reply_error(exc.reply_id, exc.code, exc.message)
+                else:
+                    log.error("unreadable notification dropped: %s", exc.message)
                 continue
             try:
                 proto.dispatch(data)

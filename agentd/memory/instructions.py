@@ -8,16 +8,20 @@ refused, and so is any file whose real path leaves the project tree or the
 config dir. The whole text stays within a budget: when it is over, each
 top-level file (with its imports) gets a fair share, so one huge file cannot
 push out the others. Every ``render`` call stats the files involved and
-re-reads only when one changed.
+re-reads only when one changed; ``cached`` only stats, so the event loop can
+tell whether a read (in a worker thread) is needed at all. Only regular
+files are read (a FIFO named AGENTS.md is reported, never waited on).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentd.files import read_regular
 from agentd.layout import canonical_root
 from agentd.memory.store import BINARY_SNIFF_BYTES, decode
 
@@ -108,6 +112,8 @@ class InstructionFiles:
         self._signature: Signature | None = None
         self._watched: list[Path] = []
         self._text = ""
+        # Prompts of several sessions may render at once, each in a thread.
+        self._lock = threading.Lock()
 
     def candidates(self) -> list[tuple[Path, str]]:
         """Top-level files that may exist, most general first, with their label."""
@@ -117,18 +123,30 @@ class InstructionFiles:
             out.extend((directory / name, "project instructions") for name in INSTRUCTION_NAMES)
         return out
 
-    def render(self) -> str:
-        """The text to append to the system prompt ("" when there are no files)."""
+    def cached(self) -> str | None:
+        """The text of the last `render` if no file changed since (stats only, no
+        read: cheap enough for the event loop); None when `render` is needed."""
         paths = [p for p, _ in self.candidates()] + self._watched
-        signature = tuple(_stat_key(p) for p in paths)
-        if signature == self._signature:
+        if tuple(_stat_key(p) for p in paths) == self._signature:
             return self._text
-        self._text, self._watched = self._load()
-        # The signature covers the imports found by this load too.
-        self._signature = tuple(
-            _stat_key(p) for p in [p for p, _ in self.candidates()] + self._watched
-        )
-        return self._text
+        return None
+
+    def render(self) -> str:
+        """The text to append to the system prompt ("" when there are no files).
+
+        Reads files when one changed: call it in a worker thread.
+        """
+        with self._lock:
+            paths = [p for p, _ in self.candidates()] + self._watched
+            signature = tuple(_stat_key(p) for p in paths)
+            if signature == self._signature:
+                return self._text
+            self._text, self._watched = self._load()
+            # The signature covers the imports found by this load too.
+            self._signature = tuple(
+                _stat_key(p) for p in [p for p, _ in self.candidates()] + self._watched
+            )
+            return self._text
 
     # -- loading ------------------------------------------------------------------
 
@@ -141,8 +159,9 @@ class InstructionFiles:
             self.problems.append(f"{path}: outside the project and the config dir; not read")
             return None
         try:
-            with open(real, "rb") as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
+            # The real path, not following links: one swapped in since is refused.
+            # A FIFO or a device is refused at once instead of blocking the read.
+            data = read_regular(real, MAX_FILE_BYTES + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:

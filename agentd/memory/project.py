@@ -3,7 +3,8 @@
 Shared by every session of the project in the daemon (the manager owns it).
 Invariants:
 - Only the event loop mutates the live index; full builds happen on a fresh
-  index (in a worker thread when the folder is large) that is swapped in.
+  index in a worker thread, then swapped in. No file is read on the loop:
+  the team folder is the workspace's, and may hold a FIFO or a huge file.
 - ``recall`` is a plain function over the live index: it never awaits.
 - ``generation`` bumps on every change of the index; listeners hear about
   every change after the initial build, with the paths that changed.
@@ -38,6 +39,7 @@ from agentd.memory.store import (
     Skipped,
     TopicDoc,
     content_hash,
+    index_file_of,
     is_topic_name,
     list_topics,
     parse_topic,
@@ -53,8 +55,6 @@ Listener = Callable[[list[Path]], None]
 
 # The most docs ``candidates`` returns.
 MAX_CANDIDATES = 200
-# Folders with more topic files than this are indexed in a worker thread.
-THREAD_THRESHOLD = 64
 
 
 @dataclass
@@ -98,6 +98,8 @@ class ProjectMemory:
         self._ready = asyncio.Event()
         self._watcher: FolderWatcher | None = None
         self._started = False
+        self._watched_once = False
+        self._recreated = False
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -180,6 +182,9 @@ class ProjectMemory:
             problems.extend({"path": str(info.info.path), "problem": p} for p in info.info.problems)
         for source in (self._skipped, self._folder_problems):
             problems.extend({"path": p, "problem": why} for p, why in source.items())
+        if self._recreated and not any(not d.info.team for d in self._index.docs()):
+            why = "the memory folder was deleted while agentd ran; its notes are gone (now empty)"
+            problems.append({"path": str(self.directory), "problem": why})
         if self._index_file.problem:
             problems.append(
                 {"path": str(self.directory / INDEX_FILE), "problem": self._index_file.problem}
@@ -248,7 +253,8 @@ class ProjectMemory:
         data = content.encode("utf-8")
         digest = content_hash(data[:MAX_TOPIC_BYTES])
         if path.name == INDEX_FILE:
-            self._index_file = read_index_file(path.parent)
+            if not team:
+                self._index_file = index_file_of(data, len(data))
             return
         if not is_topic_name(path.name):
             return
@@ -321,10 +327,9 @@ class ProjectMemory:
         return snapshot
 
     async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
+        # Always in a worker thread: files are read, and a file of the
+        # workspace's team folder may be anything (a FIFO, a huge file).
         report = _log_failures(progress)
-        count = sum(len(list_topics(folder).paths) for folder, _ in self._folders())
-        if count <= THREAD_THRESHOLD:
-            return self._scan(report)
         from_thread: Progress | None = None
         if report is not None:
             loop = asyncio.get_running_loop()
@@ -366,7 +371,13 @@ class ProjectMemory:
 
     def _watch_paths(self) -> list[Path]:
         # Our own data folder: creating it is harmless and makes it watchable.
+        existed = self.directory.is_dir()
         self.directory.mkdir(parents=True, exist_ok=True)
+        if not existed and self._watched_once:
+            # Gone since the last registration: deleted under us. Said in status
+            # until notes are there again (the rescan that follows empties the index).
+            self._recreated = True
+        self._watched_once = True
         paths = [self.directory]
         team = self._team_watch_target()
         if team is not None and team != self.directory:
@@ -377,6 +388,7 @@ class ProjectMemory:
         """Apply a batch from the watcher; True asks it to re-register its paths."""
         await self._ready.wait()
         restart = False
+        index_changed = False
         topics: dict[str, tuple[Path, bool]] = {}
         team_markers = {self.team_directory, self.team_directory.parent}
         for change, raw in changes:
@@ -391,12 +403,15 @@ class ProjectMemory:
             if team is None:
                 continue
             if path.name == INDEX_FILE:
-                self._index_file = read_index_file(path.parent)
+                # Only the personal folder's MEMORY.md is used (the daemon keeps it).
+                index_changed = index_changed or not team
             elif is_topic_name(path.name):
                 topics[str(path)] = (path, team)
         if restart:
             # The folders changed shape; the rescan after re-registering covers all.
             return True
+        if index_changed:
+            self._index_file = await asyncio.to_thread(read_index_file, self.directory)
         if topics:
             await self._apply_topic_changes(list(topics.values()))
         return False

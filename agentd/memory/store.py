@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from agentd.files import NotRegularFile, open_regular, read_fd
 from agentd.layout import INDEX_FILE, TOPIC_SUFFIX
 from agentd.memory.frontmatter import parse_front_matter
 
@@ -140,18 +141,6 @@ def parse_topic(
     return TopicDoc(info=info, body=fm.body, content_hash=content_hash(data))
 
 
-def _read_bounded(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    remaining = limit
-    while remaining > 0:
-        chunk = os.read(fd, min(remaining, 1 << 16))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
 def read_topic(path: Path, folder_real: Path, *, team: bool) -> TopicDoc | Skipped | None:
     """Read one topic file. ``None`` means it no longer exists (nothing to report)."""
     try:
@@ -169,14 +158,13 @@ def read_topic(path: Path, folder_real: Path, *, team: bool) -> TopicDoc | Skipp
             target = real
         elif not stat.S_ISREG(lst.st_mode):
             return Skipped(path, "not a regular file; skipped")
-        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(target, flags)
+        try:
+            fd = open_regular(target)
+        except NotRegularFile:
+            return Skipped(path, "not a regular file; skipped")
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return Skipped(path, "not a regular file; skipped")
-            data = _read_bounded(fd, MAX_TOPIC_BYTES + 1)
+            data = read_fd(fd, MAX_TOPIC_BYTES + 1)
         finally:
             os.close(fd)
     except FileNotFoundError:
@@ -229,17 +217,34 @@ class IndexFile:
     problem: str | None
 
 
+# Enough bytes for 25,000 characters of any script.
+INDEX_READ_BYTES = INDEX_MAX_CHARS * 4 + 1
+
+
 def read_index_file(folder: Path) -> IndexFile:
+    """MEMORY.md of `folder`, budgeted. Blocking: call it in a worker thread.
+
+    Only a regular file is read (a FIFO named MEMORY.md is a problem reported,
+    never an open that waits); a symlink is not followed.
+    """
     path = folder / INDEX_FILE
-    limit = INDEX_MAX_CHARS * 4 + 1  # enough bytes for 25,000 characters of any script
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            data = fh.read(limit)
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            data = read_fd(fd, INDEX_READ_BYTES)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return IndexFile("", None)
     except OSError as exc:
         return IndexFile("", f"cannot read {INDEX_FILE}: {exc.strerror or exc}")
+    return index_file_of(data, size)
+
+
+def index_file_of(data: bytes, size: int) -> IndexFile:
+    """MEMORY.md's first `INDEX_READ_BYTES` (`size`: the whole file's), budgeted."""
+    data = data[:INDEX_READ_BYTES]
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         return IndexFile("", f"{INDEX_FILE} is a binary file; ignored")
     text, _ = decode(data, truncated=size > len(data))

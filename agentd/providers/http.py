@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import errno
 import json
 import math
 import random
@@ -48,6 +49,7 @@ from agentd.errors import (
     ModelHTTPError,
     ModelStreamInterrupted,
     ModelTimeout,
+    describe_os_error,
 )
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.config import ProviderConfig
@@ -324,6 +326,12 @@ def to_model_error(
     err: ModelError
     if isinstance(failure, httpx.Response):
         err = _status_error(failure, body, host, config)
+    elif (exhausted := _out_of_descriptors(failure)) is not None:
+        # Said as what it is: the daemon's file descriptors, not the endpoint.
+        err = ModelConnectionError(
+            f"agentd has no file descriptor left to reach {host}: "
+            f"{describe_os_error(exhausted)}; too many files or connections are open"
+        )
     elif isinstance(failure, httpx.ConnectTimeout):
         err = ModelTimeout(
             f"connecting to {host} timed out after {_seconds(config.connect_timeout)} s",
@@ -495,6 +503,18 @@ def as_int(value: Any) -> int:
 def _is_json(response: httpx.Response) -> bool:
     content_type: str = response.headers.get("content-type", "")
     return content_type.startswith("application/json")
+
+
+def _out_of_descriptors(exc: BaseException) -> OSError | None:
+    """The EMFILE / ENFILE behind an exception (httpx wraps httpcore wraps OSError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,10 +1,19 @@
 """The fuzz harness over the daemon's input stream, shared by
 tests/reliability/test_fuzz.py (bounded, CI) and bench/fuzz.py (longer).
 
-A real daemon is spawned once (`python -m agentd serve`, memory off) and many
-inputs are pushed through it. After each input the harness writes a blank
-line and three probe requests; the input passes when one of them is answered,
-the process is alive and its RSS (from /proc) stays under a bound.
+A real daemon is spawned once (`python -m agentd serve`, or the ACP entry
+point; memory off) and many inputs are pushed through it. After each input
+the harness writes a blank line and three probe requests; the input passes
+when one of them is answered, the process is alive and its RSS (from /proc)
+stays under a bound.
+
+The hostile-value inputs (`hostile_input`: numbers of more than 4,300
+digits, nesting up to 100,000 levels, lone surrogates in prompts, tool
+results and the model's tool-call arguments) are bodies to be framed by the
+daemon's own framing, LSP or ACP. They may name the harness's session
+(`@SESSION@`) and carry prompt requests (id `"@PROMPT@"`): each prompt's
+reply is awaited and must not be an internal error (-32603), so a poisoned
+session shows up at the next prompt. Prompts go to a live model server.
 
 Inputs never contain `exit` or `shutdown` requests: they end the daemon by
 design (tests/e2e/test_protocol.py covers them).
@@ -18,7 +27,7 @@ import queue
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import strategies as st
 
@@ -26,10 +35,13 @@ from agentd.testing.daemon import daemon_command, daemon_env, rss_mib
 from agentd.testing.framing import (
     frame,
     initialize_params,
+    line,
     notification,
     read_frame_blocking,
     request,
 )
+
+Framing = Literal["lsp", "acp"]
 
 METHODS = [
     "initialize",
@@ -51,13 +63,17 @@ METHODS = [
     "workspace/didChangeConfiguration",
 ]
 FORBIDDEN = {"exit", "shutdown"}
+SESSION = b"@SESSION@"
+PROMPT_ID = b'"@PROMPT@"'
+INTERNAL_ERROR = -32603
 
 
 class FuzzDaemon:
-    def __init__(self, env: dict[str, str], workspace: Path) -> None:
+    def __init__(self, env: dict[str, str], workspace: Path, framing: Framing = "lsp") -> None:
         self.workspace = workspace
+        self.framing: Framing = framing
         self.proc = subprocess.Popen(
-            daemon_command(),
+            daemon_command(acp=framing == "acp"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -68,15 +84,31 @@ class FuzzDaemon:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.examples = 0
+        self.session = ""
+        self.prompts = 0
+        self._kept: dict[str, dict[str, Any]] = {}
 
     def _read(self) -> None:
         out = self.proc.stdout
         assert out is not None
         try:
-            while (message := read_frame_blocking(out)) is not None:
+            while (message := self._read_one(out)) is not None:
                 self.messages.put(message)
         finally:
             self.messages.put(None)
+
+    def _read_one(self, out: Any) -> dict[str, Any] | None:
+        if self.framing == "lsp":
+            return read_frame_blocking(out)
+        while raw := out.readline():
+            if raw.strip():
+                return dict(json.loads(raw))
+        return None
+
+    def framed(self, message: dict[str, Any] | bytes) -> bytes:
+        if self.framing == "lsp":
+            return frame(message)
+        return message + b"\n" if isinstance(message, bytes) else line(message)
 
     def write(self, data: bytes) -> None:
         assert self.proc.stdin is not None
@@ -85,20 +117,45 @@ class FuzzDaemon:
 
     def request(self, method: str, params: Any, timeout: float = 30.0) -> dict[str, Any]:
         msg_id = f"harness-{next(self._ids)}"
-        self.write(frame(request(msg_id, method, params)))
+        self.write(self.framed(request(msg_id, method, params)))
         return self.wait_for({msg_id}, timeout)
 
     def wait_for(self, ids: set[str], timeout: float) -> dict[str, Any]:
+        """The first reply to one of `ids`; replies to ids of the harness's
+        prompts met meanwhile are kept for their own `wait_for`."""
+        for wanted in ids:
+            if wanted in self._kept:
+                return self._kept.pop(wanted)
         while True:
             msg = self.messages.get(timeout=timeout)
             if msg is None:
                 raise AssertionError(f"the daemon closed stdout (exit code {self.proc.poll()})")
-            if msg.get("id") in ids and "method" not in msg:
+            if "method" in msg:
+                continue
+            key = msg.get("id")
+            if key in ids:
                 return msg
+            if isinstance(key, str) and key.startswith("prompt-"):
+                self._kept[key] = msg
 
     def initialize(self) -> None:
-        assert "result" in self.request("initialize", initialize_params())
-        self.write(frame(notification("initialized", {})))
+        """The lifecycle's start, and one session for inputs that name `@SESSION@`."""
+        root = str(self.workspace)
+        if self.framing == "lsp":
+            assert "result" in self.request("initialize", initialize_params())
+            self.write(self.framed(notification("initialized", {})))
+            reply = self.request("agent/newSession", {"workspaceRoot": root})
+        else:
+            params = {"protocolVersion": 1, "clientCapabilities": {}}
+            assert "result" in self.request("initialize", params)
+            reply = self.request("session/new", {"cwd": root, "mcpServers": []})
+        self.session = reply["result"]["sessionId"]
+
+    def probe(self) -> tuple[str, dict[str, Any]]:
+        root = str(self.workspace)
+        if self.framing == "lsp":
+            return "agent/listSessions", {"workspaceRoot": root}
+        return "_agentd/session/list", {"cwd": root}
 
     def feed(self, chunks: list[bytes], timeout: float = 30.0) -> None:
         """Push one input, then prove the daemon still answers."""
@@ -106,23 +163,62 @@ class FuzzDaemon:
         for chunk in chunks:
             self.write(chunk)
         probes = {f"probe-{self.examples}-{k}" for k in range(3)}
-        data = b"\r\n\r\n"
+        data = b"\r\n\r\n" if self.framing == "lsp" else b"\n"
+        method, params = self.probe()
         for pid in sorted(probes):
-            data += frame(
-                request(pid, "agent/listSessions", {"workspaceRoot": str(self.workspace)})
-            )
+            data += self.framed(request(pid, method, params))
         self.write(data)
         reply = self.wait_for(probes, timeout)
         assert "result" in reply, reply
         assert self.proc.poll() is None
 
+    def feed_bodies(self, bodies: list[bytes], sizes: list[int], timeout: float = 60.0) -> None:
+        """Frame `bodies` (naming the harness's session and prompt ids), push them in
+        slices of `sizes` (cycled), prove the daemon answers, and that every prompt
+        among them was answered without an internal error."""
+        prompts: set[str] = set()
+        data = b""
+        for body in bodies:
+            body = body.replace(SESSION, self.session.encode())
+            while PROMPT_ID in body:
+                self.prompts += 1
+                pid = f"prompt-{self.prompts}"
+                prompts.add(pid)
+                body = body.replace(PROMPT_ID, json.dumps(pid).encode(), 1)
+            data += self.framed(body)
+        chunks, i = [], 0
+        for size in itertools.cycle(sizes):
+            if i >= len(data):
+                break
+            chunks.append(data[i : i + size])
+            i += size
+        self.feed(chunks, timeout)
+        while prompts:
+            reply = self.wait_for(prompts, timeout)
+            prompts.discard(reply["id"])
+            error = reply.get("error") or {}
+            assert error.get("code") != INTERNAL_ERROR, reply
+
+    def prompt(self, text: str, timeout: float = 60.0) -> dict[str, Any]:
+        """A prompt on the harness's session, answered (a poisoned session fails here)."""
+        if self.framing == "lsp":
+            params: dict[str, Any] = {"sessionId": self.session, "prompt": text}
+            return self.request("agent/prompt", params, timeout)
+        blocks = [{"type": "text", "text": text}]
+        return self.request("session/prompt", {"sessionId": self.session, "prompt": blocks})
+
     def rss_mib(self) -> float:
         return rss_mib(self.proc.pid)
 
     def finish(self) -> int:
-        """`shutdown` is answered and `exit` ends the process with 0."""
-        assert self.request("shutdown", None).get("result", "missing") is None
-        self.write(frame(notification("exit")))
+        """LSP: `shutdown` is answered and `exit` ends the process with 0.
+        ACP: the end of stdin does."""
+        if self.framing == "lsp":
+            assert self.request("shutdown", None).get("result", "missing") is None
+            self.write(self.framed(notification("exit")))
+        else:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
         return self.proc.wait(30)
 
     def kill(self) -> None:
@@ -276,3 +372,75 @@ def mutated_input(draw: st.DrawFn) -> list[bytes]:
         else:
             data[at:at] = data[at : at + draw(st.integers(1, 64))]
     return draw(chunked(bytes(data)))
+
+
+# --- hostile values (issue 14, items 5 and 6) ----------------------------------------------
+
+# Half an emoji, either half, and a whole one for contrast.
+SURROGATES = ["\ud83d", "\ude00", "\udfff", "\ud800", "\U0001f600"]
+
+
+def _dumps(value: Any) -> bytes:
+    # ensure_ascii writes a lone surrogate as its JSON escape, as a buggy client does.
+    return json.dumps(value).encode()
+
+
+@st.composite
+def surrogate_text(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(st.one_of(st.text(max_size=8), st.sampled_from(SURROGATES)), max_size=6))
+    return "".join(parts) + draw(st.sampled_from(SURROGATES))
+
+
+@st.composite
+def hostile_body(draw: st.DrawFn, framing: Framing) -> bytes:
+    """One message body carrying a value items 5 and 6 of issue 14 are about."""
+    kind = draw(st.sampled_from(["long_id", "long_number", "deep", "prompt", "tool_call", "any"]))
+    head = b'{"jsonrpc":"2.0",'
+    method = draw(st.sampled_from([*METHODS, "session/prompt", "_agentd/memory/recall"]))
+    if kind in ("long_id", "long_number"):
+        digits = b"9" * draw(st.integers(4301, 6000))
+        if kind == "long_id":
+            return head + b'"id":' + digits + b',"method":' + _dumps(method) + b"}"
+        tail = b',"params":{"limit":' + digits + b"}}"
+        return head + b'"id":"n","method":' + _dumps(method) + tail
+    if kind == "deep":
+        depth = draw(st.sampled_from([990, 1000, 5000, 100_000]))
+        opener, closer = draw(st.sampled_from([(b"[", b"]"), (b'{"a":', b"}")]))
+        nested = opener * depth + b"1" + closer * depth
+        where = draw(st.sampled_from(["params", "top", "notification"]))
+        if where == "top":
+            return nested
+        if where == "notification":
+            return head + b'"method":' + _dumps(method) + b',"params":' + nested + b"}"
+        return head + b'"id":"d","method":' + _dumps(method) + b',"params":{"x":' + nested + b"}}"
+    text = draw(surrogate_text())
+    if kind == "tool_call":
+        # The model server's default reply calls the tool a prompt line names, with
+        # these arguments as written: a lone surrogate escape reaches the daemon as one.
+        arg = draw(st.sampled_from(["\\ud83d", "x\\udc00.md", "\\ud83d\\ude00"]))
+        text = f'!tool read_file {{"path": "{arg}"}}\n{text}'
+    if kind in ("prompt", "tool_call"):
+        if framing == "lsp":
+            params: dict[str, Any] = {"sessionId": "@SESSION@", "prompt": text}
+            body = _dumps({"jsonrpc": "2.0", "id": 0, "method": "agent/prompt", "params": params})
+        else:
+            blocks = [{"type": "text", "text": text}]
+            params = {"sessionId": "@SESSION@", "prompt": blocks}
+            body = _dumps({"jsonrpc": "2.0", "id": 0, "method": "session/prompt", "params": params})
+        return body.replace(b'"id": 0', b'"id": ' + PROMPT_ID, 1)
+    # A lone surrogate in any string of any message, a tool result among them.
+    value = draw(st.sampled_from(["sessionId", "toolCallId", "content", "query", "workspaceRoot"]))
+    params = {"sessionId": "@SESSION@", "toolCallId": "c", value: text}
+    method = draw(st.sampled_from(["agent/toolResult", "memory/recall", method]))
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if draw(st.booleans()):
+        msg["id"] = text if draw(st.booleans()) else "s"
+    return _dumps(msg)
+
+
+@st.composite
+def hostile_input(draw: st.DrawFn, framing: Framing) -> tuple[list[bytes], list[int]]:
+    """Bodies for `FuzzDaemon.feed_bodies`, and the slice sizes to write them in."""
+    bodies = draw(st.lists(hostile_body(framing), min_size=1, max_size=3))
+    sizes = draw(st.lists(st.integers(1, 65536), min_size=1, max_size=8))
+    return bodies, sizes

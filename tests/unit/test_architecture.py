@@ -18,7 +18,7 @@ inside functions count as much as any other: they are dependencies too.
     providers, transcript, testing, vision   model access over HTTP; session
                         transcripts on disk; the model server and test/benchmark
                         plumbing; which models take images
-    tasks, stdio, layout, paths, params   small shared pieces
+    tasks, stdio, layout, paths, params, files, decode   small shared pieces
     agentd, messages, events, errors   the vocabulary: nothing of agentd imported
 
 Within a unit, modules may import each other, but not in a circle at run time.
@@ -44,6 +44,8 @@ LAYERS: list[set[str]] = [
         "agentd.layout",
         "agentd.paths",
         "agentd.params",
+        "agentd.files",
+        "agentd.decode",
     },
     {"agentd.providers", "agentd.transcript", "agentd.testing", "agentd.vision"},
     {"agentd.config"},

@@ -9,6 +9,7 @@ written once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -72,7 +73,12 @@ asyncio.run(main())
 """
 
 WRITE_STEPS = ["before_temp", "after_temp_write", "after_fsync", "after_rename", "after_dir_fsync"]
-CASES = [f"{s}@{n}" for s in WRITE_STEPS for n in (1, 2, 3, 4)] + ["before_cursor", "after_cursor"]
+# Five atomic writes per run: deploy.md, fresh.md, MEMORY.md, the ownership
+# ledger (gone.md leaves it), then the cursor.
+CASES = [f"{s}@{n}" for s in WRITE_STEPS for n in (1, 2, 3, 4, 5)] + [
+    "before_cursor",
+    "after_cursor",
+]
 
 
 def new_text(body: str, name: str, desc: str) -> str:
@@ -122,6 +128,9 @@ def test_sigkill_at_each_write_step(tmp_path: Path, kill_at: str) -> None:
     folder.mkdir(parents=True)
     (folder / "deploy.md").write_text(OLD)
     (folder / "gone.md").write_text(GONE)
+    # gone.md is a note extraction created: it may delete it (not a user's note).
+    digest = hashlib.sha256(GONE.encode()).hexdigest()
+    (folder / ".extracted.json").write_text(json.dumps({"created": {"gone.md": digest}}))
     (folder / "MEMORY.md").write_text(
         "# Memory index\n\n- [deploy](deploy.md)\n- [gone](gone.md)\n"
     )

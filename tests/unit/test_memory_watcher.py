@@ -14,7 +14,6 @@ import pytest
 
 import agentd.memory.watcher as watcher_module
 from agentd.memory import MemoryManager, ProjectMemory
-from agentd.memory.project import THREAD_THRESHOLD
 
 TIMEOUT = 10.0
 
@@ -167,7 +166,7 @@ async def test_progress_for_a_large_folder(tmp_path: Path) -> None:
     ws.mkdir()
     folder = tmp_path / "mem"
     folder.mkdir()
-    total = THREAD_THRESHOLD * 3
+    total = 192
     for i in range(total):
         topic(folder, f"t{i:04d}.md", f"Topic {i}", f"body{i}")
     calls: list[tuple[int, int]] = []

@@ -146,3 +146,60 @@ async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unaw
         await supervisor.aclose()
         await manager.aclose()
         await provider.aclose()
+
+
+async def test_an_index_installed_during_the_prompt_start_is_still_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first index can land while the prompt's start is busy elsewhere
+    (its system prompt is read in a thread): the project is indexed by the
+    time `first_index` is asked, but the local tier has yet to resume from
+    its wait for it. That prompt still waits for the local tier, and its
+    note reaches the first request."""
+    from agentd.memory.project import ProjectMemory
+
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    folder = memory_dir(workspace, home)
+    folder.mkdir(parents=True)
+    (folder / "deploy.md").write_text(
+        "---\nname: Deploy checklist\ndescription: How we ship releases\ntype: project\n---\n"
+        "Run the smoke tests, then tag.\n"
+    )
+    release = asyncio.Event()
+    real_start = ProjectMemory.start
+
+    async def held_start(self: ProjectMemory, progress: Any = None) -> None:
+        await release.wait()
+        await real_start(self, progress)
+
+    monkeypatch.setattr(ProjectMemory, "start", held_start)
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(
+        manager, provider, supervisor, fast_model="m", model_tier=False, first_index_wait=30
+    )
+    session = Session("one", workspace, AwaitClientResult([]))
+    try:
+        recall.prompt_started(session, "deploy checklist")
+        await asyncio.sleep(0)  # the local tier starts the project and waits for it
+        release.set()
+        # The turn's view: it looks again the moment the index is there, as
+        # it does when its system prompt's thread returns.
+        while manager.get_nowait(workspace) is None:
+            await asyncio.sleep(0)
+        (local,) = recall.handles(session.id)
+        assert not local.settled  # indexed, and the local tier has yet to resume
+        wait = recall.first_index(session)
+        assert wait is not None
+        async with asyncio.timeout(30):  # a hang guard, not a measurement
+            await wait
+        docs = [d for _, dl in recall.take_nowait(session, "user_query") for d in dl.docs]
+        assert docs == [str(folder / "deploy.md")]
+        recall.prompt_ended(session, cancelled=False)
+    finally:
+        release.set()
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()

@@ -9,10 +9,17 @@ for the caller to re-plan, never overwritten.
 Order within one batch keeps MEMORY.md pointing only at files that exist:
 creates and updates first, then the index without the files about to be
 deleted, then the deletes.
+
+With `ownership` (extraction's operations), a delete, or a create that would
+land on an existing file, goes through only for a note extraction created
+and nobody changed since (`ownership.py`); the others are the user's and are
+refused. One bad operation (a name the OS rejects, text that cannot be
+encoded) is refused alone; a failing disk fails the batch.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
@@ -21,6 +28,7 @@ from pathlib import Path
 from agentd.layout import INDEX_FILE
 from agentd.memory.extraction import index_file
 from agentd.memory.extraction.extractor import HEADER_EXCERPT_CHARS, Header, Op, render_topic
+from agentd.memory.extraction.ownership import load_ledger, save_ledger
 from agentd.memory.extraction.writer import (
     RefusedPath,
     WriteConflict,
@@ -55,8 +63,27 @@ class Applied:
     refused: list[str] = field(default_factory=list)
 
 
+# OS errors that condemn one operation (its name, its target), not the disk:
+# the operation is refused and the others go on. Any other OSError (ENOSPC,
+# EACCES, EROFS, EIO...) fails the chunk, so the cursor stays and a later run
+# retries it.
+_OP_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ, errno.EISDIR})
+
+
+def _refusal(op: Op, exc: Exception) -> str | None:
+    """Why `op` alone failed, or None when the failure is the disk's (re-raise)."""
+    if isinstance(exc, RefusedPath):
+        return f"{op.file}: {exc}"
+    if isinstance(exc, ValueError):  # UnicodeEncodeError among them
+        return f"{op.file}: refused ({type(exc).__name__})"
+    if isinstance(exc, OSError) and exc.errno in _OP_ERRNOS:
+        return f"{op.file}: refused ({exc.strerror or exc})"
+    return None
+
+
 def snapshot_folder(directory: Path) -> FolderSnapshot:
     out = FolderSnapshot()
+    created = load_ledger(directory)
     docs = []
     for path in list_topics(directory).paths:
         try:
@@ -79,6 +106,7 @@ def snapshot_folder(directory: Path) -> FolderSnapshot:
             d.info.description,
             d.info.type,
             " ".join(d.body.split())[:HEADER_EXCERPT_CHARS],
+            by_user=created.get(d.info.path.name) != out.files[d.info.path.name].hash,
         )
         for d in docs
     ]
@@ -101,31 +129,51 @@ def _current(directory: Path, name: str) -> FileVersion | None:
     return FileVersion(content_hash(data), decode(data[:MAX_TOPIC_BYTES], truncated=False)[0])
 
 
-def apply_ops(directory: Path, ops: list[Op], files: dict[str, FileVersion]) -> Applied:
-    """Write `ops` against the snapshot's `files`; OSError propagates (the chunk fails)."""
+def apply_ops(
+    directory: Path, ops: list[Op], files: dict[str, FileVersion], *, ownership: bool = False
+) -> Applied:
+    """Write `ops` against the snapshot's `files`; a disk's OSError propagates
+    (the chunk fails). `ownership`: extraction's rules for notes it did not create."""
     out = Applied()
+    created = load_ledger(directory) if ownership else {}
+    ledger_before = dict(created)
     deletes: list[Op] = []
     for op in ops:
-        if op.action == "delete":
-            if op.file in files:
-                deletes.append(op)
-            continue
-        content = render_topic(op)
-        data = content.encode("utf-8")
         prior = files.get(op.file)
-        # A create of an existing file (a retry after a partial run, or a model
-        # that missed the header) is an update of what was planned against.
-        if prior is not None and prior.hash == content_hash(data):
-            continue  # already on disk: retrying never duplicates
+        mine = prior is not None and created.get(op.file) == prior.hash
+        if op.action == "delete":
+            if prior is None:
+                continue
+            if ownership and not mine:
+                out.refused.append(f"{op.file}: not created by extraction (or edited since); kept")
+                continue
+            deletes.append(op)
+            continue
         try:
+            content = render_topic(op)
+            data = content.encode("utf-8")
+            # A create of an existing file (a retry after a partial run, or a model
+            # that missed the header) is an update of what was planned against.
+            if prior is not None and prior.hash == content_hash(data):
+                continue  # already on disk: retrying never duplicates
+            if ownership and op.action == "create" and prior is not None and not mine:
+                out.refused.append(f"{op.file}: exists and is not extraction's; not overwritten")
+                continue
             path = write_atomic(directory, op.file, data, expected=prior.hash if prior else None)
         except WriteConflict:
             out.conflicts.append((op, _current(directory, op.file)))
             continue
-        except RefusedPath as exc:
-            out.refused.append(f"{op.file}: {exc}")
+        except (OSError, ValueError) as exc:
+            # One bad operation is refused; the others of the reply are written.
+            why = _refusal(op, exc)
+            if why is None:
+                raise
+            out.refused.append(why)
             continue
         out.written.append((path, content))
+        if prior is None or mine:
+            # Created here, or extraction's own note rewritten: still extraction's.
+            created[op.file] = content_hash(data)
     if deletes:
         gone = frozenset(op.file for op in deletes)
         written = sync_index(directory, exclude=gone)
@@ -135,15 +183,21 @@ def apply_ops(directory: Path, ops: list[Op], files: dict[str, FileVersion]) -> 
         for op in deletes:
             try:
                 delete(directory, op.file, expected=files[op.file].hash)
+                created.pop(op.file, None)
             except WriteConflict:
                 # The user edited a note we meant to delete: their edit wins.
                 out.refused.append(f"{op.file}: changed by the user; not deleted")
                 kept = True
-            except RefusedPath as exc:
-                out.refused.append(f"{op.file}: {exc}")
+            except (OSError, ValueError) as exc:
+                why = _refusal(op, exc)
+                if why is None:
+                    raise
+                out.refused.append(why)
                 kept = True
         if kept:
             written = sync_index(directory)
             if written is not None:
                 out.written.append(written)
+    if ownership and created != ledger_before:
+        save_ledger(directory, created)
     return out

@@ -418,8 +418,9 @@ async def run_pass(
     shown = shown_files(snapshot)
     if len(shown) < MIN_FILES:
         return Result()
-    raw = await ask(provider, build_request(model, snapshot, shown))
-    proposal, notes = validate(raw, snapshot, shown)
+    # Redaction (the secret rules, imported on first use) runs off the loop.
+    raw = await ask(provider, await in_thread(build_request, model, snapshot, shown))
+    proposal, notes = await in_thread(validate, raw, snapshot, shown)
     result: Result = await in_thread(apply, directory, proposal, snapshot.files)
     result.asked = True
     result.skipped[:0] = notes

@@ -17,9 +17,12 @@ import os
 import time
 from pathlib import Path
 
+from agentd.files import open_regular, read_regular
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".extract.lock"
+MAX_LOCK_BYTES = 4096
 GUARD_FILE = ".extract.lock.guard"
 
 # Locks this process holds (by path): a lock file carrying our own pid that is
@@ -43,13 +46,14 @@ def _owner_alive(pid: int) -> bool:
 
 def _read_owner(path: Path) -> int | None:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        # A regular file only (a FIFO here must not block), and small.
+        raw = json.loads(read_regular(path, MAX_LOCK_BYTES).decode("utf-8"))
         pid = raw.get("pid") if isinstance(raw, dict) else None
         return pid if isinstance(pid, int) else None
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        return -1  # unreadable or torn: treated as ownerless
+        return -1  # unreadable, torn or not a file: treated as ownerless
 
 
 class FolderLock:
@@ -62,7 +66,7 @@ class FolderLock:
         """Take the lock if free (or stale); False when a live owner holds it."""
         if self.held:
             return True
-        fd = os.open(self.guard, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = open_regular(self.guard, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if self._create():

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from agentd.errors import AgentdError
 from agentd.layout import canonical_root
-from agentd.memory.extraction import extractor
+from agentd.memory.extraction import extractor, secrets
 from agentd.memory.extraction.apply import (
     FileVersion,
     FolderSnapshot,
@@ -48,7 +48,7 @@ from agentd.memory.extraction.apply import (
     snapshot_folder,
     sync_index,
 )
-from agentd.memory.extraction.consolidate import Consolidation
+from agentd.memory.extraction.consolidate import Consolidation, load_state
 from agentd.memory.extraction.cursor import Cursor, load_cursors, save_cursors
 from agentd.memory.extraction.lock import FolderLock
 from agentd.memory.extraction.scheduler import SingleFlight
@@ -192,6 +192,17 @@ class ExtractionService:
         out["consolidation"] = project.consolidation.status(pm.directory if pm else None)
         return out
 
+    async def status_async(self, workspace_root: Path) -> dict[str, Any]:
+        """`status`, with what it needs from disk read in a worker thread first."""
+        project = self._project(workspace_root)
+        pm = self.manager.get_nowait(project.root)
+        if pm is not None:
+            if project.cursors is None:
+                project.cursors = await _in_thread(load_cursors, pm.directory)
+            if project.consolidation.state is None:
+                project.consolidation.state = await _in_thread(load_state, pm.directory)
+        return self.status(workspace_root)
+
     async def consolidate(self, workspace_root: Path) -> dict[str, Any]:
         """Run one consolidation pass now (after any extraction in flight).
 
@@ -258,6 +269,10 @@ class ExtractionService:
         if behind and not self._closed:
             project.dirty.update(behind)
             self._request(project)
+        # The secret rules' import (a few hundred ms, once) happens now, while
+        # the first prompt of the project runs, not after its reply, where it
+        # would hold back the first extraction.
+        await _in_thread(secrets.warm)
 
     async def drain(self, timeout: float) -> None:
         """Give running and pending runs `timeout` seconds, then cancel them."""
@@ -462,13 +477,18 @@ class ExtractionService:
         self, project: _Project, directory: Path, chunk: extractor.Chunk, budget: list[int]
     ) -> list[tuple[Path, str]]:
         snapshot: FolderSnapshot = await _in_thread(snapshot_folder, directory)
-        request = extractor.build_request(self.fast_model, snapshot.headers, chunk.text)
+        # Redaction (the secret rules, imported on first use) runs off the loop.
+        request = await _in_thread(
+            extractor.build_request, self.fast_model, snapshot.headers, chunk.text
+        )
         raw = await extractor.ask(self.provider, request)
-        ops, notes = extractor.validate(raw, chunk.tool_outputs, cap=budget[0])
+        ops, notes = await _in_thread(extractor.validate, raw, chunk.tool_outputs, budget[0])
         budget[0] -= len(ops)
         for note in notes:
             project.note(note)
-        applied = await _in_thread(apply_ops, directory, ops, snapshot.files)
+        applied = await _in_thread(
+            functools.partial(apply_ops, directory, ops, snapshot.files, ownership=True)
+        )
         written = list(applied.written)
         for refusal in applied.refused:
             project.note(refusal)
@@ -493,12 +513,16 @@ class ExtractionService:
         now: FileVersion | None,
     ) -> list[tuple[Path, str]]:
         """The user saved `op.file` after planning: ask once more from their content."""
-        request = extractor.build_replan_request(self.fast_model, op, now.text if now else "")
+        request = await _in_thread(
+            extractor.build_replan_request, self.fast_model, op, now.text if now else ""
+        )
         raw = await extractor.ask(self.provider, request)
-        ops, _ = extractor.validate(raw, chunk.tool_outputs, cap=1)
+        ops, _ = await _in_thread(extractor.validate, raw, chunk.tool_outputs, 1)
         ops = [o for o in ops if o.file == op.file]
         files = {op.file: now} if now is not None else {}
-        applied = await _in_thread(apply_ops, directory, ops, files)
+        applied = await _in_thread(
+            functools.partial(apply_ops, directory, ops, files, ownership=True)
+        )
         if not ops or applied.conflicts:
             project.note(f"{op.file}: changed by the user during extraction; change skipped")
             log.info("memory extraction: %s changed by the user; change skipped", op.file)

@@ -16,7 +16,9 @@ is reached: the testing seam of the crash-safety tests.
 
 Containment is checked on resolved real paths, by whole path component: a
 name with a separator, `..`, a NUL byte, an absolute path, a symlinked target
-or a symlinked memory root is refused before anything is opened.
+(or a FIFO, a device: anything but a regular file) or a symlinked memory root
+is refused before anything is opened. Files are read through
+`agentd.files` (non-blocking open, regular files only, bounded).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import stat
 from collections import Counter
 from pathlib import Path
 
+from agentd.files import read_regular_or_none
 from agentd.layout import INDEX_FILE, TOPIC_SUFFIX
 
 KILL_ENV = "AGENTD_TEST_KILL_AT"
@@ -44,6 +47,8 @@ STEPS = (
 )
 TEMP_PREFIX = ".agentd-tmp-"
 MAX_NAME_CHARS = 100
+# Files of a memory folder are small; one bigger than this is not read whole.
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 _reached: Counter[str] = Counter()
 
@@ -105,6 +110,8 @@ def topic_name(raw: object) -> str:
         raise RefusedPath(f"{INDEX_FILE} is rebuilt by the daemon, not written as a topic")
     if len(name) > MAX_NAME_CHARS or any(ord(c) < 32 for c in name):
         raise RefusedPath("file name too long or has control characters")
+    if any("\ud800" <= c <= "\udfff" for c in name):
+        raise RefusedPath("file name is not valid Unicode (a lone surrogate)")
     return name
 
 
@@ -114,8 +121,14 @@ def confined(directory: Path, name: str) -> Path:
         raise RefusedPath("file name is not a plain name")
     root_real = check_root(directory)
     target = directory / name
-    if os.path.islink(target):
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISLNK(mode):
         raise RefusedPath(f"{name} is a symlink; not written through")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise RefusedPath(f"{name} is not a regular file; not written over")
     real = Path(os.path.realpath(target))
     # By component: the parent must be the folder itself (no `/w/p-evil` next to `/w/p`).
     if real.parent != root_real or real.name != name:
@@ -124,18 +137,15 @@ def confined(directory: Path, name: str) -> Path:
 
 
 def read_current(path: Path) -> bytes | None:
-    """The file's bytes (never through a symlink), or None when it does not exist."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    """The file's bytes (never through a symlink), or None when it does not exist.
+
+    Only a regular file is read (a FIFO raises `NotRegularFile` at once instead
+    of blocking), and only up to `MAX_READ_BYTES` (beyond: EFBIG).
+    """
+    data = read_regular_or_none(path, MAX_READ_BYTES + 1)
+    if data is not None and len(data) > MAX_READ_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_READ_BYTES} bytes; not read", str(path))
+    return data
 
 
 def current_hash(path: Path) -> str | None:

@@ -14,6 +14,7 @@ libraries accept them.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,8 +39,16 @@ class Frame:
     content: bool = False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    if _SURROGATE.search(text):
+        # A scripted lone surrogate goes out as its JSON escape, as a server
+        # written in JavaScript (UTF-16 strings) sends one.
+        return json.dumps(obj, separators=(",", ":"))
+    return text
 
 
 def _data(obj: Any, *, content: bool = False) -> Frame:

@@ -1,0 +1,101 @@
+"""Quieter gaps (issue 14, item 13, second and third parts).
+
+`session/load` with another `cwd` for a live session answered `{}` and
+ignored the cwd: it is refused now (-32602 naming the field), and the
+session stays bound to its own workspace. After the memory folder was
+deleted, `memory/status` kept the old doc count and listed no problem: the
+deletion now shows within the watcher's debounce (a `memory/changed` for the
+notes that went, and the status says what happened).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.testing.daemon import daemon_env, memory_folder
+from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
+
+pytestmark = pytest.mark.e2e
+
+NOTE = "---\nname: {0}\ndescription: about {0}\ntype: project\n---\n\nThe {0} note.\n"
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_loading_a_live_session_with_another_cwd_is_refused(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    root_field = "cwd" if acp else "workspaceRoot"
+    try:
+        if acp:
+            d.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await d.response(1)
+            d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            await d.initialize()
+            d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await d.response(2))["result"]["sessionId"]
+        load = "session/load" if acp else "agent/loadSession"
+        params: dict[str, Any] = {"sessionId": sid, "mcpServers": []}
+        d.request(3, load, {**params, root_field: str(other)})
+        error = (await d.response(3))["error"]
+        assert error["code"] == -32602, error
+        assert error["data"]["fields"][0]["field"] == root_field
+        assert str(workspace) in error["message"]
+        # Its own workspace still loads it, and it still runs there.
+        d.request(4, load, {**params, root_field: str(workspace)})
+        loaded = await d.response(4)
+        assert "error" not in loaded and "modes" in loaded["result"], loaded
+        if acp:  # resuming is loading without the replay: refused the same way
+            d.request(6, "session/resume", {**params, "cwd": str(other)})
+            error = (await d.response(6))["error"]
+            assert error["code"] == -32602 and error["data"]["fields"][0]["field"] == "cwd"
+        if acp:
+            blocks = [{"type": "text", "text": '!tool read_file {"path": "README.md"}'}]
+            d.request(5, "session/prompt", {"sessionId": sid, "prompt": blocks})
+        else:
+            prompt = '!tool read_file {"path": "README.md"}'
+            d.request(5, "agent/prompt", {"sessionId": sid, "prompt": prompt})
+        assert (await d.response(5))["result"]["stopReason"] == "end_turn"
+        last = model_server.requests("main")[-1]
+        assert "The answer is 42" in str(last["body"])  # read in the session's own root
+    finally:
+        await d.close()
+
+
+async def test_a_deleted_memory_folder_shows_in_memory_status(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    folder = memory_folder(workspace, tmp_path)
+    for name in ("deploy", "style"):
+        (folder / f"{name}.md").write_text(NOTE.format(name))
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    root = {"workspaceRoot": str(workspace)}
+    try:
+        await d.initialize({"memory": {"extraction": False, "modelTier": False}})
+        d.request(1, "memory/status", root)
+        assert (await d.response(1))["result"]["docCount"] == 2
+        shutil.rmtree(folder)
+        # The watcher's batch: the notes that went are announced.
+        gone: set[str] = set()
+        while gone != {"deploy.md", "style.md"}:
+            msg = await d.read_message(30)
+            if msg.get("method") == "memory/changed":
+                gone |= {Path(p).name for p in msg["params"]["paths"]}
+        d.request(2, "memory/status", root)
+        status = (await d.response(2))["result"]
+        assert status["docCount"] == 0, status
+        assert any("deleted" in p["problem"] for p in status["problems"]), status
+        d.request(3, "memory/list", root)
+        assert (await d.response(3))["result"]["docs"] == []
+    finally:
+        await d.close()
