@@ -29,7 +29,14 @@ from agentd.providers.http import to_model_error
 from agentd.testing.daemon import daemon_command, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
-from agentd.transcript import OpenFiles, TranscriptWriter, read_slice, sessions_dir
+from agentd.transcript import (
+    OpenFiles,
+    TranscriptWriter,
+    load,
+    meta_path,
+    read_slice,
+    sessions_dir,
+)
 
 LIMIT = 256
 SESSIONS = 300
@@ -112,3 +119,41 @@ def test_a_refused_transcript_write_is_kept_and_written_later(tmp_path: Path) ->
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["type"] for r in lines] == ["session", "message", "message"]
     writer.close()
+
+
+def test_settings_and_titles_go_through_the_shared_open_files(tmp_path: Path) -> None:
+    """A mode chosen before the first prompt is kept (no file yet) and written
+    with the first line, also when that write is refused once; a writer whose
+    file another one's write closed opens it again; the listing's meta file
+    follows the title."""
+    refuse = [True]
+
+    class Refusing(OpenFiles):
+        def get(self, path: Path) -> object:  # type: ignore[override]
+            if refuse[0]:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().get(path)
+
+    files = Refusing(limit=1)
+    a = TranscriptWriter(tmp_path / "a.jsonl", "a", tmp_path, files=files)
+    b = TranscriptWriter(tmp_path / "b.jsonl", "b", tmp_path, files=files)
+    a.config(mode="ask")
+    assert not a.path.exists() and a.pending == 0
+    with pytest.raises(OSError):
+        a.append(Message("user", [TextPart("the first question")]))
+    assert a.pending == 3  # the session line, the mode, the message
+    refuse[0] = False
+    a.flush()
+    b.append(Message("user", [TextPart("elsewhere")]))  # closes a's file
+    assert len(files) == 1
+    a.config(model="other-model")
+    a.append(Message("assistant", [TextPart("the answer")]))
+    records = [json.loads(line) for line in a.path.read_text().splitlines()]
+    assert [r["type"] for r in records] == ["session", "config", "message", "config", "message"]
+    loaded = load(a.path)
+    assert loaded is not None
+    assert (loaded.mode, loaded.model, loaded.title) == ("ask", "other-model", "the first question")
+    assert json.loads(meta_path(a.path).read_text())["title"] == "the first question"
+    a.close()
+    b.close()
+    assert len(files) == 0

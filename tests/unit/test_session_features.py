@@ -209,6 +209,11 @@ def test_images_are_stored_once_beside_the_transcript_and_read_back(tmp_path: Pa
     loaded = load(path)
     assert loaded is not None
     assert loaded.history[0].parts == [TextPart("a"), TextPart(MISSING_IMAGE)]
+    # A FIFO where the image was is not waited on (no writer would ever come).
+    os.mkfifo(stored)
+    loaded = load(path)
+    assert loaded is not None
+    assert loaded.history[1].parts == [TextPart("b"), TextPart(MISSING_IMAGE)]
 
 
 def test_mode_and_model_survive_a_reset_and_the_plan_does_not(tmp_path: Path) -> None:
