@@ -39,8 +39,7 @@ interface Harness {
   next(pred: (e: ChatEvent) => boolean): Promise<ChatEvent>;
 }
 
-function harness(): Harness {
-  const root = tmpDir('agentd-ws-');
+function harness(root: string = tmpDir('agentd-ws-')): Harness {
   const ws = new FakeWorkspace();
   const h = { editApproval: 'ask' } as Harness;
   const tools = new ClientToolRunner(ws, { workspaceRoot: () => root, editApproval: () => h.editApproval });
@@ -286,8 +285,10 @@ describe('sessions', () => {
     h.controller.cancel();
     await pending;
     const sid = h.controller.currentSessionId!;
-    // Another surface (as after a daemon restart) loads the session and shows its replay.
-    const other = harness();
+    // Another surface of the same workspace (as after a daemon restart) loads the
+    // session and shows its replay. A session stays bound to its workspace: the
+    // daemon refuses to load a live one under another root (-32602).
+    const other = harness(h.root);
     await other.controller.loadSession(sid);
     const ends = other.events.filter((e) => e.type === 'turnEnd');
     expect(ends.map((e) => (e as { outcome: string }).outcome)).toEqual(['replayed', 'cancelled']);
