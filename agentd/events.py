@@ -79,6 +79,10 @@ class UsageReport:
     # 0 when unknown (a usage note written before the meter existed).
     context_tokens: int = 0
     context_window: int = 0
+    # Of input_tokens, those read from / written to the provider's prompt
+    # cache; None when the provider did not say.
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 @dataclass(slots=True)

@@ -77,9 +77,22 @@ class TextPart:
 
 @dataclass(slots=True)
 class ThinkingPart:
-    """Model reasoning kept for the transcript; not sent back to providers."""
+    """Model reasoning: shown as thought, kept in the transcript, and sent back
+    only where a provider requires it (each provider decides, see
+    `agentd/providers/`).
+
+    `signature` is Anthropic's signature over the block: a thinking block goes
+    back to Anthropic only with it, unchanged. `redacted` holds the opaque
+    `data` of an Anthropic `redacted_thinking` block (its `text` is empty),
+    sent back as it came. `source` names the delta field an OpenAI-compatible
+    server used (`reasoning_content`, `reasoning`): the field it goes back in
+    for the servers that want it.
+    """
 
     text: str
+    signature: str = ""
+    redacted: str = ""
+    source: str = ""
 
 
 @dataclass(slots=True)
@@ -179,7 +192,12 @@ def part_to_json(part: Part) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if isinstance(part, ThinkingPart):
-        return {"type": "thinking", "text": part.text}
+        thinking: dict[str, Any] = {"type": "thinking", "text": part.text}
+        # Empty fields are left out: most thinking has no signature or source.
+        for key in ("signature", "redacted", "source"):
+            if value := getattr(part, key):
+                thinking[key] = value
+        return thinking
     if isinstance(part, ReminderPart):
         return {"type": "reminder", "text": part.text, "source": part.source}
     if isinstance(part, ImagePart):
@@ -206,7 +224,12 @@ def part_from_json(data: dict[str, Any]) -> Part:
     if kind == "text":
         return TextPart(clean_text(str(data["text"])))
     if kind == "thinking":
-        return ThinkingPart(clean_text(str(data["text"])))
+        return ThinkingPart(
+            clean_text(str(data["text"])),
+            str(data.get("signature", "")),
+            str(data.get("redacted", "")),
+            str(data.get("source", "")),
+        )
     if kind == "reminder":
         return ReminderPart(clean_text(str(data["text"])), str(data.get("source", "")))
     if kind == "image":

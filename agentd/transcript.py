@@ -526,6 +526,10 @@ def note_to_json(note: Note) -> dict[str, Any]:
             "outputTokens": note.output_tokens,
             "sessionTotalTokens": note.session_total_tokens,
         }
+        if note.cache_read_tokens is not None:
+            usage["cacheReadTokens"] = note.cache_read_tokens
+        if note.cache_write_tokens is not None:
+            usage["cacheWriteTokens"] = note.cache_write_tokens
         if note.context_window:
             usage["contextTokens"] = note.context_tokens
             usage["contextWindow"] = note.context_window
@@ -565,12 +569,15 @@ def note_from_json(data: dict[str, Any]) -> Note:
             raise ValueError(f"unknown memory point {point!r}")
         return MemoryDelivered(point, str(data["tier"]), [str(d) for d in data["docs"]])
     if kind == "usage":
+        read, write = data.get("cacheReadTokens"), data.get("cacheWriteTokens")
         return UsageReport(
             int(data["inputTokens"]),
             int(data["outputTokens"]),
             int(data["sessionTotalTokens"]),
             int(data.get("contextTokens", 0)),
             int(data.get("contextWindow", 0)),
+            None if read is None else int(read),
+            None if write is None else int(write),
         )
     if kind == "compaction":
         status, trigger = data["status"], data["trigger"]

@@ -272,10 +272,9 @@ async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams)
         # which clients show as such. The partial answer stays in the history.
         error = outcome.error or {"kind": "model_error", "message": "the model request failed"}
         raise RpcError(INTERNAL_ERROR, str(error.get("message")), {"agentd": error})
-    usage = {"inputTokens": outcome.usage.input_tokens, "outputTokens": outcome.usage.output_tokens}
     return {
         "stopReason": STOP_REASONS[outcome.stop_reason],
-        "_meta": {"agentd": {"stopReason": outcome.stop_reason, "usage": usage}},
+        "_meta": {"agentd": {"stopReason": outcome.stop_reason, "usage": outcome.usage.to_json()}},
     }
 
 

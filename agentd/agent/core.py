@@ -538,7 +538,7 @@ def replay(
                 yield UserMessage(part.text) if msg.role == "user" else MessageChunk(part.text)
             elif isinstance(part, ImagePart) and part.data:
                 yield UserImage(part.mime_type, part.data)
-            elif isinstance(part, ThinkingPart):
+            elif isinstance(part, ThinkingPart) and part.text:  # redacted: nothing to show
                 yield ThoughtChunk(part.text)
             elif isinstance(part, ToolCallPart):
                 c = part.call

@@ -191,6 +191,10 @@ class PromptParams(WireModel):
 class UsageOut(WireModel):
     input_tokens: int
     output_tokens: int
+    # Of input_tokens, those the provider read from / wrote to its prompt
+    # cache; present only when it reported them.
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 class ErrorDetail(WireModel):
@@ -373,6 +377,8 @@ class UsageUpdate(WireModel):
     # The context meter; absent when the window is not known (old notes).
     context_tokens: int | None = None
     context_window: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 class CompactionUpdate(WireModel):

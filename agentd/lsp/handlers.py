@@ -147,10 +147,7 @@ async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:
     outcome = await app.core.prompt(sid, content, emit)
     result: dict[str, Any] = {
         "stopReason": outcome.stop_reason,
-        "usage": {
-            "inputTokens": outcome.usage.input_tokens,
-            "outputTokens": outcome.usage.output_tokens,
-        },
+        "usage": outcome.usage.to_json(),
     }
     if outcome.error is not None:
         result["error"] = outcome.error

@@ -75,6 +75,11 @@ def update_to_wire(update: Update) -> dict[str, Any]:
             "outputTokens": update.output_tokens,
             "sessionTotalTokens": update.session_total_tokens,
         }
+        # Only when the provider reported them: absent is "unknown", not 0.
+        if update.cache_read_tokens is not None:
+            usage["cacheReadTokens"] = update.cache_read_tokens
+        if update.cache_write_tokens is not None:
+            usage["cacheWriteTokens"] = update.cache_write_tokens
         if update.context_window:
             usage["contextTokens"] = update.context_tokens
             usage["contextWindow"] = update.context_window

@@ -24,12 +24,21 @@ StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
 
 @dataclass(slots=True)
 class ModelRequest:
+    """One model request. The user's model settings (`maxOutputTokens`,
+    `reasoningEffort`, `thinking`) apply to purpose "main" only: side queries
+    are short and set their own output cap."""
+
     model: str
     system: str
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     purpose: Purpose = "main"
-    max_tokens: int = 4096
+    # Output token cap; None takes the configured `maxOutputTokens`, else the
+    # model family's default (`agentd.providers.models`).
+    max_tokens: int | None = None
+    # The conversation repeats this request's prefix on its next step: mark
+    # it for prompt caching (Anthropic `cache_control` breakpoints).
+    cache: bool = False
     # Force the model to call this tool: how side queries get structured output
     # on both APIs (OpenAI `tool_choice`, Anthropic `tool_choice: {type: tool}`).
     tool_choice: str | None = None
@@ -52,6 +61,25 @@ class TextDelta:
 @dataclass(slots=True)
 class ThinkingDelta:
     text: str
+    # The delta field an OpenAI-compatible server used ("reasoning_content",
+    # "reasoning"); empty for Anthropic.
+    source: str = ""
+
+
+@dataclass(slots=True)
+class ThinkingEnd:
+    """The thinking block that was streaming is complete (Anthropic), with the
+    signature that must accompany it when it is sent back."""
+
+    signature: str = ""
+
+
+@dataclass(slots=True)
+class RedactedThinking:
+    """An Anthropic `redacted_thinking` block: opaque, shown to no one, sent
+    back as it came."""
+
+    data: str
 
 
 @dataclass(slots=True)
@@ -71,12 +99,39 @@ class ToolCallReady:
 
 @dataclass(slots=True)
 class Usage:
+    # All prompt tokens, the cached ones included.
     input_tokens: int = 0
     output_tokens: int = 0
+    # Of input_tokens, those read from / written to the provider's prompt
+    # cache; None when the provider did not say.
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
     @property
     def total(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    def to_json(self) -> dict[str, int]:
+        """The wire shape of a prompt result's `usage` (both front ends): the
+        cache figures only when the provider reported them."""
+        out = {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+        if self.cache_read_tokens is not None:
+            out["cacheReadTokens"] = self.cache_read_tokens
+        if self.cache_write_tokens is not None:
+            out["cacheWriteTokens"] = self.cache_write_tokens
+        return out
+
+    def add(self, other: Usage) -> None:
+        """Sum another step's figures into these (a cache figure is known once
+        any step reported it)."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens = _plus(self.cache_read_tokens, other.cache_read_tokens)
+        self.cache_write_tokens = _plus(self.cache_write_tokens, other.cache_write_tokens)
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
 
 
 @dataclass(slots=True)
@@ -85,7 +140,15 @@ class StreamEnd:
     usage: Usage
 
 
-StreamEvent = TextDelta | ThinkingDelta | ToolCallStarted | ToolCallReady | StreamEnd
+StreamEvent = (
+    TextDelta
+    | ThinkingDelta
+    | ThinkingEnd
+    | RedactedThinking
+    | ToolCallStarted
+    | ToolCallReady
+    | StreamEnd
+)
 
 
 class ModelProvider(Protocol):

@@ -131,6 +131,8 @@ def normalize(value: Any, workspace: Path | None = None) -> Any:
         "outputTokens",
         "updatedAt",
         "nextCursor",
+        "cacheReadTokens",
+        "cacheWriteTokens",
     }
     if isinstance(value, dict):
         out: dict[str, Any] = {}

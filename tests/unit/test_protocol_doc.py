@@ -72,6 +72,7 @@ SAMPLES: list[events.Update] = [
     events.CompactionReport("started", "window", 900),
     events.CompactionReport("done", "threshold", 900, 300, 2, 8, "The summary."),
     events.CompactionReport("failed", "overflow", 900, 900, message="It failed."),
+    events.UsageReport(100, 2, 3, 900, 32_000, cache_read_tokens=90, cache_write_tokens=4),
     events.UserMessage("hello"),
     events.PromptEnded("cancelled"),
     events.PromptEnded(

@@ -183,3 +183,31 @@ def test_read_from_stops_at_end_and_before_an_unfinished_line(tmp_path: Path) ->
     tail = read_from(path, 49, positions[48])
     # The last line has no newline yet (being written): not read, not passed.
     assert [o for o, _ in tail.messages] == [49] and tail.positions == [positions[49]]
+
+
+def test_thinking_keeps_its_signature_redacted_data_and_source(tmp_path: Path) -> None:
+    from agentd.events import UsageReport
+    from agentd.messages import Part, ThinkingPart, message_from_json
+
+    path = tmp_path / "s.jsonl"
+    w = TranscriptWriter(path, "s", tmp_path)
+    parts: list[Part] = [
+        ThinkingPart("I read it.", signature="c2lnbmVk"),
+        ThinkingPart("", redacted="b3BhcXVl"),
+        ThinkingPart("hmm", source="reasoning_content"),
+        TextPart("Done."),
+    ]
+    w.append(Message("assistant", list(parts)))
+    w.note(UsageReport(100, 5, 105, cache_read_tokens=90, cache_write_tokens=0))
+    w.note(UsageReport(10, 5, 120))
+    w.close()
+    loaded = load(path)
+    assert loaded is not None
+    assert loaded.history == [Message("assistant", parts)]
+    assert [n for _, n in loaded.notes] == [
+        UsageReport(100, 5, 105, 90, 0),
+        UsageReport(10, 5, 120, None, None),
+    ]
+    # Lines written before thinking had these fields still load.
+    old = {"role": "assistant", "parts": [{"type": "thinking", "text": "t"}]}
+    assert message_from_json(old) == Message("assistant", [ThinkingPart("t")])
