@@ -96,6 +96,14 @@ class CompactionSettings(_Model):
     summary_max_tokens: int = Field(default=4096, ge=256)
 
 
+class ThinkingSettings(_Model):
+    # Tokens Claude may think for before it answers (the API's minimum is 1,024).
+    budget_tokens: int = Field(ge=1024)
+
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
 class Settings(_Model):
     provider: Literal["openai", "anthropic"] = "openai"
     base_url: str = ""
@@ -111,6 +119,13 @@ class Settings(_Model):
     supports_images: bool | None = None
     # Models a session may pick (ACP config option, `agent/setModel`).
     models: tuple[ModelEntry, ...] = ()
+    # The main model (see `agentd.providers.models` for the defaults by family).
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    reasoning_effort: ReasoningEffort | None = None
+    thinking: ThinkingSettings | None = None
+    reasoning_model: bool | None = None
+    replay_reasoning: bool | None = None
+    prompt_caching: bool = True
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
     tools: ToolSettings = ToolSettings()
@@ -168,6 +183,12 @@ class Settings(_Model):
             total_timeout=self.total_timeout,
             max_retries=self.max_retries,
             max_retry_after=self.max_retry_after,
+            max_output_tokens=self.max_output_tokens,
+            reasoning_effort=self.reasoning_effort,
+            thinking_budget=self.thinking.budget_tokens if self.thinking else None,
+            reasoning_model=self.reasoning_model,
+            replay_reasoning=self.replay_reasoning,
+            prompt_caching=self.prompt_caching,
         )
 
 
@@ -179,6 +200,8 @@ ENV_FIELDS = {
     "AGENTD_FAST_MODEL": "fastModel",
     "AGENTD_CONTEXT_WINDOW": "contextWindow",
     "AGENTD_LOG_LEVEL": "logLevel",
+    "AGENTD_MAX_OUTPUT_TOKENS": "maxOutputTokens",
+    "AGENTD_REASONING_EFFORT": "reasoningEffort",
 }
 
 
@@ -232,12 +255,14 @@ def load_settings(
     }
     if env.get("AGENTD_MEMORY", "").lower() in ("0", "off", "false", "no"):
         env_data["memory"] = {"enabled": False}
+    if env.get("AGENTD_THINKING_BUDGET"):
+        env_data["thinking"] = {"budgetTokens": env["AGENTD_THINKING_BUDGET"]}
     data = _deep_merge(data, env_data)
     if init_options:
         data = _deep_merge(data, _normalise_keys(init_options))
     for _ in range(20):
         try:
-            return Settings.model_validate({**data, "problems": tuple(problems)})
+            return _consistent(Settings.model_validate({**data, "problems": tuple(problems)}))
         except ValidationError as exc:
             # Drop each bad field (keeping its default) and say so; never refuse to start.
             for err in exc.errors():
@@ -246,3 +271,18 @@ def load_settings(
                 if loc:
                     data.pop(loc[0], None)
     return Settings(problems=tuple(problems))
+
+
+def _consistent(settings: Settings) -> Settings:
+    """Checks across fields: what each field's own validation cannot see."""
+    thinking, cap = settings.thinking, settings.max_output_tokens
+    if thinking is not None and cap is not None and thinking.budget_tokens >= cap:
+        # The API would refuse every request: thinking stays off, and the user is told.
+        problem = (
+            f"setting thinking.budgetTokens: {thinking.budget_tokens} must be below "
+            f"maxOutputTokens ({cap}); thinking is off"
+        )
+        return settings.model_copy(
+            update={"thinking": None, "problems": (*settings.problems, problem)}
+        )
+    return settings

@@ -1,4 +1,19 @@
-"""Anthropic Messages API."""
+"""Anthropic Messages API.
+
+Extended thinking (`thinking`, for requests of purpose "main"): the model's
+signed thinking blocks, and redacted ones, are kept in the history as they
+came and sent back unchanged, in their place before the text and tool calls
+of their message; the API requires them with the tool results that answer
+that message. Unsigned thinking (cut short, or from another provider) is
+never sent.
+
+Prompt caching (`ModelRequest.cache`): breakpoints on the last tool, the
+system prompt, the last message (written by this request) and the last user
+message before the final assistant message (written by the previous step,
+read by this one): four, the API's limit. Each message is encoded by a pure
+function of that message and the thinking setting; the breakpoints are added
+on copies, so the encoding of a message never changes between steps.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +27,25 @@ from agentd.messages import (
     Message,
     ReminderPart,
     TextPart,
+    ThinkingPart,
     ToolCall,
+    ToolCallPart,
     render_reminder,
 )
 from agentd.providers.base import (
     ModelRequest,
+    RedactedThinking,
     StopReason,
     StreamEnd,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
+    ThinkingEnd,
     ToolCallReady,
     ToolCallStarted,
     Usage,
 )
+from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
     HTTPProvider,
     ModelHTTP,
@@ -33,9 +53,12 @@ from agentd.providers.http import (
     parse_tool_arguments,
     provider_message,
 )
+from agentd.providers.models import DEFAULT_MAX_OUTPUT, THINKING_ANSWER_ROOM
 from agentd.providers.sse import SSEEvent
 
 API_VERSION = "2023-06-01"
+EPHEMERAL = {"type": "ephemeral"}
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
@@ -59,7 +82,7 @@ class AnthropicProvider(HTTPProvider):
         model = request.model or self.config.model_for(request.purpose)
         return self._http.stream(
             self._url,
-            request_body(request, model),
+            request_body(request, model, self.config),
             headers=headers,
             purpose=request.purpose,
             on_sent=request.on_sent,
@@ -70,31 +93,52 @@ class AnthropicProvider(HTTPProvider):
 # --- request ----------------------------------------------------------------
 
 
-def request_body(request: ModelRequest, model: str) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": request.max_tokens,
-        "messages": to_anthropic_messages(request.messages),
-        "stream": True,
-    }
-    if request.system:
-        body["system"] = request.system
-    if request.temperature is not None:
+def request_body(
+    request: ModelRequest, model: str, config: ProviderConfig | None = None
+) -> dict[str, Any]:
+    config = config or ProviderConfig(kind="anthropic", model=model)
+    main = request.purpose == "main"
+    # The API refuses thinking with a forced tool (how side queries get
+    # structured output), and it is for the conversation only.
+    budget = config.thinking_budget if main and not request.tool_choice else None
+    if request.max_tokens is not None:
+        cap = request.max_tokens
+    else:
+        default = budget + THINKING_ANSWER_ROOM if budget else DEFAULT_MAX_OUTPUT
+        cap = (config.max_output_tokens if main else None) or default
+    cache = request.cache and config.prompt_caching
+    body: dict[str, Any] = {"model": model, "max_tokens": cap, "stream": True}
+    if budget:
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    elif request.temperature is not None:  # thinking takes no temperature
         body["temperature"] = request.temperature
+    if request.tool_choice:
+        body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
+    # The API caches in this order: tools, system, messages.
     if request.tools:
-        body["tools"] = [
+        tools = [
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
-    if request.tool_choice:
-        body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
+        if cache:
+            tools[-1] = {**tools[-1], "cache_control": EPHEMERAL}
+        body["tools"] = tools
+    if request.system:
+        if cache:
+            body["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
+        else:
+            body["system"] = request.system
+    messages = to_anthropic_messages(request.messages, thinking=budget is not None)
+    body["messages"] = with_breakpoints(messages) if cache else messages
     return body
 
 
-def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def to_anthropic_messages(
+    messages: list[Message], *, thinking: bool = False
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for msg in messages:
-        blocks = _user_blocks(msg) if msg.role == "user" else _assistant_blocks(msg)
+        blocks = encode_blocks(msg, thinking=thinking)
         if not blocks:
             continue  # the API rejects empty content
         if out and out[-1]["role"] == msg.role:
@@ -102,9 +146,35 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
             # results ahead of text, as they must answer the previous turn.
             merged = out[-1]["content"] + blocks
             merged.sort(key=lambda b: b["type"] != "tool_result")  # stable
-            out[-1]["content"] = merged
+            out[-1] = {"role": msg.role, "content": merged}
         else:
             out.append({"role": msg.role, "content": blocks})
+    return out
+
+
+def encode_blocks(msg: Message, *, thinking: bool = False) -> list[dict[str, Any]]:
+    """One history message as content blocks: a pure function of the message
+    and the setting, so its bytes never change between steps."""
+    return _user_blocks(msg) if msg.role == "user" else _assistant_blocks(msg, thinking)
+
+
+def with_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with cache breakpoints on the last message and on the last
+    user message before the final assistant message, on copies."""
+    marks = {len(messages) - 1}
+    for i in range(len(messages) - 1, 0, -1):
+        if messages[i]["role"] == "assistant":
+            marks.add(i - 1)
+            break
+    out = list(messages)
+    for i in sorted(marks):
+        if i < 0:
+            continue
+        blocks = list(out[i]["content"])
+        if blocks[-1]["type"] in _THINKING_BLOCKS:
+            continue  # the API takes no cache_control on thinking
+        blocks[-1] = {**blocks[-1], "cache_control": EPHEMERAL}
+        out[i] = {**out[i], "content": blocks}
     return out
 
 
@@ -129,15 +199,26 @@ def _user_blocks(msg: Message) -> list[dict[str, Any]]:
     return blocks
 
 
-def _assistant_blocks(msg: Message) -> list[dict[str, Any]]:
-    # Thinking is not sent back (it would need the signature we do not keep);
-    # an interrupted message goes as it was cut.
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": msg.text}] if msg.text else []
-    blocks += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-        for c in msg.tool_calls
-    ]
-    return blocks
+def _assistant_blocks(msg: Message, thinking: bool) -> list[dict[str, Any]]:
+    # Parts in the order they streamed; tool calls last, where the API puts
+    # them. An interrupted message goes as it was cut.
+    blocks: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for part in msg.parts:
+        if isinstance(part, TextPart) and part.text:
+            blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ToolCallPart):
+            c = part.call
+            calls.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+        elif isinstance(part, ThinkingPart) and thinking:
+            # Only as it came: a block without its signature would be refused.
+            if part.redacted:
+                blocks.append({"type": "redacted_thinking", "data": part.redacted})
+            elif part.signature:
+                blocks.append(
+                    {"type": "thinking", "thinking": part.text, "signature": part.signature}
+                )
+    return blocks + calls
 
 
 # --- response ---------------------------------------------------------------
@@ -170,6 +251,8 @@ class MessagesStreamParser:
     def __init__(self, http: ModelHTTP) -> None:
         self._http = http
         self._tools: dict[int, _ToolBlock] = {}
+        # Signature pieces of each thinking block, by index, until it stops.
+        self._thinking: dict[int, list[str]] = {}
         self._stop: str | None = None
         self._ready = 0
         self._usage = Usage()
@@ -193,7 +276,11 @@ class MessagesStreamParser:
         elif kind == "content_block_delta":
             return self._block_delta(data)
         elif kind == "content_block_stop":
-            block = self._tools.get(as_int(data.get("index")))
+            index = as_int(data.get("index"))
+            signature = self._thinking.pop(index, None)
+            if signature is not None:
+                return [ThinkingEnd("".join(signature))]
+            block = self._tools.get(index)
             if block is not None:
                 block.stopped = True
         elif kind == "message_delta":
@@ -225,8 +312,12 @@ class MessagesStreamParser:
         kind = block.get("type")
         if kind == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]
-        if kind == "thinking" and block.get("thinking"):
-            return [ThinkingDelta(str(block["thinking"]))]
+        if kind == "thinking":
+            signature = block.get("signature")
+            self._thinking[as_int(data.get("index"))] = [signature] if signature else []
+            return [ThinkingDelta(str(block["thinking"]))] if block.get("thinking") else []
+        if kind == "redacted_thinking":
+            return [RedactedThinking(str(block.get("data") or ""))]
         if kind == "tool_use":
             initial = block.get("input")
             tool = _ToolBlock(
@@ -247,11 +338,15 @@ class MessagesStreamParser:
             return [TextDelta(str(delta["text"]))]
         if kind == "thinking_delta" and delta.get("thinking"):
             return [ThinkingDelta(str(delta["thinking"]))]
-        if kind == "input_json_delta":
+        if kind == "signature_delta":
+            pieces = self._thinking.get(as_int(data.get("index")))
+            if pieces is not None:
+                pieces.append(str(delta.get("signature") or ""))
+        elif kind == "input_json_delta":
             tool = self._tools.get(as_int(data.get("index")))
             if tool is not None:
                 tool.json.append(str(delta.get("partial_json") or ""))
-        return []  # signature_delta and future kinds carry nothing we show
+        return []  # future kinds carry nothing we show
 
     def _release_calls(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []
@@ -278,6 +373,11 @@ class MessagesStreamParser:
         )
         if inputs:
             self._usage.input_tokens = inputs
+        read, write = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+        if isinstance(read, int):
+            self._usage.cache_read_tokens = read
+        if isinstance(write, int):
+            self._usage.cache_write_tokens = write
         if "output_tokens" in usage:
             self._usage.output_tokens = as_int(usage["output_tokens"])  # a running total
 

@@ -33,6 +33,15 @@ class ProviderConfig:
     max_retries: int = 3
     max_retry_after: float = 30.0  # a longer Retry-After fails fast
     extra_headers: tuple[tuple[str, str], ...] = ()
+    # The main model's settings (requests of purpose "main"); None: the
+    # family's default (`agentd.providers.models`).
+    max_output_tokens: int | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None  # Anthropic extended thinking; None = off
+    reasoning_model: bool | None = None  # OpenAI reasoning dialect, by name if None
+    replay_reasoning: bool | None = None  # compatible servers' reasoning text sent back
+    # Anthropic cache_control breakpoints (OpenAI caches prefixes by itself).
+    prompt_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in ("openai", "anthropic"):

@@ -388,19 +388,96 @@ def _status_error(
             retry_after=retry_after,
         )
     return ModelHTTPError(
-        head + tail + _hint(status, config),
+        head + tail + _hint(status, config, body, detail),
         status=status,
         retryable=retryable,
         retry_after=retry_after,
     )
 
 
-def _hint(status: int, config: ProviderConfig) -> str:
+def _hint(status: int, config: ProviderConfig, body: bytes = b"", detail: str = "") -> str:
     if status in (401, 403):
         return " — check AGENTD_API_KEY" if config.api_key else " — AGENTD_API_KEY is not set"
     if status == 404 or 300 <= status < 400:
         return " — check AGENTD_BASE_URL and AGENTD_MODEL"
+    if status in (400, 422):
+        advice = _parameter_advice(rejected_parameter(body, detail), config, detail)
+        return f" — {advice}" if advice else ""
     return ""
+
+
+# How endpoints name the request field they refuse: OpenAI's `error.param`,
+# or the words of OpenAI ("Unsupported parameter: 'max_tokens'"), of vLLM and
+# other compatible servers ("Unrecognized request argument supplied: x",
+# "Extra inputs are not permitted" at a field) and of Anthropic
+# ("thinking.budget_tokens: Input should be ...").
+_PARAM_PATTERNS = (
+    re.compile(r"[Uu]nsupported (?:parameter|value): '([\w.]+)'"),
+    re.compile(r"[Uu]nrecognized request arguments? supplied: ([\w.]+)"),
+    re.compile(r"^([a-z_]+(?:\.[a-z_]+)*): "),
+    re.compile(r"`([a-z_]+(?:\.[a-z_]+)*)`"),
+    re.compile(r"'([a-z_]+)'"),
+)
+
+
+def rejected_parameter(body: bytes, detail: str) -> str | None:
+    """The request field a 400 names, if any."""
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    if isinstance(param, str) and param:
+        return param
+    for pattern in _PARAM_PATTERNS:
+        match = pattern.search(detail)
+        if match:
+            return match.group(1)
+    return None
+
+
+_REASONING_TEXT_ADVICE = (
+    "this endpoint is particular about reasoning text in the history: "
+    "set replayReasoning = true (or false) in the agentd config"
+)
+# (provider kind, refused field) -> what to change in agentd's settings.
+_PARAMETER_ADVICE = {
+    ("openai", "max_tokens"): (
+        "this model takes max_completion_tokens, not max_tokens: "
+        "set reasoningModel = true in the agentd config"
+    ),
+    ("openai", "max_completion_tokens"): (
+        "this endpoint takes max_tokens: set reasoningModel = false in the agentd config"
+    ),
+    ("openai", "reasoning_effort"): (
+        "set reasoningEffort to a level this model takes, or remove it from the agentd config"
+    ),
+    ("anthropic", "thinking"): (
+        "check thinking.budgetTokens (at least 1024 and below maxOutputTokens) in the "
+        "agentd config, or turn thinking off for a model that cannot think"
+    ),
+    ("anthropic", "max_tokens"): (
+        "check maxOutputTokens in the agentd config against this model's output limit"
+    ),
+    ("anthropic", "cache_control"): (
+        "this endpoint takes no cache_control: set promptCaching = false in the agentd config"
+    ),
+}
+
+
+def _parameter_advice(param: str | None, config: ProviderConfig, detail: str) -> str:
+    """What to change in agentd's settings when an endpoint refuses a field it sent."""
+    if "reasoning_content" in detail:
+        # DeepSeek's thinking models require it back after a tool call; other
+        # servers refuse it in the history.
+        return _REASONING_TEXT_ADVICE
+    if param is None:
+        return ""
+    leaf = param.rsplit(".", 1)[-1]
+    if "thinking" in param or leaf == "budget_tokens":
+        leaf = "thinking"
+    return _PARAMETER_ADVICE.get((config.kind, leaf), "")
 
 
 def provider_message(payload: bytes | str | Mapping[str, Any]) -> str:

@@ -1,4 +1,11 @@
-"""OpenAI-compatible Chat Completions (OpenAI, DashScope/Qwen, vLLM, Ollama, llama.cpp)."""
+"""OpenAI-compatible Chat Completions (OpenAI, DashScope/Qwen, vLLM, Ollama, llama.cpp).
+
+The request is built so that its prefix stays byte-identical from one step
+of a conversation to the next (OpenAI and several compatible servers cache
+prompts by prefix): fixed keys first, then the tools in the order given,
+then the messages last, each message encoded by a pure function of that
+message and the model's settings, so a step only appends.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from agentd.messages import (
     Message,
     ReminderPart,
     TextPart,
+    ThinkingPart,
     ToolCall,
     render_reminder,
 )
@@ -28,6 +36,7 @@ from agentd.providers.base import (
     ToolCallStarted,
     Usage,
 )
+from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
     HTTPProvider,
     ModelHTTP,
@@ -35,6 +44,7 @@ from agentd.providers.http import (
     parse_tool_arguments,
     provider_message,
 )
+from agentd.providers.models import SIDE_QUERY_REASONING_ALLOWANCE, ModelTraits, openai_traits
 from agentd.providers.sse import SSEEvent
 
 _STOP_REASONS: dict[str, StopReason] = {
@@ -55,7 +65,7 @@ class OpenAIProvider(HTTPProvider):
         model = request.model or self.config.model_for(request.purpose)
         return self._http.stream(
             self._url,
-            request_body(request, model),
+            request_body(request, model, self.config),
             headers=headers,
             purpose=request.purpose,
             on_sent=request.on_sent,
@@ -112,16 +122,38 @@ def _entry_length(entry: dict[str, Any]) -> int | None:
 # --- request ----------------------------------------------------------------
 
 
-def request_body(request: ModelRequest, model: str) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": to_chat_messages(request.system, request.messages),
-        # max_tokens rather than max_completion_tokens: every compatible
-        # server (vLLM, Ollama, llama.cpp, DashScope) understands it.
-        "max_tokens": request.max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+def traits_for(model: str, config: ProviderConfig) -> ModelTraits:
+    """The model's traits; the user's overrides are about the configured main model."""
+    if model == config.model:
+        return openai_traits(
+            model,
+            reasoning_model=config.reasoning_model,
+            replay_reasoning=config.replay_reasoning,
+        )
+    return openai_traits(model)
+
+
+def request_body(
+    request: ModelRequest, model: str, config: ProviderConfig | None = None
+) -> dict[str, Any]:
+    config = config or ProviderConfig(model=model)
+    traits = traits_for(model, config)
+    main = request.purpose == "main"
+    if request.max_tokens is not None:
+        cap = request.max_tokens
+        if traits.reasoning and not main:
+            cap += SIDE_QUERY_REASONING_ALLOWANCE  # a side query's cap is for its answer
+    else:
+        cap = (config.max_output_tokens if main else None) or traits.max_output_tokens
+    effort = config.reasoning_effort if main else traits.side_effort
+    body: dict[str, Any] = {"model": model}
+    # Reasoning models reject max_tokens; compatible servers (vLLM, Ollama,
+    # llama.cpp, DashScope, DeepSeek) understand nothing else.
+    body["max_completion_tokens" if traits.reasoning else "max_tokens"] = cap
+    if effort is not None:
+        body["reasoning_effort"] = effort
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.tools:
@@ -138,17 +170,28 @@ def request_body(request: ModelRequest, model: str) -> dict[str, Any]:
         ]
     if request.tool_choice:
         body["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
+    # Last, so that the bytes of one step's request are a prefix of the next one's.
+    body["messages"] = to_chat_messages(
+        request.system, request.messages, replay_reasoning=traits.replay_reasoning
+    )
     return body
 
 
-def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+def to_chat_messages(
+    system: str, messages: list[Message], *, replay_reasoning: bool = False
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for msg in messages:
-        if msg.role == "user":
-            out.extend(_user_messages(msg))
-        else:
-            out.extend(_assistant_message(msg))
+        out.extend(encode_message(msg, replay_reasoning=replay_reasoning))
     return out
+
+
+def encode_message(msg: Message, *, replay_reasoning: bool = False) -> list[dict[str, Any]]:
+    """One history message as Chat Completions messages: a pure function of
+    the message and the setting, so its bytes never change between steps."""
+    if msg.role == "user":
+        return _user_messages(msg)
+    return _assistant_message(msg, replay_reasoning)
 
 
 def _user_messages(msg: Message) -> list[dict[str, Any]]:
@@ -181,12 +224,19 @@ def _user_messages(msg: Message) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant_message(msg: Message) -> list[dict[str, Any]]:
-    # Thinking is not sent back; an interrupted message goes as it was cut.
+def _assistant_message(msg: Message, replay_reasoning: bool) -> list[dict[str, Any]]:
+    # Reasoning text goes back only to the families that require it after a
+    # tool call (`agentd.providers.models`); OpenAI itself rejects the field.
+    # An interrupted message goes as it was cut.
     text, calls = msg.text, msg.tool_calls
     if not text and not calls:
         return []  # e.g. cancelled before any output; the API rejects it empty
     out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if replay_reasoning and calls:
+        thinking = [p for p in msg.parts if isinstance(p, ThinkingPart) and not p.redacted]
+        name = next((p.source for p in thinking if p.source), "reasoning_content")
+        # Sent even when empty: DeepSeek refuses a tool-call message without it.
+        out[name] = "".join(p.text for p in thinking)
     if calls:
         out["tool_calls"] = [
             {
@@ -241,7 +291,9 @@ class ChatStreamParser:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = Usage(
-                as_int(usage.get("prompt_tokens")), as_int(usage.get("completion_tokens"))
+                as_int(usage.get("prompt_tokens")),
+                as_int(usage.get("completion_tokens")),
+                cache_read_tokens=_cached_tokens(usage),
             )
         out: list[StreamEvent] = []
         for choice in chunk.get("choices") or ():
@@ -275,9 +327,11 @@ class ChatStreamParser:
         return self._http.fail(f"{self._http.host} reported an error: {detail or 'no details'}")
 
     def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            out.append(ThinkingDelta(reasoning))
+        for source in ("reasoning_content", "reasoning"):
+            reasoning = delta.get(source)
+            if isinstance(reasoning, str) and reasoning:
+                out.append(ThinkingDelta(reasoning, source))
+                break
         content = delta.get("content")
         if isinstance(content, str) and content:
             out.append(TextDelta(content))
@@ -325,3 +379,14 @@ class ChatStreamParser:
                 )
         self._ready = len(out)
         return out
+
+
+def _cached_tokens(usage: dict[str, Any]) -> int | None:
+    """Prompt tokens served from the cache, if the server says:
+    `prompt_tokens_details.cached_tokens` (OpenAI, vLLM), `prompt_cache_hit_tokens`
+    (DeepSeek)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) else None

@@ -84,3 +84,54 @@ def test_context_window_and_compaction_settings(tmp_path: Path) -> None:
     assert bad.context_window_for("m") == 0 and bad.compaction.threshold == 0.8
     assert any("contextWindow" in p for p in bad.problems)
     assert any("compaction.threshold" in p for p in bad.problems)
+
+
+def test_model_settings_from_file_in_snake_or_camel_case(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        'max_output_tokens = 20000\nreasoning_effort = "high"\n'
+        "reasoning_model = true\nthinking = { budget_tokens = 8000 }\n"
+    )
+    s = load_settings(None, env={}, config_file=cfg)
+    assert s.problems == ()
+    pc = s.provider_config()
+    assert (pc.max_output_tokens, pc.reasoning_effort, pc.thinking_budget) == (20000, "high", 8000)
+    assert pc.reasoning_model is True and pc.replay_reasoning is None and pc.prompt_caching
+    camel = load_settings(
+        {"thinking": {"budgetTokens": 4096}, "promptCaching": False, "replayReasoning": True},
+        env={},
+        config_file=tmp_path / "x",
+    )
+    pc = camel.provider_config()
+    assert (pc.thinking_budget, pc.prompt_caching, pc.replay_reasoning) == (4096, False, True)
+
+
+def test_model_settings_from_the_environment(tmp_path: Path) -> None:
+    env = {
+        "AGENTD_MAX_OUTPUT_TOKENS": "16000",
+        "AGENTD_REASONING_EFFORT": "low",
+        "AGENTD_THINKING_BUDGET": "2048",
+    }
+    pc = load_settings(None, env=env, config_file=tmp_path / "x").provider_config()
+    assert (pc.max_output_tokens, pc.reasoning_effort, pc.thinking_budget) == (16000, "low", 2048)
+
+
+def test_bad_model_settings_are_problems_and_stay_off(tmp_path: Path) -> None:
+    s = load_settings(
+        {"reasoningEffort": "extreme", "thinking": {"budgetTokens": 100}},
+        env={},
+        config_file=tmp_path / "x",
+    )
+    assert s.reasoning_effort is None and s.thinking is None
+    assert any("reasoningEffort" in p for p in s.problems)
+    assert any("thinking" in p for p in s.problems)
+    # A budget the API would refuse with every request: thinking off, and said so.
+    s = load_settings(
+        {"maxOutputTokens": 4000, "thinking": {"budgetTokens": 4000}},
+        env={},
+        config_file=tmp_path / "x",
+    )
+    assert s.thinking is None and s.max_output_tokens == 4000
+    assert s.problems == (
+        "setting thinking.budgetTokens: 4000 must be below maxOutputTokens (4000); thinking is off",
+    )

@@ -28,6 +28,7 @@ from agentd.providers import (
     StreamEvent,
     TextDelta,
     ThinkingDelta,
+    ThinkingEnd,
     ToolCallReady,
     ToolCallStarted,
     Usage,
@@ -172,9 +173,10 @@ async def test_text_thinking_and_usage() -> None:
     assert error is None
     assert events == [
         ThinkingDelta("hmm"),
+        ThinkingEnd("sig"),
         TextDelta("Hel"),
         TextDelta("lo"),
-        StreamEnd("end_turn", Usage(100, 42)),
+        StreamEnd("end_turn", Usage(100, 42, cache_read_tokens=90)),
     ]
 
 
@@ -197,7 +199,7 @@ async def test_tool_use_assembled_from_json_deltas() -> None:
         ToolCallStarted("toolu_2", "list_dir"),
         ToolCallReady(ToolCall("toolu_1", "read_file", {"path": "a.py"})),
         ToolCallReady(ToolCall("toolu_2", "list_dir", {})),
-        StreamEnd("tool_use", Usage(10, 5)),
+        StreamEnd("tool_use", Usage(10, 5, 0)),
     ]
 
 
@@ -216,7 +218,7 @@ async def test_tool_use_assembled_from_json_deltas() -> None:
 async def test_stop_reasons(reason: str, expected: str) -> None:
     server = Server(reply(start(), *text_block(0, "x"), *end(reason)))
     events, _ = await collect(provider(server))
-    assert events[-1] == StreamEnd(expected, Usage(10, 5))  # type: ignore[arg-type]
+    assert events[-1] == StreamEnd(expected, Usage(10, 5, 0))  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio
@@ -224,7 +226,7 @@ async def test_tool_cut_by_max_tokens_is_dropped() -> None:
     server = Server(reply(start(), *tool_block(0, "t1", "write", '{"a": "b'), *end("max_tokens")))
     events, error = await collect(provider(server))
     assert error is None
-    assert events == [ToolCallStarted("t1", "write"), StreamEnd("max_tokens", Usage(10, 5))]
+    assert events == [ToolCallStarted("t1", "write"), StreamEnd("max_tokens", Usage(10, 5, 0))]
 
 
 @pytest.mark.asyncio
@@ -232,7 +234,7 @@ async def test_stream_ending_after_stop_reason_completes() -> None:
     server = Server(reply(start(), *text_block(0, "x"), end("end_turn")[0]))
     events, error = await collect(provider(server))
     assert error is None
-    assert events[-1] == StreamEnd("end_turn", Usage(10, 5))
+    assert events[-1] == StreamEnd("end_turn", Usage(10, 5, 0))
 
 
 # --- broken streams ---------------------------------------------------------
@@ -302,7 +304,7 @@ async def test_crlf_comments_and_one_byte_reads() -> None:
     server = Server(reply(*[raw[i : i + 1] for i in range(len(raw))]))
     events, error = await collect(provider(server))
     assert error is None
-    assert events == [TextDelta("ok"), StreamEnd("end_turn", Usage(10, 5))]
+    assert events == [TextDelta("ok"), StreamEnd("end_turn", Usage(10, 5, 0))]
 
 
 @pytest.mark.asyncio

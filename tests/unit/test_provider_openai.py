@@ -158,7 +158,11 @@ async def test_reasoning_is_thinking() -> None:
         )
     )
     events, _ = await collect(provider(server))
-    assert events[:3] == [ThinkingDelta("hmm"), ThinkingDelta(" ok"), TextDelta("A")]
+    assert events[:3] == [
+        ThinkingDelta("hmm", "reasoning_content"),
+        ThinkingDelta(" ok", "reasoning"),
+        TextDelta("A"),
+    ]
 
 
 @pytest.mark.asyncio
@@ -357,7 +361,7 @@ async def test_request_body_with_tools_and_forced_choice() -> None:
     assert server.body() == {
         "model": "gpt-mini",  # side queries use the fast model
         "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-        "max_tokens": 4096,
+        "max_tokens": 8192,  # the family's default cap: the request set none
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": 0.0,
