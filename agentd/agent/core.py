@@ -22,7 +22,6 @@ from agentd.agent.session import ClientToolRunner, Session
 from agentd.agent.tools import ToolConfig, call_locations
 from agentd.agent.turn import (
     CANCELLED_RESULT,
-    MAX_OUTPUT_TOKENS,
     PromptOutcome,
     TurnContext,
     TurnLimits,
@@ -58,6 +57,7 @@ from agentd.messages import (
     clean_text,
 )
 from agentd.providers.base import ModelProvider, Usage
+from agentd.providers.models import main_output_cap
 from agentd.tasks import Supervisor
 from agentd.transcript import (
     EMPTY_TITLE,
@@ -101,6 +101,7 @@ class AgentCore:
         self.files = OpenFiles(OPEN_TRANSCRIPTS)
         self.catalog = SessionCatalog(home)
         model = settings.effective_model()
+        pc = settings.provider_config()
         self.window = ContextWindow(model, settings.context_window_for(model))
         c = settings.compaction
         self.compactor = Compactor(
@@ -110,8 +111,14 @@ class AgentCore:
             options=CompactionOptions(
                 c.enabled, c.threshold, c.keep_recent, c.keep_tool_results, c.summary_max_tokens
             ),
-            fast_model=settings.provider_config().fast_model,
-            max_output=MAX_OUTPUT_TOKENS,
+            fast_model=pc.fast_model,
+            max_output=main_output_cap(
+                pc.kind,
+                model,
+                max_output_tokens=pc.max_output_tokens,
+                thinking_budget=pc.thinking_budget,
+                reasoning_model=pc.reasoning_model,
+            ),
             commit=self._commit_compaction,
         )
 

@@ -61,9 +61,11 @@ from agentd.messages import (
 from agentd.providers.base import (
     ModelProvider,
     ModelRequest,
+    RedactedThinking,
     StreamEnd,
     TextDelta,
     ThinkingDelta,
+    ThinkingEnd,
     ToolCallReady,
     Usage,
 )
@@ -73,8 +75,6 @@ log = logging.getLogger(__name__)
 StopReason = Literal["end_turn", "max_turns", "token_limit", "refusal", "max_tokens", "error"]
 
 CANCELLED_RESULT = "The user cancelled this tool call before it finished."
-# The room a main request asks for its answer (`max_tokens`).
-MAX_OUTPUT_TOKENS = 8192
 
 SYSTEM_PROMPT = """\
 You are agentd, a coding agent working inside the user's editor on the \
@@ -112,7 +112,8 @@ class TurnContext:
     model: str
     limits: TurnLimits
     memory: MemoryHooks
-    max_tokens: int = MAX_OUTPUT_TOKENS
+    # None: the provider's configured cap (`maxOutputTokens`, else the model family's).
+    max_tokens: int | None = None
     # Counts the context and compacts it; None: neither (the history just grows).
     compactor: Compactor | None = None
     tools: ToolConfig = field(default_factory=ToolConfig)
@@ -150,8 +151,8 @@ async def run_prompt(
         session.turns += 1
         if not session.title:
             session.title = text.strip().splitlines()[0][:80] if text.strip() else "(empty)"
-        parts: list[Part] = [TextPart(prompt)] if isinstance(prompt, str) else list(prompt)
-        session.append(Message("user", parts))
+        given: list[Part] = [TextPart(prompt)] if isinstance(prompt, str) else list(prompt)
+        session.append(Message("user", [*_date_reminder(session), *given]))
         tools = DaemonTools(session.workspace_root, ctx.tools)
         # One scheduler yield (not a wait): a recall task that can finish without
         # awaiting anything, such as the local tier, settles here.
@@ -181,7 +182,8 @@ async def run_prompt(
             step += 1
             room = ctx.max_tokens
             if ctx.compactor is not None:
-                room = min(room, ctx.compactor.answer_room(session))
+                fit = ctx.compactor.answer_room(session)
+                room = fit if room is None else min(room, fit)
             request = ModelRequest(
                 model=ctx.model,
                 system=system,
@@ -189,6 +191,7 @@ async def run_prompt(
                 tools=specs,
                 purpose="main",
                 max_tokens=room,
+                cache=True,
                 on_sent=session.request_sent.set,
             )
             try:
@@ -253,13 +256,30 @@ def _tool_specs(session: Session) -> list[ToolSpec]:
 
 
 async def _system_prompt(ctx: TurnContext, session: Session) -> str:
+    # The same bytes on every step and every prompt until the user edits an
+    # instruction file: providers cache the request by its prefix, and the
+    # system prompt comes first. The date, which changes by itself, is not
+    # here (see `_date_reminder`).
     base = SYSTEM_PROMPT.format(root=session.workspace_root)
     extra = await ctx.memory.system_context(session)
-    date = time.strftime("%Y-%m-%d")
-    text = f"{base}\n\nToday's date is {date}."
-    if session.mode == modes.ASK:
-        text = f"{text}\n\n{modes.ASK_MODE_NOTE}"
+    text = f"{base}\n\n{modes.ASK_MODE_NOTE}" if session.mode == modes.ASK else base
     return f"{text}\n\n{extra}" if extra else text
+
+
+DATE_SOURCE = "date"
+
+
+def _date_reminder(session: Session) -> list[ReminderPart]:
+    """Today's date, as a reminder on the prompt's user message, when the
+    session's history has not been told it yet (its first prompt, a new day,
+    a history restored without it). In the history, not the system prompt, so
+    that a new day does not change the prefix of every request after it."""
+    today = f"Today's date is {time.strftime('%Y-%m-%d')}."
+    for message in reversed(session.history):
+        for part in message.parts:
+            if isinstance(part, ReminderPart) and part.source == DATE_SOURCE:
+                return [] if part.text == today else [ReminderPart(today, DATE_SOURCE)]
+    return [ReminderPart(today, DATE_SOURCE)]
 
 
 def _attach_reminder(message: Message, reminder: ReminderPart, point: str, position: int) -> None:
@@ -279,21 +299,15 @@ async def _stream_step(
     usage: Usage,
 ) -> tuple[StreamEnd, list[ToolCall]]:
     assistant = Message("assistant")
-    text: list[str] = []
-    thinking: list[str] = []
+    parts = _Assembly()
     calls: list[ToolCall] = []
     end: StreamEnd | None = None
 
     def keep_partial(interrupted: bool) -> None:
-        parts: list[Part] = []
-        if thinking:
-            parts.append(ThinkingPart("".join(thinking)))
-        if text:
-            parts.append(TextPart("".join(text)))
-        parts.extend(ToolCallPart(c) for c in calls)
-        assistant.parts = parts
+        assistant.parts = parts.finish()
+        assistant.parts.extend(ToolCallPart(c) for c in calls)
         assistant.interrupted = interrupted
-        if parts:
+        if assistant.parts:
             session.append(assistant)
 
     # The model's output enters the history here: valid Unicode only. A
@@ -306,12 +320,19 @@ async def _stream_step(
         async for event in stream:
             if isinstance(event, TextDelta):
                 if chunk := text_in.feed(event.text):
-                    text.append(chunk)
+                    parts.text(chunk)
                     emit(MessageChunk(chunk))
             elif isinstance(event, ThinkingDelta):
                 if chunk := thinking_in.feed(event.text):
-                    thinking.append(chunk)
+                    parts.thinking(chunk, event.source)
                     emit(ThoughtChunk(chunk))
+            elif isinstance(event, ThinkingEnd):
+                if rest := thinking_in.flush():
+                    parts.thinking(rest, "")
+                    emit(ThoughtChunk(rest))
+                parts.thinking_end(event.signature)
+            elif isinstance(event, RedactedThinking):
+                parts.redacted(event.data)
             elif isinstance(event, ToolCallReady):
                 call = event.call
                 calls.append(
@@ -319,13 +340,12 @@ async def _stream_step(
                 )
             elif isinstance(event, StreamEnd):
                 end = event
-                for joiner, kept, chunk_kind in (
-                    (text_in, text, MessageChunk),
-                    (thinking_in, thinking, ThoughtChunk),
-                ):
-                    if rest := joiner.flush():
-                        kept.append(rest)
-                        emit(chunk_kind(rest))
+                if rest := thinking_in.flush():
+                    parts.thinking(rest, "")
+                    emit(ThoughtChunk(rest))
+                if rest := text_in.flush():
+                    parts.text(rest)
+                    emit(MessageChunk(rest))
     except (ModelError, asyncio.CancelledError):
         # Partial output stays in history, marked interrupted; tool calls that
         # were complete are dropped because they will never run.
@@ -339,15 +359,21 @@ async def _stream_step(
         keep_partial(interrupted=True)
         raise ModelStreamInterrupted("the model stream ended without a final event")
     keep_partial(interrupted=False)
-    usage.input_tokens += end.usage.input_tokens
-    usage.output_tokens += end.usage.output_tokens
-    session.tokens_used += end.usage.total
+    step = end.usage
+    usage.add(step)
+    session.tokens_used += step.total
     context, window = (0, 0)
     if ctx.compactor is not None:
-        context, window = ctx.compactor.observe(session, sent, end.usage)
+        context, window = ctx.compactor.observe(session, sent, step)
     emit(
         UsageReport(
-            end.usage.input_tokens, end.usage.output_tokens, session.tokens_used, context, window
+            step.input_tokens,
+            step.output_tokens,
+            session.tokens_used,
+            context,
+            window,
+            step.cache_read_tokens,
+            step.cache_write_tokens,
         )
     )
     return end, calls
@@ -369,6 +395,56 @@ class _Utf16Joiner:
     def flush(self) -> str:
         held, self._held = self._held, ""
         return clean_text(held)
+
+
+class _Assembly:
+    """An assistant message's thinking and text, as parts in the order they
+    streamed: a signed thinking block must go back to the provider exactly as
+    it came, in its place, so blocks are neither merged nor reordered."""
+
+    def __init__(self) -> None:
+        self._parts: list[Part] = []
+        self._pieces: list[str] = []
+        # The part the pieces belong to; a thinking part stays open until its end.
+        self._open: TextPart | ThinkingPart | None = None
+
+    def _flush(self) -> None:
+        if self._open is not None:
+            self._open.text = "".join(self._pieces)
+            self._pieces = []
+            self._open = None
+
+    def text(self, text: str) -> None:
+        if not isinstance(self._open, TextPart):
+            self._flush()
+            self._open = TextPart("")
+            self._parts.append(self._open)
+        self._pieces.append(text)
+
+    def thinking(self, text: str, source: str) -> None:
+        if not isinstance(self._open, ThinkingPart):
+            self._flush()
+            self._open = ThinkingPart("", source=source)
+            self._parts.append(self._open)
+        self._pieces.append(text)
+
+    def thinking_end(self, signature: str) -> None:
+        if not isinstance(self._open, ThinkingPart):
+            # A block that streamed no text (its thinking omitted) is still a block.
+            self._flush()
+            self._open = ThinkingPart("")
+            self._parts.append(self._open)
+        self._open.signature = signature
+        self._flush()
+
+    def redacted(self, data: str) -> None:
+        self._flush()
+        self._parts.append(ThinkingPart("", redacted=data))
+
+    def finish(self) -> list[Part]:
+        """The parts so far (a thinking block cut short stays without a signature)."""
+        self._flush()
+        return list(self._parts)
 
 
 async def _run_tools(

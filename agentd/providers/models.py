@@ -89,3 +89,21 @@ def openai_traits(
         side_effort=_side_effort(model) if reasoning else None,
         replay_reasoning=replay_reasoning,
     )
+
+
+def main_output_cap(
+    kind: str,
+    model: str,
+    *,
+    max_output_tokens: int | None = None,
+    thinking_budget: int | None = None,
+    reasoning_model: bool | None = None,
+) -> int:
+    """The output cap of a main request to `model` when nothing else limits
+    it: `maxOutputTokens`, else the family's default (Anthropic with thinking:
+    the budget and room for the answer)."""
+    if max_output_tokens:
+        return max_output_tokens
+    if kind == "anthropic":
+        return thinking_budget + THINKING_ANSWER_ROOM if thinking_budget else DEFAULT_MAX_OUTPUT
+    return openai_traits(model, reasoning_model=reasoning_model).max_output_tokens

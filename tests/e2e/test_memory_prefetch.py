@@ -260,7 +260,8 @@ async def test_memory_disabled_means_no_side_query(
         await c.prompt(sid, "deploy the release")
         assert memory_updates(c, sid) == []
         assert model_server.requests("recall") == []
-        assert "<system-reminder>" not in user_contents(model_server.requests("main")[0])[-1]
+        # No memory reminder (the date's is there: it is no memory).
+        assert "<memory " not in user_contents(model_server.requests("main")[0])[-1]
     finally:
         await c.lsp.shutdown_session()
 
@@ -513,7 +514,7 @@ async def test_model_tier_delivers_what_no_lexical_tier_can(
                 if case["query"] in str(r["body"]["messages"])
             ]
             assert len(mains) == 2
-            assert "<system-reminder>" not in user_contents(mains[0])[-1]  # no local recall
+            assert "<memory " not in user_contents(mains[0])[-1]  # no local recall
             last = mains[1]["body"]["messages"]
             assert last[-2]["role"] == "tool" and last[-1]["role"] == "user"
             assert doc["body"] in last[-1]["content"]

@@ -33,7 +33,9 @@ async def test_prompt_streams_chunks_and_result(
     model_server.enqueue({"chunks": ["Hello", ", ", "world"], "usage": {"input": 11, "output": 3}})
     sid = await client.new_session(workspace)
     result = await client.prompt(sid, "say hello")
-    assert result == {"stopReason": "end_turn", "usage": {"inputTokens": 11, "outputTokens": 3}}
+    # The cache figure is there because the server reported it (OpenAI always does).
+    usage = {"inputTokens": 11, "outputTokens": 3, "cacheReadTokens": 0}
+    assert result == {"stopReason": "end_turn", "usage": usage}
     chunks = [u["update"]["text"] for u in client.updates if u["update"]["kind"] == "message_chunk"]
     assert chunks == ["Hello", ", ", "world"]
     assert client.kinds(sid)[-1] == "usage"
@@ -44,7 +46,13 @@ async def test_prompt_streams_chunks_and_result(
     assert body["model"] == "test-model"
     assert body["stream"] is True
     assert body["messages"][0]["role"] == "system"
-    assert body["messages"][-1] == {"role": "user", "content": "say hello"}
+    # The date rides on the session's first user message, as a reminder, not
+    # in the system prompt: a new day must not change every request's prefix.
+    user = body["messages"][-1]
+    assert user["role"] == "user"
+    assert user["content"].startswith("<system-reminder>\nToday's date is ")
+    assert user["content"].endswith("</system-reminder>\n\nsay hello")
+    assert "Today's date" not in body["messages"][0]["content"]
     # No client tools beyond those declared; the daemon's own are offered.
     names = {t["function"]["name"] for t in body["tools"]}
     assert names == {
@@ -464,6 +472,7 @@ async def test_replay_shows_what_the_live_view_showed_and_the_token_count_goes_o
             # the answer, in a window the model's name does not tell (32k).
             "contextTokens": replayed[3]["contextTokens"],
             "contextWindow": 32_768,
+            "cacheReadTokens": 0,
         }
         assert 10 < replayed[3]["contextTokens"] < 40
         assert replayed[4] == {"kind": "prompt_end", "stopReason": "end_turn"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,10 @@ async def test_memory_and_tool_output_are_presented_as_data(
         # The memory note: inside one reminder, after the preamble, its fake closing tag defused.
         user = next(m for m in messages if m["role"] == "user")
         content = user["content"] if isinstance(user["content"], str) else json.dumps(user)
+        # The date's own reminder rides on the same message; set it aside.
+        content = re.sub(
+            r"\n*<system-reminder>\nToday's date is [^<]*</system-reminder>", "", content
+        )
         assert PREAMBLE in content
         assert content.count("<system-reminder>") == 1
         assert content.count("</system-reminder>") == 1

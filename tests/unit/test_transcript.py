@@ -205,8 +205,8 @@ def test_thinking_keeps_its_signature_redacted_data_and_source(tmp_path: Path) -
     assert loaded is not None
     assert loaded.history == [Message("assistant", parts)]
     assert [n for _, n in loaded.notes] == [
-        UsageReport(100, 5, 105, 90, 0),
-        UsageReport(10, 5, 120, None, None),
+        UsageReport(100, 5, 105, cache_read_tokens=90, cache_write_tokens=0),
+        UsageReport(10, 5, 120, cache_read_tokens=None, cache_write_tokens=None),
     ]
     # Lines written before thinking had these fields still load.
     old = {"role": "assistant", "parts": [{"type": "thinking", "text": "t"}]}
