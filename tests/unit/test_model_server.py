@@ -258,7 +258,12 @@ async def test_openai_non_stream(server: ModelServer, client: httpx.AsyncClient)
     call = message["tool_calls"][0]
     assert call["type"] == "function" and call["function"]["name"] == "grep"
     assert json.loads(call["function"]["arguments"]) == {"q": "x"}
-    assert completion["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    assert completion["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+    }
 
 
 # --- Anthropic ---------------------------------------------------------------------------

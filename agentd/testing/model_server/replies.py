@@ -30,7 +30,13 @@ LONG_LINE_BYTES = 1 << 20
 
 
 class BadRequest(Exception):
-    """The request body is not one the real API would accept (answered with 400)."""
+    """The request body is not one the real API would accept (answered with 400).
+    `param` and `code` fill OpenAI's error object."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,11 +53,14 @@ class Reply:
     text: str = ""
     chunks: tuple[str, ...] | None = None
     thinking: str = ""
+    # Anthropic: a redacted thinking block whose (opaque) data hides this text.
+    redacted_thinking: str = ""
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     stop_reason: str | None = None
     ttft: float = 0.0
     chunk_delay: float = 0.0
-    usage: tuple[int, int] | None = None
+    # input, output, cache read, cache write (the last two 0 unless scripted).
+    usage: tuple[int, int, int, int] | None = None
     status: int | None = None
     retry_after: str | None = None
     error_body: Any = None
@@ -105,9 +114,9 @@ def _tool_call(item: Any) -> ScriptedToolCall:
 
 _REPLY_KEYS = frozenset(
     {
-        "text", "chunks", "thinking", "toolCalls", "stopReason", "ttft", "chunkDelay",
-        "usage", "status", "retryAfter", "errorBody", "dropAfter", "stallAfter", "malformed",
-        "errorAfter",
+        "text", "chunks", "thinking", "redactedThinking", "toolCalls", "stopReason", "ttft",
+        "chunkDelay", "usage", "status", "retryAfter", "errorBody", "dropAfter", "stallAfter",
+        "malformed", "errorAfter",
     }
 )  # fmt: skip
 
@@ -131,14 +140,18 @@ def parse_reply(data: Mapping[str, Any]) -> Reply:
     if stop_reason is not None and stop_reason not in STOP_REASONS:
         raise ValueError(f"reply.stopReason must be one of {STOP_REASONS}")
     usage = data.get("usage")
-    usage_pair: tuple[int, int] | None = None
+    usage_four: tuple[int, int, int, int] | None = None
     if usage is not None:
         if not isinstance(usage, Mapping):
             raise ValueError("reply.usage must be an object")
-        pair = (usage.get("input", 0), usage.get("output", 0))
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in pair):
-            raise ValueError("reply.usage.input/output must be integers >= 0")
-        usage_pair = (int(pair[0]), int(pair[1]))
+        keys = ("input", "output", "cacheRead", "cacheWrite")
+        unknown_usage = set(usage) - set(keys)
+        if unknown_usage:
+            raise ValueError(f"unknown reply.usage keys: {sorted(unknown_usage)}")
+        four = [usage.get(k, 0) for k in keys]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in four):
+            raise ValueError("reply.usage.input/output/cacheRead/cacheWrite must be integers >= 0")
+        usage_four = (int(four[0]), int(four[1]), int(four[2]), int(four[3]))
     status = _count(data, "status")
     if status is not None and not 400 <= status <= 599:
         raise ValueError("reply.status must be an HTTP error status (400-599)")
@@ -155,11 +168,12 @@ def parse_reply(data: Mapping[str, Any]) -> Reply:
         text=_string(data, "text"),
         chunks=tuple(chunks) if chunks is not None else None,
         thinking=_string(data, "thinking"),
+        redacted_thinking=_string(data, "redactedThinking"),
         tool_calls=tuple(_tool_call(c) for c in tool_calls),
         stop_reason=stop_reason,
         ttft=_number(data, "ttft"),
         chunk_delay=_number(data, "chunkDelay"),
-        usage=usage_pair,
+        usage=usage_four,
         status=status,
         retry_after=retry_after,
         error_body=data.get("errorBody"),
@@ -435,8 +449,14 @@ class Output:
     text: list[str]
     tool_calls: list[OutToolCall]
     stop_reason: str
+    # All input tokens; of them, those read from and written to the prompt cache.
     input_tokens: int
     output_tokens: int
+    cache_read: int = 0
+    cache_write: int = 0
+    # Anthropic: the thinking block's signature, and a redacted block's data.
+    signature: str = ""
+    redacted: str = ""
 
 
 def word_chunks(text: str) -> list[str]:
@@ -455,9 +475,14 @@ def fragments(arguments: str) -> list[str]:
 
 
 def resolve(
-    reply: Reply, view: RequestView, request_id: int, default_args: Mapping[str, JSONDict]
+    reply: Reply,
+    view: RequestView,
+    request_id: int,
+    default_args: Mapping[str, JSONDict],
+    cached: tuple[int, int, int] | None = None,
 ) -> Output:
-    """Turn a reply into the exact pieces to stream for this request."""
+    """Turn a reply into the exact pieces to stream for this request.
+    `cached` is the prompt cache's (total, read, written) input tokens."""
     text = list(reply.chunks) if reply.chunks is not None else word_chunks(reply.text)
     if reply.malformed == "long_line":
         text.append("x" * LONG_LINE_BYTES)
@@ -474,11 +499,15 @@ def resolve(
         calls.append(OutToolCall(call_id, call.name, args_text, fragments(args_text)))
     stop = reply.stop_reason or ("tool_use" if calls else "end_turn")
     thinking = word_chunks(reply.thinking)
+    read = write = 0
     if reply.usage is not None:
-        input_tokens, output_tokens = reply.usage
+        input_tokens, output_tokens, read, write = reply.usage
     else:
         out_chars = sum(map(len, text)) + sum(map(len, thinking))
         out_chars += sum(len(c.name) + len(c.arguments) for c in calls)
-        input_tokens = view.input_tokens
+        if cached is not None:
+            input_tokens, read, write = cached
+        else:
+            input_tokens = view.input_tokens
         output_tokens = max(1, out_chars // 4)
-    return Output(thinking, text, calls, stop, input_tokens, output_tokens)
+    return Output(thinking, text, calls, stop, input_tokens, output_tokens, read, write)

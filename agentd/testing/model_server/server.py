@@ -11,6 +11,8 @@ code path a real provider uses. It speaks:
     POST /_agentd/latency        {"purpose", "seconds"}
     POST /_agentd/default_arguments  {"tool", "arguments"}
     POST /_agentd/context_window {"tokens": N or null}
+    POST /_agentd/model          {"name", "reasoning"?, "replayReasoning"?}
+    POST /_agentd/cache          {"enabled"?, "minTokens"?, "ttl"?}
     GET  /_agentd/log            every log entry, as a JSON array
     POST /_agentd/reset
 
@@ -35,8 +37,18 @@ that forces a tool, the stand-in summariser (`summarise.py`), else
 "Tool result received: ..."; otherwise `!tool`/`!ttft`/`!delay`/`!chunks`/
 `!status` directives or an echo).
 Reply dicts are documented in `replies.parse_reply`'s keys:
-text, chunks, thinking, toolCalls, stopReason, ttft, chunkDelay, usage,
-status, retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
+text, chunks, thinking, redactedThinking, toolCalls, stopReason, ttft,
+chunkDelay, usage ({input, output, cacheRead?, cacheWrite?}), status,
+retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
+
+Requests are checked as the real APIs check them (`checks`): reasoning
+models refuse `max_tokens`, reasoning text in the history is refused or
+required by model, Anthropic thinking blocks must come back signed and
+unchanged, and with thinking on the assistant message that tool results
+answer must start with one (a reply then always carries thinking, as
+Claude's do). The prompt cache is emulated (`cache`): an unscripted reply's
+usage reports the tokens each API would have served from its cache, and the
+request's log entry records them.
 
 Content chunks (thinking pieces, text pieces, tool-argument fragments) are what
 `dropAfter`/`stallAfter`/`errorAfter` count. HTTP headers of a stream are sent
@@ -50,7 +62,8 @@ and drops, with `stallAfter` only its headers; `malformed: bad_json`
 truncates its JSON, `error_event` makes it a 500.
 
 Log entries, in order (and as JSON lines in `log_path`):
-    request      id, ts, purpose, api, path, headers (secrets redacted), body, replySource
+    request      id, ts, purpose, api, path, headers (secrets redacted), body, replySource,
+                 cache ({input, read, write}: the emulated cache's view of the prompt)
     first_chunk  id, ts                 the first content chunk was sent
     complete     id, ts                 the whole response was sent
     disconnect   id, ts, chunksSent     the client left before the end
@@ -63,6 +76,7 @@ Log entries, in order (and as JSON lines in `log_path`):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import json
 import logging
@@ -74,6 +88,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from agentd.testing.model_server.cache import PromptCache, TooManyBreakpoints
+from agentd.testing.model_server.checks import ModelRules, Signer, check_anthropic, check_openai
 from agentd.testing.model_server.http import ClientGone, Connection, HTTPError, Request
 from agentd.testing.model_server.replies import (
     Api,
@@ -166,6 +182,9 @@ class ModelServer:
         self._rules: list[_Rule] = []
         self._latency: dict[str, float] = {}
         self._default_args: dict[str, JSONDict] = {}
+        self.models = ModelRules()
+        self.cache = PromptCache()
+        self.signer = Signer()
         # Ids stay unique across reset() so that a waiter never confuses two requests.
         self._next_id = 0
         self._server: asyncio.Server | None = None
@@ -269,12 +288,50 @@ class ModelServer:
         """Hold a stream's headers until its first chunk (True) or send them at once."""
         self.hold_headers = bool(hold)
 
+    def set_model(
+        self, name: str, *, reasoning: bool | None = None, replay_reasoning: bool | None = None
+    ) -> None:
+        """Treat `name` as a reasoning model (or not), and say whether it
+        requires its reasoning text back after tool calls."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string")
+        for value in (reasoning, replay_reasoning):
+            if value is not None and not isinstance(value, bool):
+                raise ValueError("reasoning and replayReasoning must be booleans")
+        if reasoning is not None:
+            self.models.reasoning[name] = reasoning
+        if replay_reasoning is not None:
+            self.models.replay[name] = replay_reasoning
+
+    def configure_cache(
+        self,
+        *,
+        enabled: bool | None = None,
+        min_tokens: int | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        """The prompt cache emulation: on or off, its minimum prefix, its entries' life."""
+        if enabled is not None and not isinstance(enabled, bool):
+            raise ValueError("enabled must be a boolean")
+        if min_tokens is not None and (
+            isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0
+        ):
+            raise ValueError("minTokens must be an integer >= 0")
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0
+        ):
+            raise ValueError("ttl must be a number > 0")
+        self.cache.configure(enabled=enabled, min_tokens=min_tokens, ttl=ttl)
+
     def reset(self) -> None:
-        """Forget queued replies, rules, latencies, default arguments and the log."""
+        """Forget queued replies, rules, latencies, default arguments, model
+        settings, the prompt cache (and its settings) and the log."""
         self._queues.clear()
         self._rules.clear()
         self._latency.clear()
         self._default_args.clear()
+        self.models = ModelRules()
+        self.cache = PromptCache()
         self.log.clear()
         self._write_log_line({"type": "reset", "ts": time.time()})
 
@@ -425,6 +482,8 @@ class ModelServer:
             "latency": self._control_latency,
             "default_arguments": self._control_default_arguments,
             "context_window": self._control_context_window,
+            "model": self._control_model,
+            "cache": self._control_cache,
             "reset": self._control_reset,
         }
         handler = handlers.get(name)
@@ -490,6 +549,27 @@ class ModelServer:
         self.set_context_window(data.get("tokens"))
         return {}
 
+    def _control_model(self, data: JSONDict) -> JSONDict:
+        unknown = set(data) - {"name", "reasoning", "replayReasoning"}
+        if unknown:
+            raise ValueError(f"unknown keys: {sorted(unknown)}")
+        name = data.get("name")
+        if not isinstance(name, str):
+            raise ValueError("name must be a string")
+        self.set_model(
+            name, reasoning=data.get("reasoning"), replay_reasoning=data.get("replayReasoning")
+        )
+        return {}
+
+    def _control_cache(self, data: JSONDict) -> JSONDict:
+        unknown = set(data) - {"enabled", "minTokens", "ttl"}
+        if unknown:
+            raise ValueError(f"unknown keys: {sorted(unknown)}")
+        self.configure_cache(
+            enabled=data.get("enabled"), min_tokens=data.get("minTokens"), ttl=data.get("ttl")
+        )
+        return {}
+
     def _control_reset(self, data: JSONDict) -> JSONDict:
         self.reset()
         return {}
@@ -498,13 +578,26 @@ class ModelServer:
 
     async def _model_request(self, conn: Connection, request: Request, api: Api) -> bool:
         keep = request.keep_alive
+        thinking: int | None = None
         try:
             body = json.loads(request.body)
             view = inspect_request(api, body)
+            if api == "openai":
+                check_openai(body, self.models)
+                use = self.cache.openai(body)
+            else:
+                thinking = check_anthropic(body, self.signer)
+                use = self.cache.anthropic(body)
         except (ValueError, BadRequest) as exc:
-            message = f"invalid JSON body: {exc}" if isinstance(exc, ValueError) else str(exc)
+            # TooManyBreakpoints is a ValueError the API words itself.
+            if isinstance(exc, BadRequest | TooManyBreakpoints):
+                message = str(exc)
+            else:
+                message = f"invalid JSON body: {exc}"
+            param = exc.param if isinstance(exc, BadRequest) else None
+            code = exc.code if isinstance(exc, BadRequest) else None
             self._bad_request(request.path, 400, message)
-            body = _json_bytes(error_body(api, 400, message))
+            body = _json_bytes(error_body(api, 400, message, param=param, code=code))
             await conn.send(400, body, _JSON_HEADERS, keep_alive=keep)
             return True
         purpose = request.headers.get("x-agentd-purpose", "").strip() or "main"
@@ -515,6 +608,9 @@ class ModelServer:
             reply, source = overflow, "overflow"
         else:
             reply, source = self._choose(purpose, view)
+        if thinking is not None and not (reply.thinking or reply.redacted_thinking):
+            # With thinking on, Claude's answers always begin with it.
+            reply = dataclasses.replace(reply, thinking="Thinking about the request.")
         self._next_id += 1
         rid = self._next_id
         headers = {
@@ -531,6 +627,7 @@ class ModelServer:
                 "headers": headers,
                 "body": body,
                 "replySource": source,
+                "cache": {"input": use.total, "read": use.read, "write": use.write},
             }
         )
         progress = _Progress(rid)
@@ -541,7 +638,11 @@ class ModelServer:
                 return await self._fault_status(
                     conn, request, api, reply, rid, ttft, overflow=source == "overflow"
                 )
-            out = resolve(reply, view, rid, self._default_args)
+            out = resolve(reply, view, rid, self._default_args, (use.total, use.read, use.write))
+            if api == "anthropic":
+                out.signature = self.signer.sign("".join(out.thinking))
+                if reply.redacted_thinking:
+                    out.redacted = self.signer.redact(reply.redacted_thinking)
             if view.stream:
                 return await self._stream(conn, request, api, view, reply, out, progress, ttft)
             return await self._whole(conn, request, api, view, reply, out, progress, ttft)

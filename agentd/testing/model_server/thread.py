@@ -134,6 +134,26 @@ class ModelServerThread:
     def set_default_arguments(self, tool_name: str, arguments: dict[str, Any]) -> None:
         self._call(lambda: self.server.set_default_arguments(tool_name, arguments))
 
+    def set_model(
+        self, name: str, *, reasoning: bool | None = None, replay_reasoning: bool | None = None
+    ) -> None:
+        self._call(
+            lambda: self.server.set_model(
+                name, reasoning=reasoning, replay_reasoning=replay_reasoning
+            )
+        )
+
+    def configure_cache(
+        self,
+        *,
+        enabled: bool | None = None,
+        min_tokens: int | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        self._call(
+            lambda: self.server.configure_cache(enabled=enabled, min_tokens=min_tokens, ttl=ttl)
+        )
+
     def set_hold_headers(self, hold: bool) -> None:
         self._call(lambda: self.server.set_hold_headers(hold))
 

@@ -71,6 +71,18 @@ def _openai_usage(out: Output) -> JSONDict:
         "prompt_tokens": out.input_tokens,
         "completion_tokens": out.output_tokens,
         "total_tokens": out.input_tokens + out.output_tokens,
+        # Cached tokens are part of prompt_tokens.
+        "prompt_tokens_details": {"cached_tokens": out.cache_read, "audio_tokens": 0},
+    }
+
+
+def _anthropic_usage(out: Output, output_tokens: int) -> JSONDict:
+    # input_tokens is what was neither read from nor written to the cache.
+    return {
+        "input_tokens": max(0, out.input_tokens - out.cache_read - out.cache_write),
+        "cache_creation_input_tokens": out.cache_write,
+        "cache_read_input_tokens": out.cache_read,
+        "output_tokens": output_tokens,
     }
 
 
@@ -182,12 +194,7 @@ def anthropic_stream(out: Output, *, model: str, request_id: int) -> list[Frame]
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": out.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "output_tokens": 1,
-        },
+        "usage": _anthropic_usage(out, 1),
     }
     frames = [
         _event({"type": "message_start", "message": start_message}),
@@ -215,8 +222,10 @@ def anthropic_stream(out: Output, *, model: str, request_id: int) -> list[Frame]
         block(
             {"type": "thinking", "thinking": "", "signature": ""},
             [{"type": "thinking_delta", "thinking": t} for t in out.thinking],
-            [{"type": "signature_delta", "signature": _SIGNATURE}],
+            [{"type": "signature_delta", "signature": out.signature or _SIGNATURE}],
         )
+    if out.redacted:
+        block({"type": "redacted_thinking", "data": out.redacted}, [], [])
     if out.text:
         block(
             {"type": "text", "text": ""},
@@ -245,9 +254,12 @@ def anthropic_stream(out: Output, *, model: str, request_id: int) -> list[Frame]
 def anthropic_body(out: Output, *, model: str, request_id: int) -> JSONDict:
     content: list[JSONDict] = []
     if out.thinking:
+        signature = out.signature or _SIGNATURE
         content.append(
-            {"type": "thinking", "thinking": "".join(out.thinking), "signature": _SIGNATURE}
+            {"type": "thinking", "thinking": "".join(out.thinking), "signature": signature}
         )
+    if out.redacted:
+        content.append({"type": "redacted_thinking", "data": out.redacted})
     if out.text:
         content.append({"type": "text", "text": "".join(out.text)})
     content += [
@@ -262,12 +274,7 @@ def anthropic_body(out: Output, *, model: str, request_id: int) -> JSONDict:
         "content": content,
         "stop_reason": out.stop_reason,
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": out.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "output_tokens": out.output_tokens,
-        },
+        "usage": _anthropic_usage(out, out.output_tokens),
     }
 
 
@@ -291,7 +298,14 @@ _OPENAI_ERROR_TYPES = {
 }
 
 
-def error_body(api: Api, status: int, message: str | None = None) -> JSONDict:
+def error_body(
+    api: Api,
+    status: int,
+    message: str | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> JSONDict:
     """The error object each API sends with an error status."""
     text = message or f"{reason_phrase(status)} (scripted by the agentd model server)"
     if api == "anthropic":
@@ -299,9 +313,9 @@ def error_body(api: Api, status: int, message: str | None = None) -> JSONDict:
             status, "invalid_request_error" if status < 500 else "api_error"
         )
         return {"type": "error", "error": {"type": kind, "message": text}}
-    fallback = ("invalid_request_error", None) if status < 500 else ("server_error", None)
-    kind, code = _OPENAI_ERROR_TYPES.get(status, fallback)
-    return {"error": {"message": text, "type": kind, "param": None, "code": code}}
+    fallback = ("invalid_request_error", code) if status < 500 else ("server_error", code)
+    kind, known_code = _OPENAI_ERROR_TYPES.get(status, fallback)
+    return {"error": {"message": text, "type": kind, "param": param, "code": known_code}}
 
 
 def stream_error_frame(api: Api) -> Frame:
