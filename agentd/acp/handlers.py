@@ -281,11 +281,11 @@ async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams)
 def _cancelled(session: Session | None) -> dict[str, Any]:
     """A cancelled prompt's reply, with what it used before the cancel (nothing
     when it was cancelled before it started)."""
-    used = session.prompt_usage if session is not None else None
-    usage = {
-        "inputTokens": used.input_tokens if used is not None else 0,
-        "outputTokens": used.output_tokens if used is not None else 0,
-    }
+    usage = (
+        session.prompt_usage.to_json()
+        if session is not None
+        else {"inputTokens": 0, "outputTokens": 0}
+    )
     return {
         "stopReason": "cancelled",
         "_meta": {"agentd": {"stopReason": "cancelled", "usage": usage}},
