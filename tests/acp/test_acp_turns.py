@@ -109,7 +109,8 @@ async def test_commands_are_advertised_after_session_new_and_run_on_a_prompt(
     assert "cleared" in editor.text(sid)
     await daemon.prompt(session_id=sid, prompt=[text_block("fresh")])
     users = [m for m in main_requests(model_server)[-1]["body"]["messages"] if m["role"] == "user"]
-    assert [m["content"] for m in users] == ["fresh"]
+    # A cleared history is told today's date again, ahead of the prompt.
+    assert [m["content"].split("</system-reminder>\n\n")[-1] for m in users] == ["fresh"]
 
     await daemon.prompt(session_id=sid, prompt=[text_block("/init keep it short")])
     init = main_requests(model_server)[-1]["body"]["messages"][-1]["content"]
@@ -174,13 +175,15 @@ async def test_an_image_reaches_the_model_and_the_transcript_keeps_it_beside_it(
         await conn.prompt(session_id=sid, prompt=prompt)
         (request,) = main_requests(model_server)
         assert request["body"]["model"] == "vision-model"
-        assert request["body"]["messages"][-1]["content"] == [
+        date, *content = request["body"]["messages"][-1]["content"]
+        assert date["text"].startswith("<system-reminder>\nToday's date is")
+        assert content == [
             {"type": "text", "text": "what is this?"},
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
         ]
         # The next request still carries it (it is part of the conversation).
         await conn.prompt(session_id=sid, prompt=[text_block("and now?")])
-        assert main_requests(model_server)[-1]["body"]["messages"][1]["content"][1]["type"] == (
+        assert main_requests(model_server)[-1]["body"]["messages"][1]["content"][2]["type"] == (
             "image_url"
         )
 
@@ -204,7 +207,7 @@ async def test_an_image_reaches_the_model_and_the_transcript_keeps_it_beside_it(
         check_golden("session_update_user_message_chunk_image", image)
         await conn.prompt(session_id=sid, prompt=[text_block("still there?")])
         first_user = main_requests(model_server)[-1]["body"]["messages"][1]
-        assert first_user["content"][1]["image_url"]["url"].endswith(PIXEL)
+        assert first_user["content"][2]["image_url"]["url"].endswith(PIXEL)  # after the date
     assert again.schema_problems == []
 
 
@@ -259,5 +262,9 @@ async def test_a_cancelled_prompt_reports_the_usage_of_its_finished_steps(
     result = await turn
     assert result.stop_reason == "cancelled"
     assert result.field_meta == {
-        "agentd": {"stopReason": "cancelled", "usage": {"inputTokens": 120, "outputTokens": 7}}
+        "agentd": {
+            "stopReason": "cancelled",
+            # cacheReadTokens: the model server reports its cache, as OpenAI does.
+            "usage": {"inputTokens": 120, "outputTokens": 7, "cacheReadTokens": 0},
+        }
     }

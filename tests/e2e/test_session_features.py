@@ -170,7 +170,8 @@ async def test_slash_commands_run_the_same_code_over_lsp(
     users = [
         m for m in model_server.requests("main")[-1]["body"]["messages"] if m["role"] == "user"
     ]
-    assert [m["content"] for m in users] == ["again"]
+    # A cleared history is told today's date again, ahead of the prompt.
+    assert [m["content"].split("</system-reminder>\n\n")[-1] for m in users] == ["again"]
 
 
 async def test_image_content_parts_reach_the_model_and_replay(
@@ -189,7 +190,7 @@ async def test_image_content_parts_reach_the_model_and_replay(
         ]
         await c.request("agent/prompt", {"sessionId": sid, "prompt": content})
         last = model_server.requests("main")[-1]["body"]["messages"][-1]
-        assert last["content"][1] == {
+        assert last["content"][-1] == {
             "type": "image_url",
             "image_url": {"url": f"data:image/png;base64,{PIXEL}"},
         }
