@@ -106,6 +106,10 @@ def request_body(
     else:
         default = budget + THINKING_ANSWER_ROOM if budget else DEFAULT_MAX_OUTPUT
         cap = (config.max_output_tokens if main else None) or default
+    if budget and cap <= budget:
+        # A nearly full context window left less room than the budget: the
+        # API would refuse the request, so this one step does without thinking.
+        budget = None
     cache = request.cache and config.prompt_caching
     body: dict[str, Any] = {"model": model, "max_tokens": cap, "stream": True}
     if budget:

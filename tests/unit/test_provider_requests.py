@@ -319,3 +319,13 @@ def test_anthropic_request_prefix_only_grows_apart_from_the_marks() -> None:
     history += tool_step(2, [ThinkingPart("u", signature="s2")])
     second = json.dumps(strip_cache_control(anthropic_body(req, thinking_budget=2048)))
     assert second.startswith(first.removesuffix("]}"))
+
+
+def test_thinking_steps_aside_when_the_room_left_is_below_the_budget() -> None:
+    config = ProviderConfig(kind="anthropic", model="claude-sonnet-4-5", thinking_budget=4096)
+    request = ModelRequest("claude-sonnet-4-5", "sys", [Message("user", [TextPart("hi")])])
+    body = anthropic_wire.request_body(request, "claude-sonnet-4-5", config)
+    assert body["thinking"]["budget_tokens"] == 4096
+    request.max_tokens = 3000  # what a nearly full window leaves for the answer
+    body = anthropic_wire.request_body(request, "claude-sonnet-4-5", config)
+    assert "thinking" not in body and body["max_tokens"] == 3000
