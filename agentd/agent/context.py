@@ -164,10 +164,10 @@ def overhead_bytes(system: str, tools: list[ToolSpec]) -> int:
 
 
 def prompt_tokens(usage: Usage) -> int:
-    """The input tokens a request held, cached ones included (providers that
-    cache report the cached part apart from `input_tokens`)."""
-    cached = getattr(usage, "cache_read_tokens", 0) + getattr(usage, "cache_write_tokens", 0)
-    return usage.input_tokens + int(cached)
+    """The input tokens a request held, cached ones included: the providers'
+    parsers already count Anthropic's cache reads and writes, which its API
+    reports apart, in `input_tokens` (`cache_read_tokens` is a part of it)."""
+    return usage.input_tokens
 
 
 class Calibration:
