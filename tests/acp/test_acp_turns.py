@@ -122,9 +122,8 @@ async def test_commands_are_advertised_after_session_new_and_run_on_a_prompt(
     assert len(main_requests(model_server)) == before
     # A path is not a command: it is an ordinary prompt.
     await daemon.prompt(session_id=sid, prompt=[text_block("/etc/hosts: what is it?")])
-    assert main_requests(model_server)[-1]["body"]["messages"][-1]["content"] == (
-        "/etc/hosts: what is it?"
-    )
+    last = main_requests(model_server)[-1]["body"]["messages"][-1]["content"]
+    assert last.split("</system-reminder>\n\n")[-1] == "/etc/hosts: what is it?"
 
 
 async def test_the_session_title_is_sent_once_the_first_prompt_names_it(
