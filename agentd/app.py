@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from agentd.agent.core import AgentCore
+from agentd.agent.permission import PermissionAsker
 from agentd.agent.prefetch import MemoryRecall
 from agentd.agent.session import Session
 from agentd.agent.tools import client_tool_specs
-from agentd.config import Settings, load_settings
+from agentd.config import McpServerSettings, Settings, load_settings
 from agentd.errors import InvalidParams
+from agentd.mcp.manager import McpManager
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.memory.extraction import ExtractionService
 from agentd.messages import ToolSpec
@@ -55,6 +57,7 @@ class App:
     core: AgentCore
     memory: MemoryManager
     recall: MemoryRecall | None
+    mcp: McpManager
     extraction: ExtractionService | None = None
     client_specs: list[ToolSpec] = field(default_factory=list)
     # Front ends subscribe here to forward `memory/changed` to the editor.
@@ -78,7 +81,10 @@ class App:
         memory = MemoryManager(home)
         core = AgentCore(settings, provider, supervisor, home=home)
         specs = client_tool_specs(declared if isinstance(declared, list) else [])
-        app = cls(settings, supervisor, provider, core, memory, recall=None, client_specs=specs)
+        mcp = McpManager(settings.mcp_servers, settings.mcp)
+        app = cls(
+            settings, supervisor, provider, core, memory, recall=None, mcp=mcp, client_specs=specs
+        )
         if settings.memory.enabled and settings.memory.extraction:
             app.extraction = ExtractionService(
                 memory,
@@ -138,6 +144,18 @@ class App:
                 continue
             if memory_dir(root, self.memory.home).is_dir() or team_memory_dir(root).is_dir():
                 self.start_memory(root)
+
+    def attach_tools(
+        self,
+        session: Session,
+        permissions: PermissionAsker | None,
+        mcp_servers: dict[str, McpServerSettings] | None = None,
+    ) -> None:
+        """A new or loaded session gets its MCP servers (the configured ones
+        and `mcp_servers`, the editor's for this session; started now, never
+        awaited) and the front end's way of asking the user."""
+        session.permissions = permissions
+        self.mcp.attach(session, mcp_servers)
 
     # --- results shared by every front end ----------------------------------------------
 
@@ -274,11 +292,15 @@ class App:
     async def aclose(self) -> None:
         for session in list(self.core.sessions.values()):
             session.cancel_running()
+        grace = self.settings.memory.shutdown_grace
+        # MCP servers stop while extraction drains: both within the shutdown grace.
+        stopping = asyncio.ensure_future(self.mcp.aclose(grace))
         if self.extraction is not None:
             # A running or pending extraction gets a bounded grace period; the
             # cursor guarantees the rest is done on the next start.
-            await self.extraction.drain(self.settings.memory.shutdown_grace)
+            await self.extraction.drain(grace)
             await self.extraction.aclose()
+        await stopping
         await self.supervisor.aclose()
         for writer in self.core.writers.values():
             writer.close()

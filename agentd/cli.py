@@ -75,9 +75,11 @@ def build_parser(with_memory: bool = True) -> argparse.ArgumentParser:
     )
     if with_memory:
         # Only imported when it can be used: `agentd serve` must start fast.
+        from agentd.mcp import cli as mcp_cli
         from agentd.memory import cli as memory_cli
 
         memory_cli.register(sub)
+        mcp_cli.register(sub)
     return parser
 
 
@@ -126,5 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         from agentd.memory import cli as memory_cli
 
         return memory_cli.run(args)
+    if args.command == "mcp":
+        from agentd.mcp import cli as mcp_cli
+
+        return mcp_cli.run(args)
     parser.print_help(sys.stderr)
     return 2

@@ -18,7 +18,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from agentd.layout import user_config_dir
@@ -104,6 +112,62 @@ class ThinkingSettings(_Model):
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
+class McpServerSettings(_Model):
+    """One `[mcp_servers.NAME]` table (or an editor's `mcpServers` entry).
+
+    A stdio server has `command` (with `args`, `env`, `cwd`); an HTTP server
+    has `url` (with `headers`), spoken as streamable HTTP unless `type` is
+    `sse`. `env` is all a server's environment holds beyond HOME, LOGNAME,
+    PATH, SHELL, TERM and USER: agentd's own variables (its API key among
+    them) never reach a server unless they are written here.
+    """
+
+    type: Literal["stdio", "http", "sse"] | None = None
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    enabled: bool = True
+    # Only these tools of the server are offered (empty: all), minus `exclude_tools`.
+    include_tools: list[str] = []
+    exclude_tools: list[str] = []
+    # Calls to a trusted server (or to its `trusted_tools`) run without asking the editor.
+    trust: bool = False
+    trusted_tools: list[str] = []
+    # Seconds a tool call may take (None: `[mcp] call_timeout`).
+    timeout: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _transport(self) -> McpServerSettings:
+        if self.type in (None, "stdio") and self.command and not self.url:
+            return self
+        if self.type in (None, "http", "sse") and self.url and not self.command:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("url must be an http:// or https:// URL")
+            return self
+        raise ValueError("give either `command` (a stdio server) or `url` (an HTTP server)")
+
+    @property
+    def transport(self) -> Literal["stdio", "http", "sse"]:
+        if self.command:
+            return "stdio"
+        return "sse" if self.type == "sse" else "http"
+
+
+class McpSettings(_Model):
+    # How long the first model request of a prompt waits, counted from a
+    # server's start, for a server still starting; its tools join later steps.
+    startup_wait: float = Field(default=1.0, ge=0)
+    # Seconds a tool call may take before it fails (the server is told to cancel it).
+    call_timeout: float = Field(default=120.0, gt=0)
+    # Seconds the editor has to answer a permission request; then it is refused.
+    permission_timeout: float = Field(default=300.0, gt=0)
+    # Seconds a server may take to start and list its tools before it counts as failed.
+    startup_timeout: float = Field(default=30.0, gt=0)
+
+
 class Settings(_Model):
     provider: Literal["openai", "anthropic"] = "openai"
     base_url: str = ""
@@ -129,6 +193,10 @@ class Settings(_Model):
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
     tools: ToolSettings = ToolSettings()
+    mcp: McpSettings = McpSettings()
+    # MCP servers by name: the user's config file and the editor's settings,
+    # never a workspace's files (a cloned repository must not run commands).
+    mcp_servers: dict[str, McpServerSettings] = {}
     # The main model's context window in tokens: one number, or a table
     # {model name: tokens}; 0 (or a model missing from the table) means
     # "ask the endpoint's /models, else the model family's default".
@@ -226,8 +294,9 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Tables whose keys are names (of models), not settings: kept as written.
-_NAME_TABLES = frozenset({"contextWindow"})
+# Tables whose keys are names (of variables, headers, models), not settings:
+# kept as written.
+_VERBATIM = frozenset({"env", "headers", "contextWindow"})
 
 
 def _normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
@@ -235,10 +304,65 @@ def _normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = to_camel(key)
-        if isinstance(value, dict) and name not in _NAME_TABLES:
-            value = _normalise_keys(value)
-        out[name] = value
+        if name == "mcpServers" and isinstance(value, dict):
+            # Server names are the user's (they name the tools): only their fields change.
+            out[name] = {
+                server: _normalise_keys(spec) if isinstance(spec, dict) else spec
+                for server, spec in value.items()
+            }
+        elif isinstance(value, dict) and name not in _VERBATIM:
+            out[name] = _normalise_keys(value)
+        else:
+            out[name] = value
     return out
+
+
+def mcp_servers_from_list(entries: list[Any]) -> dict[str, Any]:
+    """ACP's `mcpServers` shape (a list of `{name, command, args, env: [{name, value}]}`
+    or `{type, name, url, headers: [{name, value}]}`) -> the config file's (by name).
+    Entries that are not objects with a string name are kept under a name that
+    says so, so that validation reports them instead of dropping them silently."""
+    out: dict[str, Any] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            out[f"#{i}"] = entry
+            continue
+        spec = {k: v for k, v in entry.items() if k not in ("name", "_meta")}
+        for key in ("env", "headers"):
+            pairs = spec.get(key)
+            if isinstance(pairs, list):
+                spec[key] = {
+                    p["name"]: p["value"]
+                    for p in pairs
+                    if isinstance(p, dict)
+                    and isinstance(p.get("name"), str)
+                    and isinstance(p.get("value"), str)
+                }
+        out[entry["name"]] = spec
+    return out
+
+
+def _valid_mcp_servers(data: dict[str, Any], problems: list[str]) -> None:
+    """Check each MCP server on its own: a bad one is dropped (and reported), the rest kept."""
+    servers = data.get("mcpServers")
+    if servers is None:
+        return
+    if isinstance(servers, list):
+        servers = mcp_servers_from_list(servers)
+    if not isinstance(servers, dict):
+        problems.append("setting mcpServers: must be a table of servers by name")
+        data.pop("mcpServers")
+        return
+    kept: dict[str, Any] = {}
+    for name, spec in servers.items():
+        try:
+            McpServerSettings.model_validate(spec)
+        except ValidationError as exc:
+            why = "; ".join(err["msg"] for err in exc.errors())
+            problems.append(f"MCP server {name!r} ignored: {why}")
+            continue
+        kept[name] = spec
+    data["mcpServers"] = kept
 
 
 def load_settings(
@@ -260,6 +384,7 @@ def load_settings(
     data = _deep_merge(data, env_data)
     if init_options:
         data = _deep_merge(data, _normalise_keys(init_options))
+    _valid_mcp_servers(data, problems)
     for _ in range(20):
         try:
             return _consistent(Settings.model_validate({**data, "problems": tuple(problems)}))

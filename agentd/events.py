@@ -50,6 +50,8 @@ class ToolCallStarted:
     # A client tool the session's mode lets run without asking the user
     # (an edit in the auto-edit mode): the editor applies it at once.
     auto_approve: bool = False
+    # The MCP server that runs the call (its configured name); None for agentd's own tools.
+    server: str | None = None
 
 
 @dataclass(slots=True)

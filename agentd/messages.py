@@ -114,16 +114,20 @@ class ToolSpec:
     # JSON Schema of the arguments object.
     parameters: dict[str, Any]
     # True when calling the tool changes nothing outside the conversation
-    # (reads, searches, the plan). The one predicate session modes use: the
-    # read-only mode offers the model only these (`agentd.agent.modes`).
+    # (reads, searches, the plan; an MCP tool only when its server annotates
+    # it `readOnlyHint`). The one predicate session modes use: the read-only
+    # mode offers the model only these (`agentd.agent.modes`). Read-only
+    # tools also run without asking the user. Never sent to a model.
     read_only: bool = False
 
 
 @dataclass(slots=True)
 class ImagePart:
-    """An image the user attached to a prompt: base64 `data`, as both model
-    APIs take it. In a transcript the bytes live in a file beside it, named
-    by `sha256` (`agentd.transcript`); `data` is empty until they are read."""
+    """An image: one the user attached to a prompt, or one an MCP tool returned
+    (`ToolResultPart.images`). Base64 `data`, as both model APIs take it. A
+    prompt's image lives in a transcript as a file beside it, named by
+    `sha256` (`agentd.transcript`), and `data` is empty until it is read; a
+    tool result's images stay inline in their line."""
 
     mime_type: str
     data: str
@@ -147,6 +151,9 @@ class ToolResultPart:
     tool_call_id: str
     content: str
     is_error: bool = False
+    # Images beside the text (an MCP tool's image content): sent by providers
+    # whose API takes images in tool results, named in `content` for the others.
+    images: tuple[ImagePart, ...] = ()
 
 
 Part = TextPart | ThinkingPart | ReminderPart | ImagePart | ToolCallPart | ToolResultPart
@@ -210,12 +217,17 @@ def part_to_json(part: Part) -> dict[str, Any]:
     if isinstance(part, ToolCallPart):
         c = part.call
         return {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
-    return {
+    result: dict[str, Any] = {
         "type": "tool_result",
         "toolCallId": part.tool_call_id,
         "content": part.content,
         "isError": part.is_error,
     }
+    if part.images:
+        # Inline, unlike a prompt's image: a transcript keeps only prompt
+        # images in files beside it.
+        result["images"] = [{"mimeType": i.mime_type, "data": i.data} for i in part.images]
+    return result
 
 
 def part_from_json(data: dict[str, Any]) -> Part:
@@ -244,10 +256,14 @@ def part_from_json(data: dict[str, Any]) -> Part:
         )
         return ToolCallPart(call)
     if kind == "tool_result":
+        images = tuple(
+            ImagePart(str(i["mimeType"]), str(i["data"])) for i in data.get("images") or ()
+        )
         return ToolResultPart(
             clean_text(str(data["toolCallId"])),
             clean_text(str(data["content"])),
             bool(data.get("isError", False)),
+            images,
         )
     raise ValueError(f"unknown part type {kind!r}")
 

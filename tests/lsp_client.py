@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.protocol import JsonRPCNotification, JsonRPCResponseMessage
+from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from agentd.testing.daemon import daemon_command
@@ -105,6 +105,25 @@ class AgentdClient:
             {"sessionId": sid, "toolCallId": call_id, "content": content, "isError": is_error},
         )
 
+    async def wait_for_log(self, text: str, count: int = 1, timeout: float = 30.0) -> str:
+        """The `count`th `window/logMessage` containing `text` (waiting for it to come)."""
+
+        async def wait() -> str:
+            while True:
+                found = [
+                    str(m)
+                    for m in (
+                        e["message"] if isinstance(e, dict) else e.message
+                        for e in self.lsp.log_messages
+                    )
+                    if text in m
+                ]
+                if len(found) >= count:
+                    return found[count - 1]
+                await self.lsp.wait_for_notification("window/logMessage")
+
+        return await asyncio.wait_for(wait(), timeout)
+
     def kinds(self, session_id: str) -> list[str]:
         return [u["update"]["kind"] for u in self.updates if u["sessionId"] == session_id]
 
@@ -124,7 +143,13 @@ def _keep_dicts(lsp: LanguageClient) -> None:
     def keep_result(obj: dict[str, Any], cls: type) -> Any:
         return cls(id=obj["id"], jsonrpc=obj["jsonrpc"], result=obj.get("result"))
 
+    def keep_request(obj: dict[str, Any], cls: type) -> Any:
+        return cls(
+            id=obj["id"], method=obj["method"], jsonrpc=obj["jsonrpc"], params=obj.get("params")
+        )
+
     lsp.protocol._converter.register_structure_hook(JsonRPCNotification, keep)
+    lsp.protocol._converter.register_structure_hook(JsonRPCRequestMessage, keep_request)
     lsp.protocol._converter.register_structure_hook(JsonRPCResponseMessage, keep_result)
 
 

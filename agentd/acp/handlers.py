@@ -63,18 +63,21 @@ if TYPE_CHECKING:
         Empty,
         ListSessionsParams,
         LoadSessionParams,
+        McpServer,
         NewSessionParams,
         PromptParams,
         RecallParams,
         SessionParams,
         SetConfigOptionParams,
         SetModeParams,
+        StatusParams,
         WorkspaceParams,
     )
     from agentd.acp.server import AcpServer, Request
     from agentd.agent.session import Session
     from agentd.agent.turn import UserInput
     from agentd.app import App
+    from agentd.config import McpServerSettings
 
 log = logging.getLogger("agentd.acp")
 
@@ -113,12 +116,43 @@ async def authenticate(
     return {}
 
 
+def mcp_servers(entries: list[McpServer]) -> dict[str, McpServerSettings]:
+    """ACP `mcpServers` -> settings by name; -32602 naming the entry that cannot be used."""
+    from pydantic import ValidationError
+
+    from agentd.config import McpServerSettings
+
+    out: dict[str, McpServerSettings] = {}
+    for i, entry in enumerate(entries):
+        if entry.type not in (None, "stdio", "http", "sse"):
+            log.warning("MCP server %r of type %r skipped: not supported", entry.name, entry.type)
+            continue
+        spec: dict[str, Any] = {"type": entry.type}
+        if entry.command is not None:
+            spec.update(
+                command=entry.command, args=entry.args, env={e.name: e.value for e in entry.env}
+            )
+        if entry.url is not None:
+            spec.update(url=entry.url, headers={h.name: h.value for h in entry.headers})
+        try:
+            out[entry.name] = McpServerSettings.model_validate(spec)
+        except ValidationError as exc:
+            why = "; ".join(err["msg"] for err in exc.errors())
+            raise InvalidParams(
+                f"Invalid params: mcpServers.{i}: {why}",
+                {"fields": [{"field": f"mcpServers.{i}", "message": why}]},
+            ) from None
+    return out
+
+
 async def new_session(
     server: AcpServer, app: App, request: Request, p: NewSessionParams
 ) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd")
+    servers = mcp_servers(p.mcp_servers)
     session = app.core.new_session(root, server.runner)
     app.start_memory(root)
+    app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))
     return {"sessionId": session.id, **options.session_setup(app.core, session)}
 
@@ -131,8 +165,10 @@ async def load_session(
     def emit(update: Update) -> None:
         _send(server, p.session_id, update, root)
 
+    servers = mcp_servers(p.mcp_servers)
     # The core restores the session and replays its history through `emit`.
     session = await app.core.load_session(p.session_id, server.runner, emit, root, root_field="cwd")
+    app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
 
@@ -142,9 +178,11 @@ async def resume_session(
 ) -> dict[str, Any]:
     """`session/load` without the replay: the client still shows the conversation."""
     root = workspace_path(p.cwd, "cwd")
+    servers = mcp_servers(p.mcp_servers)
     session = await app.core.load_session(
         p.session_id, server.runner, lambda update: None, root, root_field="cwd"
     )
+    app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
 
@@ -325,6 +363,12 @@ async def memory_status(
     return await app.memory_status(_workspace(p))
 
 
+async def mcp_status(
+    server: AcpServer, app: App, request: Request, p: StatusParams
+) -> dict[str, Any]:
+    return app.mcp.status()
+
+
 async def _test_fail(server: AcpServer, app: App, request: Request, p: Empty) -> None:
     # As a real bug's exception may, it carries a request body of 1.6 MB.
     raise RuntimeError("injected handler failure: " + "x" * 1_600_000)
@@ -348,6 +392,7 @@ HANDLERS: dict[str, Handler] = {
     "_agentd/memory/status": memory_status,
     "_agentd/memory/list": memory_list,
     "_agentd/memory/recall": memory_recall,
+    "_agentd/mcp/status": mcp_status,
 }
 
 if os.environ.get("AGENTD_TEST_FAULTS") == "1":

@@ -7,7 +7,7 @@ them, are ignored. Imported after `initialize` has been answered.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -25,10 +25,30 @@ class AuthenticateParams(AcpModel):
     method_id: str
 
 
+class NameValue(AcpModel):
+    name: str
+    value: str
+
+
+class McpServer(AcpModel):
+    """ACP's `McpServer`: stdio (`command`, `args`, `env`) or, with `type`
+    `http` / `sse`, a URL with `headers`. Checked further (one transport,
+    an http(s) URL) when the session starts its servers."""
+
+    name: str
+    # `http`, `sse`, `stdio` (or none: stdio); other kinds are skipped, with a log line.
+    type: str | None = None
+    command: str | None = None
+    args: list[str] = []
+    env: list[NameValue] = []
+    url: str | None = None
+    headers: list[NameValue] = []
+
+
 class NewSessionParams(AcpModel):
     cwd: str
-    # Accepted and ignored: agentd does not connect to MCP servers (yet).
-    mcp_servers: list[Any] = []
+    # The editor's MCP servers for this session, beside the user's configured ones.
+    mcp_servers: list[McpServer] = []
 
 
 class LoadSessionParams(AcpModel):
@@ -36,7 +56,11 @@ class LoadSessionParams(AcpModel):
 
     session_id: str
     cwd: str
-    mcp_servers: list[Any] = []
+    mcp_servers: list[McpServer] = []
+
+
+class StatusParams(AcpModel):
+    pass
 
 
 class SessionParams(AcpModel):

@@ -297,7 +297,7 @@ class AcpServer:
             "agentCapabilities": {
                 "loadSession": "session/load" in HANDLERS,
                 "promptCapabilities": {"image": image, "audio": False, "embeddedContext": True},
-                "mcpCapabilities": {"http": False, "sse": False},
+                "mcpCapabilities": {"http": True, "sse": True},
                 "sessionCapabilities": {
                     name: {} for name in SESSION_CAPABILITIES if f"session/{name}" in HANDLERS
                 },

@@ -38,6 +38,12 @@ from agentd.acp.caps import ClientCaps
 from agentd.acp.rpc import RpcError
 from agentd.acp.updates import SESSION_UPDATE, text_content, tool_locations, tool_title
 from agentd.agent.modes import asks_before
+from agentd.agent.permission import (
+    PERMISSION_OPTIONS,
+    PermissionAnswer,
+    PermissionRequest,
+    read_answer,
+)
 from agentd.agent.session import Session
 from agentd.agent.tools import CLIENT_TOOL_SPECS
 from agentd.errors import ToolError
@@ -49,12 +55,6 @@ log = logging.getLogger("agentd.acp")
 # Bytes of command output the client keeps (it truncates from the beginning).
 OUTPUT_BYTE_LIMIT = 256 * 1024
 SHELL = "/bin/sh"
-
-PERMISSION_OPTIONS = [
-    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
-    {"optionId": "allow_always", "name": "Always allow in this session", "kind": "allow_always"},
-    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
-]
 
 
 class ClientChannel(Protocol):
@@ -88,6 +88,27 @@ class AcpToolRunner:
 
     def forget(self, session_id: str) -> None:
         self.always.pop(session_id, None)
+
+    async def ask_permission(
+        self, session: Session, request: PermissionRequest
+    ) -> PermissionAnswer:
+        """The core's `PermissionAsker`: `session/request_permission` for a
+        daemon-run tool (an MCP tool). Errors propagate (the caller fails closed)."""
+        tool_call: dict[str, Any] = {
+            "toolCallId": request.tool_call_id,
+            "title": request.title,
+            "kind": "other",
+            "status": "pending",
+            "rawInput": request.arguments,
+        }
+        if request.server is not None:
+            tool_call["_meta"] = {"agentd": {"server": request.server, "tool": request.tool}}
+        result = await self._call(
+            session,
+            "session/request_permission",
+            {"toolCall": tool_call, "options": PERMISSION_OPTIONS},
+        )
+        return read_answer(result)
 
     async def run(self, session: Session, call: ToolCall) -> ToolResultPart:
         args = call.arguments if isinstance(call.arguments, dict) else {}

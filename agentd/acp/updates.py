@@ -51,6 +51,7 @@ from agentd.events import (
 from agentd.transcript import compaction_to_json
 
 SESSION_UPDATE = "session/update"
+MCP_PREFIX = "mcp__"
 MEMORY_NOTIFICATION = "_agentd/memory"
 USAGE_NOTIFICATION = "_agentd/usage"
 COMPACTION_NOTIFICATION = "_agentd/compaction"
@@ -68,6 +69,13 @@ CANCELLED_TEXT = "Cancelled."
 _STATUS = {"running": "in_progress", "completed": "completed", "failed": "failed"}
 
 Outgoing = tuple[str, dict[str, Any]]
+
+
+def display_name(name: str) -> str:
+    """`mcp__db__query` -> `query`: a tool card already says which server."""
+    if not name.startswith(MCP_PREFIX):
+        return name
+    return name[len(MCP_PREFIX) :].partition("__")[2] or name
 
 
 def tool_kind(name: str) -> str:
@@ -153,10 +161,13 @@ def to_acp(
             "update": {"sessionUpdate": "current_mode_update", "currentModeId": update.mode},
         }
     if isinstance(update, ToolCallStarted):
+        title = tool_title(update.name, update.arguments)
+        if update.server is not None:
+            title = f"{update.server}: {display_name(update.name)}"
         body: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": update.tool_call_id,
-            "title": tool_title(update.name, update.arguments),
+            "title": title,
             "kind": tool_kind(update.name),
             "status": "pending",
             "rawInput": update.arguments,
@@ -168,7 +179,10 @@ def to_acp(
         )
         if locations:
             body["locations"] = locations
-        body["_meta"] = {"agentd": {"tool": update.name, "executor": update.executor}}
+        meta: dict[str, Any] = {"tool": update.name, "executor": update.executor}
+        if update.server is not None:
+            meta["server"] = update.server
+        body["_meta"] = {"agentd": meta}
         return SESSION_UPDATE, {"sessionId": session_id, "update": body}
     if isinstance(update, ToolCallUpdate):
         return SESSION_UPDATE, {"sessionId": session_id, "update": _tool_update(update, display)}

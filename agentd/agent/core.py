@@ -294,6 +294,8 @@ class AgentCore:
         session = self.get(session_id)
         await self._stop_running(session)
         self.memory.session_closed(session)
+        if session.extra_tools is not None:
+            session.extra_tools.close(session)
         self.compactor.forget(session, closed=True)
         session.closed = True
         del self.sessions[session_id]

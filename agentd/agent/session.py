@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentd.agent.modes import DEFAULT_MODE
+from agentd.agent.permission import PermissionAsker
 from agentd.events import Note, PlanEntry
 from agentd.messages import Message, ToolCall, ToolResultPart, ToolSpec
 from agentd.providers.base import Usage
@@ -27,6 +28,41 @@ class ClientToolRunner(Protocol):
     def specs(self) -> list[ToolSpec]: ...
 
     async def run(self, session: Session, call: ToolCall) -> ToolResultPart: ...
+
+
+class ExtraTools(Protocol):
+    """Tools the daemon runs beyond its own, for one session (its MCP servers).
+
+    Their list may change between model steps (a server finished starting,
+    restarted, or said its tools changed); the turn engine asks for it before
+    every step.
+    """
+
+    async def specs(self, session: Session, first_step: bool) -> list[ToolSpec]:
+        """The tools to offer now. At a prompt's first step, may wait a small,
+        bounded time for servers still starting; never longer."""
+        ...
+
+    def server_of(self, name: str) -> str | None:
+        """The server that runs the tool the model called `name`; None when not one of these."""
+        ...
+
+    def spec_of(self, name: str) -> ToolSpec | None:
+        """The spec (with its `read_only`) of the tool the model called `name`; None when
+        not one of these."""
+        ...
+
+    async def run(
+        self, session: Session, call: ToolCall, limit: int, started: Callable[[], None]
+    ) -> ToolResultPart:
+        """Run one call (asking permission first where needed; `started` is
+        called when it really runs). Failures are results, never exceptions;
+        a cancel propagates."""
+        ...
+
+    def close(self, session: Session) -> None:
+        """The session is closed: release what it held."""
+        ...
 
 
 class AwaitClientResult:
@@ -82,6 +118,10 @@ class Session:
     # wait for it so that they never delay the request the user waits on.
     request_sent: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: list[Callable[[Session, Message], None]] = field(default_factory=list)
+    # Tools the daemon runs for this session beyond its own (MCP servers).
+    extra_tools: ExtraTools | None = None
+    # How to ask the user before a daemon-run tool with side effects; None: nobody can be asked.
+    permissions: PermissionAsker | None = None
 
     def append(self, message: Message) -> None:
         self.history.append(message)

@@ -177,6 +177,11 @@ async def run_prompt(
             # user may switch while a prompt runs: it counts from this step.
             system = await _system_prompt(ctx, session)
             specs = _tool_specs(session)
+            if session.extra_tools is not None:
+                # Asked at every step: MCP tools join once their server is
+                # ready. The mode filters them as it filters the others.
+                extra_specs = await session.extra_tools.specs(session, step == 0)
+                specs += modes.offered(session.mode, extra_specs)
             if ctx.compactor is not None:
                 await ctx.compactor.before_request(session, system, specs, emit)
             step += 1
@@ -460,16 +465,32 @@ async def _run_tools(
     if ctx.compactor is not None:
         limit = ctx.compactor.tool_result_cap(limit)
 
+    extra = session.extra_tools
+
+    def running(call_id: str) -> None:
+        emit(ToolCallUpdate(call_id, "running"))
+
     async def run_one(call: ToolCall) -> None:
         if call.name == UPDATE_PLAN:
             results[call.id] = _update_plan(session, call, emit)
             return
+        server = (
+            extra.server_of(call.name)
+            if extra is not None and call.name not in client_names
+            else None
+        )
         # Checked when the call runs, not only when tools are offered: the
         # mode may have changed since, and a model may call what it was not offered.
         offered = {s.name for s in _tool_specs(session)}
-        refused = call.name not in offered and (
-            call.name in client_names or call.name in DAEMON_TOOL_SPECS
-        )
+        mcp_spec = extra.spec_of(call.name) if extra is not None and server is not None else None
+        if mcp_spec is not None:
+            # An MCP tool is read-only (offered in Ask mode) only when its
+            # server annotates it `readOnlyHint`.
+            refused = not modes.offers(session.mode, mcp_spec)
+        else:
+            refused = call.name not in offered and (
+                call.name in client_names or call.name in DAEMON_TOOL_SPECS
+            )
         # A refused call is announced as the daemon's: `executor: client` tells
         # the editor to run it, and an editor that did would apply the very
         # edit the mode forbids.
@@ -478,11 +499,17 @@ async def _run_tools(
         )
         where = call_locations(call.name, call.arguments, session.workspace_root)
         auto = executor == "client" and not modes.asks_before(session.mode, call.name)
-        emit(ToolCallStarted(call.id, call.name, call.arguments, executor, where, auto))
+        emit(
+            ToolCallStarted(
+                call.id, call.name, call.arguments, executor, where, auto, server=server
+            )
+        )
         found: list[Location] = []
         try:
             if refused:
                 res = ToolResultPart(call.id, modes.refusal(session.mode, call.name), True)
+            elif extra is not None and server is not None:
+                res = await extra.run(session, call, limit, lambda: running(call.id))
             elif executor == "client":
                 res = await session.client_tools.run(session, call)
                 res = ToolResultPart(call.id, truncate_result(res.content, limit), res.is_error)

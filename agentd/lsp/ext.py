@@ -71,12 +71,50 @@ class ClientToolDecl(WireModel):
     parameters: dict[str, Any] | None = None
 
 
+class NameValue(WireModel):
+    name: str
+    value: str
+
+
+class McpServerDecl(WireModel):
+    """An MCP server: `command` (+ `args`, `env`, `cwd`) for stdio, or `url`
+    (+ `headers`) for streamable HTTP (`type: "sse"` for the older SSE
+    transport). Policy keys as in the config file's `[mcp_servers.NAME]`."""
+
+    type: Literal["stdio", "http", "sse"] | None = None
+    command: str | None = None
+    args: list[str] | None = None
+    env: dict[str, str] | list[NameValue] | None = None
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] | list[NameValue] | None = None
+    enabled: bool | None = None
+    include_tools: list[str] | None = None
+    exclude_tools: list[str] | None = None
+    trust: bool | None = None
+    trusted_tools: list[str] | None = None
+    timeout: float | None = None
+
+
+class McpServerEntry(McpServerDecl):
+    """ACP's list shape of `mcpServers`: the name inside each entry."""
+
+    name: str
+
+
 class InitializationOptions(WireModel):
     """`initialize.initializationOptions`. Settings keys (provider, baseUrl,
-    apiKey, model, fastModel, limits, memory, logLevel) are read by
-    `agentd.config.load_settings`; listed here for the schema."""
+    apiKey, model, fastModel, limits, memory, mcp, mcpServers, logLevel) are
+    read by `agentd.config.load_settings`; listed here for the schema."""
 
     client_tools: list[str | ClientToolDecl] = Field(default_factory=list)
+    # The editor answers `agent/requestPermission`; without it, daemon-run
+    # tools that need permission are refused.
+    request_permission: bool = False
+    # MCP servers by name (or ACP's list shape), for every session of this daemon.
+    mcp_servers: dict[str, McpServerDecl] | list[McpServerEntry] | None = None
+    # startupWait, callTimeout, permissionTimeout, startupTimeout (seconds).
+    mcp: dict[str, float] | None = None
     log_level: Literal["error", "warning", "info", "debug"] | None = None
     provider: Literal["openai", "anthropic"] | None = None
     base_url: str | None = None
@@ -105,6 +143,8 @@ class AgentdCapabilities(WireModel):
     # Content block types `agent/prompt` takes; "image" when a model the user
     # can pick takes images.
     prompt_content: list[str]
+    # MCP servers are supported (`mcp/status`, `initializationOptions.mcpServers`).
+    mcp: bool
 
 
 # --- requests -------------------------------------------------------------------
@@ -312,6 +352,56 @@ class PrefetchOut(WireModel):
     consumed: bool
 
 
+class McpServerStatus(WireModel):
+    name: str
+    state: Literal["idle", "starting", "ready", "restarting", "failed", "stopped"]
+    transport: Literal["stdio", "http", "sse"]
+    tool_count: int
+    tools: list[str]
+    restarts: int
+    sessions: int
+    last_error: str | None = None
+    protocol_version: str | None = None
+
+
+class McpStatusResult(WireModel):
+    servers: list[McpServerStatus]
+    # Whether the MCP SDK is loaded in the daemon (it is only when a server started).
+    sdk_loaded: bool
+
+
+class PermissionOption(WireModel):
+    option_id: Literal["allow_once", "allow_always", "reject_once"]
+    name: str
+    kind: Literal["allow_once", "allow_always", "reject_once"]
+
+
+class RequestPermissionParams(WireModel):
+    session_id: str
+    tool_call_id: str
+    # The name the model called (`mcp__server__tool`).
+    tool: str
+    title: str
+    arguments: dict[str, Any]
+    options: list[PermissionOption]
+    server: str | None = None
+    server_tool: str | None = None
+    description: str | None = None
+
+
+class SelectedOutcome(WireModel):
+    outcome: Literal["selected"]
+    option_id: str
+
+
+class CancelledOutcome(WireModel):
+    outcome: Literal["cancelled"]
+
+
+class RequestPermissionResult(WireModel):
+    outcome: Annotated[SelectedOutcome | CancelledOutcome, Field(discriminator="outcome")]
+
+
 class MemoryStatusResult(WireModel):
     directory: str
     doc_count: int
@@ -349,6 +439,8 @@ class ToolCallUpdateOut(WireModel):
     arguments: dict[str, Any]
     executor: Literal["client", "daemon"]
     locations: list[ToolLocation] | None = None
+    # The MCP server the call goes to (its configured name); absent for agentd's own tools.
+    server: str | None = None
     # Present (true) for a client tool the session's mode runs without asking
     # the user (an edit in the auto-edit mode): apply it at once.
     auto_approve: bool | None = None
@@ -466,6 +558,12 @@ REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
     "memory/list": (WorkspaceParams, MemoryListResult),
     "memory/recall": (RecallParams, RecallResult),
     "memory/status": (WorkspaceParams, MemoryStatusResult),
+    "mcp/status": (Empty, McpStatusResult),
+}
+
+# Requests the daemon sends to the editor.
+SERVER_REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
+    "agent/requestPermission": (RequestPermissionParams, RequestPermissionResult),
 }
 
 CLIENT_NOTIFICATIONS: dict[str, type[WireModel]] = {
@@ -503,10 +601,16 @@ def json_schema() -> dict[str, Any]:
         "capabilities": AgentdCapabilities.model_json_schema(by_alias=True),
         "requests": {},
         "clientNotifications": {},
+        "serverRequests": {},
         "serverNotifications": {},
     }
     for method, (params, result) in REQUESTS.items():
         out["requests"][method] = {
+            "params": params.model_json_schema(by_alias=True),
+            "result": result.model_json_schema(by_alias=True, mode="serialization"),
+        }
+    for method, (params, result) in SERVER_REQUESTS.items():
+        out["serverRequests"][method] = {
             "params": params.model_json_schema(by_alias=True),
             "result": result.model_json_schema(by_alias=True, mode="serialization"),
         }

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         ToolResultParams,
         WorkspaceParams,
     )
+    from agentd.lsp.permission import LspPermissions
     from agentd.lsp.server import AgentdServer
 
 log = logging.getLogger("agentd.lsp")
@@ -107,6 +108,7 @@ async def new_session(ls: AgentdServer, app: App, p: NewSessionParams) -> dict[s
 
     root = workspace_path(p.workspace_root)
     session = app.core.new_session(root, AwaitClientResult(app.client_specs))
+    app.attach_tools(session, _permissions(ls))
     app.start_memory(root)
     return {"sessionId": session.id, **_setup(app, session)}
 
@@ -127,6 +129,12 @@ def _setup(app: App, session: Session) -> dict[str, Any]:
             for m, images in settings.model_choices()
         ],
     }
+
+
+def _permissions(ls: AgentdServer) -> LspPermissions | None:
+    from agentd.lsp.permission import LspPermissions
+
+    return LspPermissions(ls) if ls.permissions_supported else None
 
 
 async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:
@@ -182,6 +190,7 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
 
     root = workspace_path(p.workspace_root) if p.workspace_root else None
     session = await app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
+    app.attach_tools(session, _permissions(ls))
     return {**_setup(app, session), "plan": plan_to_wire(session.plan)}
 
 
@@ -252,6 +261,13 @@ async def memory_status(ls: AgentdServer, app: App, p: WorkspaceParams) -> dict[
     return await app.memory_status(workspace_path(p.workspace_root))
 
 
+# --- mcp/* -----------------------------------------------------------------------------------
+
+
+async def mcp_status(ls: AgentdServer, app: App, p: Empty) -> dict[str, Any]:
+    return app.mcp.status()
+
+
 async def _test_fail(ls: AgentdServer, app: App, p: Empty) -> None:
     # As a real bug's exception may, it carries a request body of 1.6 MB.
     raise RuntimeError("injected handler failure: " + "x" * 1_600_000)
@@ -271,6 +287,7 @@ REQUESTS: dict[str, Handler] = {
     "memory/list": memory_list,
     "memory/recall": memory_recall,
     "memory/status": memory_status,
+    "mcp/status": mcp_status,
 }
 NOTIFICATIONS: dict[str, Handler] = {
     "agent/cancel": cancel,

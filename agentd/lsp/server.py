@@ -66,6 +66,8 @@ class ServerProtocol(AgentdProtocol):
         server.initial_roots = [f.uri for f in folders] or [
             r for r in (params.root_uri, params.root_path) if isinstance(r, str) and r
         ][:1]
+        # The editor answers `agent/requestPermission` only when it says so.
+        server.permissions_supported = options.get("requestPermission") is True
         declared = options.get("clientTools") or []
         names = [
             d if isinstance(d, str) else d.get("name")
@@ -82,6 +84,7 @@ class ServerProtocol(AgentdProtocol):
                 # "image" when a model the user can pick takes images.
                 "promptContent": ["text", "resource_link", "resource"]
                 + (["image"] if peek_images(options) else []),
+                "mcp": True,
             }
         }
         result.server_info = types.ServerInfo(name="agentd", version=__version__)
@@ -105,7 +108,9 @@ class AgentdServer(LanguageServer):
             text_document_sync_kind=types.TextDocumentSyncKind.None_,
         )
         # The App, built off the critical path, with the modules its handlers need.
-        self.warmup = Warmup(imports=("agentd.lsp.ext", "agentd.lsp.updates"))
+        self.warmup = Warmup(
+            imports=("agentd.lsp.ext", "agentd.lsp.updates", "agentd.lsp.permission")
+        )
         self.warmup.listeners.append(self._attach)
         self._stop: asyncio.Event | None = None
         self._editor_level = 2
@@ -113,6 +118,7 @@ class AgentdServer(LanguageServer):
         self.exit_code: int | None = None
         # Workspace roots named by `initialize` (rootUri, workspaceFolders).
         self.initial_roots: list[str] = []
+        self.permissions_supported = False
 
     @property
     def agentd_protocol(self) -> ServerProtocol:

@@ -52,6 +52,8 @@ def update_to_wire(update: Update) -> dict[str, Any]:
         }
         if update.locations:
             out["locations"] = locations_to_wire(update.locations)
+        if update.server is not None:
+            out["server"] = update.server
         if update.auto_approve:
             out["autoApprove"] = True
         return out

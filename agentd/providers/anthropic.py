@@ -30,6 +30,7 @@ from agentd.messages import (
     ThinkingPart,
     ToolCall,
     ToolCallPart,
+    ToolResultPart,
     render_reminder,
 )
 from agentd.providers.base import (
@@ -182,12 +183,24 @@ def with_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _image_block(image: ImagePart) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": image.mime_type, "data": image.data}
+    return {"type": "image", "source": source}
+
+
+def _tool_result_content(result: ToolResultPart) -> str | list[dict[str, Any]]:
+    """The text, or, with images, text and image blocks (the API takes both in a tool result)."""
+    if not result.images:
+        return result.content
+    return [{"type": "text", "text": result.content}, *map(_image_block, result.images)]
+
+
 def _user_blocks(msg: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [
         {
             "type": "tool_result",
             "tool_use_id": r.tool_call_id,
-            "content": r.content,
+            "content": _tool_result_content(r),
             "is_error": r.is_error,
         }
         for r in msg.tool_results
@@ -198,8 +211,7 @@ def _user_blocks(msg: Message) -> list[dict[str, Any]]:
         elif isinstance(part, TextPart) and part.text:
             blocks.append({"type": "text", "text": part.text})
         elif isinstance(part, ImagePart):
-            source = {"type": "base64", "media_type": part.mime_type, "data": part.data}
-            blocks.append({"type": "image", "source": source})
+            blocks.append(_image_block(part))
     return blocks
 
 

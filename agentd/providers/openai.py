@@ -23,6 +23,7 @@ from agentd.messages import (
     TextPart,
     ThinkingPart,
     ToolCall,
+    ToolResultPart,
     render_reminder,
 )
 from agentd.providers.base import (
@@ -194,12 +195,20 @@ def encode_message(msg: Message, *, replay_reasoning: bool = False) -> list[dict
     return _assistant_message(msg, replay_reasoning)
 
 
+def _tool_result_text(result: ToolResultPart) -> str:
+    # A tool message takes text only: the model is told the images exist.
+    if not result.images:
+        return result.content
+    n = len(result.images)
+    return f"{result.content}\n\n[{n} image(s) not shown: this API takes no images in tool results]"
+
+
 def _user_messages(msg: Message) -> list[dict[str, Any]]:
     # Tool results must directly follow the assistant message that made the
     # calls, so they go first; text and reminders ride in a user message after.
     # Chat Completions has no error flag: the result text has to say so itself.
     out: list[dict[str, Any]] = [
-        {"role": "tool", "tool_call_id": r.tool_call_id, "content": r.content}
+        {"role": "tool", "tool_call_id": r.tool_call_id, "content": _tool_result_text(r)}
         for r in msg.tool_results
     ]
     texts = [

@@ -22,7 +22,8 @@ def test_schema_json_is_generated_from_the_models() -> None:
 
 
 @pytest.mark.parametrize(
-    "method", [*ext.REQUESTS, *ext.CLIENT_NOTIFICATIONS, *ext.SERVER_NOTIFICATIONS]
+    "method",
+    [*ext.REQUESTS, *ext.SERVER_REQUESTS, *ext.CLIENT_NOTIFICATIONS, *ext.SERVER_NOTIFICATIONS],
 )
 def test_every_method_has_a_section(method: str) -> None:
     assert f"### {method}\n" in DOC
@@ -30,7 +31,12 @@ def test_every_method_has_a_section(method: str) -> None:
 
 def test_no_section_for_a_method_the_code_does_not_have() -> None:
     documented = set(re.findall(r"^### ([a-zA-Z$]+/[a-zA-Z/]+)$", DOC, re.M))
-    known = {*ext.REQUESTS, *ext.CLIENT_NOTIFICATIONS, *ext.SERVER_NOTIFICATIONS}
+    known = {
+        *ext.REQUESTS,
+        *ext.SERVER_REQUESTS,
+        *ext.CLIENT_NOTIFICATIONS,
+        *ext.SERVER_NOTIFICATIONS,
+    }
     assert documented - known <= {"$/cancelRequest", "window/logMessage"}
 
 
@@ -40,7 +46,14 @@ def test_update_kinds_table_matches_the_models() -> None:
 
 
 @pytest.mark.parametrize(
-    "model_name", ["PromptParams", "ToolResultParams", "RecallParams", "CompactParams"]
+    "model_name",
+    [
+        "PromptParams",
+        "ToolResultParams",
+        "RecallParams",
+        "RequestPermissionParams",
+        "CompactParams",
+    ],
 )
 def test_documented_param_fields_exist(model_name: str) -> None:
     model = getattr(ext, model_name)
@@ -58,6 +71,7 @@ SAMPLES: list[events.Update] = [
     events.MessageChunk("hi"),
     events.ThoughtChunk("hmm"),
     events.ToolCallStarted("c1", "read_file", {"path": "a"}, "daemon"),
+    events.ToolCallStarted("c2", "mcp__db__query", {"sql": "x"}, "daemon", server="db"),
     events.ToolCallUpdate("c1", "completed", "text"),
     events.ToolCallUpdate("c1", "cancelled"),
     events.ToolCallStarted(
@@ -86,3 +100,17 @@ def test_runtime_updates_validate_against_the_models(update: events.Update) -> N
     wire = update_to_wire(update)
     parsed = TypeAdapter(ext.AgentUpdate).validate_python(wire)
     assert ext.dump(parsed) == wire
+
+
+def test_permission_params_and_answers_validate_against_the_models() -> None:
+    from agentd.agent.permission import PermissionRequest
+    from agentd.lsp.permission import permission_params
+
+    request = PermissionRequest("c1", "mcp__db__query", {"sql": "x"}, "db: query", "db", "query")
+    wire = permission_params("s1", request)
+    assert ext.dump(ext.RequestPermissionParams.model_validate(wire)) == wire
+    for outcome in (
+        {"outcome": "selected", "optionId": "allow_always"},
+        {"outcome": "cancelled"},
+    ):
+        ext.RequestPermissionResult.model_validate({"outcome": outcome})

@@ -446,3 +446,35 @@ async def test_merging_keeps_tool_results_first() -> None:
             {"type": "text", "text": "<system-reminder>\nmemo\n</system-reminder>"},
         ],
     }
+
+
+def test_images_of_a_tool_result_go_beside_its_text() -> None:
+    from agentd.messages import ImagePart
+    from agentd.providers.anthropic import to_anthropic_messages
+
+    history = [
+        Message("assistant", [ToolCallPart(ToolCall("c1", "mcp__s__shot", {}))]),
+        Message(
+            "user",
+            [
+                ToolResultPart(
+                    "c1", "[image image/png, 3 bytes]", False, (ImagePart("image/png", "AAAA"),)
+                )
+            ],
+        ),
+    ]
+    (_, user) = to_anthropic_messages(history)
+    assert user["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "c1",
+            "content": [
+                {"type": "text", "text": "[image image/png, 3 bytes]"},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+                },
+            ],
+            "is_error": False,
+        }
+    ]

@@ -479,3 +479,19 @@ async def test_no_key_no_authorization_header() -> None:
     await collect(p)
     assert "Authorization" not in server.requests[0].headers
     assert server.requests[0].url == "http://127.0.0.1:8000/v1/chat/completions"
+
+
+def test_images_of_a_tool_result_are_named_not_sent() -> None:
+    from agentd.messages import ImagePart
+    from agentd.providers.openai import to_chat_messages
+
+    history = [
+        Message("assistant", [ToolCallPart(ToolCall("c1", "mcp__s__shot", {}))]),
+        Message("user", [ToolResultPart("c1", "a shot", False, (ImagePart("image/png", "AAAA"),))]),
+    ]
+    tool = to_chat_messages("", history)[-1]
+    assert tool == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "a shot\n\n[1 image(s) not shown: this API takes no images in tool results]",
+    }

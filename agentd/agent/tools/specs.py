@@ -235,6 +235,7 @@ def client_tool_specs(declared: list[Any]) -> list[ToolSpec]:
                     entry["name"],
                     str(entry.get("description") or (known.description if known else "")),
                     dict(entry.get("parameters") or (known.parameters if known else {})),
+                    read_only=known.read_only if known else False,
                 )
             )
     return specs

@@ -1,0 +1,142 @@
+"""A real MCP server for the tests and benchmarks, written with the SDK's `MCPServer`.
+
+Run over stdio: `python tests/mcp/server.py` (what a daemon is configured
+with); `build()` gives the same server for streamable HTTP in-process.
+What it does is told by its environment:
+
+    MCP_TEST_START_AFTER   a file: the server waits until it exists before serving
+                           (a server slow to start, released by the test)
+    MCP_TEST_NAME          its name (default "test")
+    MCP_TEST_PIDFILE       a file the server writes its process id to
+    MCP_TEST_STUBBORN      set: the server ignores SIGTERM and stays alive after
+                           its stdin ends (only SIGKILL ends it)
+
+Every tool call and every cancelled call is also written to stderr
+(`CALL <tool>`, `CANCELLED <tool>`), which the daemon logs under the
+server's name: tests read it from the editor's `window/logMessage`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ImageContent, ToolAnnotations
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def build(name: str = "test", on_cancel: Any = None) -> MCPServer:
+    server: MCPServer = MCPServer(name, log_level="WARNING")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        note("CALL add")
+        return a + b
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Echo a text back (a tool with side effects, as far as agentd knows)."""
+        note("CALL echo")
+        return f"echo: {text}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def fail(message: str) -> str:
+        """Always fails with `message`."""
+        note("CALL fail")
+        raise ToolError(message)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def crash() -> str:
+        """The server process dies in the middle of the call."""
+        note("CALL crash")
+        os._exit(3)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def hang() -> str:
+        """Never answers (until cancelled)."""
+        note("CALL hang")
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            note("CANCELLED hang")
+            if on_cancel is not None:
+                on_cancel("hang")
+            raise
+        return "unreachable"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def huge(chars: int) -> str:
+        """Returns `chars` characters."""
+        note("CALL huge")
+        return "x" * chars
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def grow(ctx: Context) -> str:
+        """Adds the tool `extra` and says the tool list changed."""
+        note("CALL grow")
+        server.add_tool(
+            lambda: "extra tool ran",
+            name="extra",
+            description="Added later.",
+            annotations=ToolAnnotations(read_only_hint=True),
+        )
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def environment() -> str:
+        """The server's environment, as JSON."""
+        note("CALL environment")
+        return json.dumps(dict(os.environ))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True), structured_output=False)
+    def picture() -> list[Any]:
+        """Returns an image and a text."""
+        note("CALL picture")
+        return [ImageContent(type="image", data=PNG, mime_type="image/png"), "a picture"]
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def weather(city: str) -> dict[str, Any]:
+        """Structured output."""
+        note("CALL weather")
+        return {"city": city, "celsius": 21}
+
+    return server
+
+
+def main() -> None:
+    pidfile = os.environ.get("MCP_TEST_PIDFILE")
+    if pidfile:
+        Path(pidfile).write_text(str(os.getpid()))
+    stubborn = bool(os.environ.get("MCP_TEST_STUBBORN"))
+    if stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    start_after = os.environ.get("MCP_TEST_START_AFTER")
+    if start_after:
+        note("WAITING to start")
+        while not Path(start_after).exists():
+            time.sleep(0.05)
+    build(os.environ.get("MCP_TEST_NAME", "test")).run()
+    if stubborn:
+        note("STAYING after the end of stdin")
+        while True:
+            time.sleep(60)
+
+
+if __name__ == "__main__":
+    main()
