@@ -171,9 +171,11 @@ def choose_split(history: list[Message], keep_tokens: int, cal: Calibration) -> 
     return split
 
 
-def stub(call: ToolCall | None, content: str) -> str:
+def stub(call: ToolCall | None, content: str, images: int = 0) -> str:
     size = len(content.encode("utf-8", "surrogatepass"))
     amount = f"{size / 1024:.0f} KB" if size >= 1024 else f"{size} bytes"
+    if images:
+        amount += f" and {images} image{'s' if images > 1 else ''}"
     if call is None:
         return f"[tool output, {amount}, cleared]"
     target = ""
@@ -211,8 +213,11 @@ def plan_clearing(
         if i in kept:
             continue
         for part in history[i].tool_results:
-            if len(part.content) >= STUB_MIN_BYTES:
-                out[part.tool_call_id] = stub(calls.get(part.tool_call_id), part.content)
+            # An image (an MCP tool's) is worth clearing however short the
+            # text beside it: the stub that replaces the result drops it.
+            if len(part.content) >= STUB_MIN_BYTES or part.images:
+                made = calls.get(part.tool_call_id)
+                out[part.tool_call_id] = stub(made, part.content, len(part.images))
     return out
 
 

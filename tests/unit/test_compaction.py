@@ -36,6 +36,7 @@ from agentd.agent.session import AwaitClientResult, Session
 from agentd.errors import ContextOverflow, ModelHTTPError
 from agentd.events import CompactionReport, MemoryDelivered, Note, PromptEnded, Update
 from agentd.messages import (
+    ImagePart,
     Message,
     ReminderPart,
     TextPart,
@@ -155,6 +156,22 @@ def test_old_tool_output_is_cleared_first_the_newest_steps_kept() -> None:
     long = ToolCall("c", "run_command", {"command": "y" * 200})
     assert stub(long, "out").startswith("[output of run_command yyy")
     assert stub(long, "out").endswith("..., 3 bytes, cleared]")
+
+
+def test_an_old_tool_result_with_images_is_cleared_and_its_images_dropped() -> None:
+    # An MCP tool's result: a short text and an image. Short text alone is
+    # left alone; with an image, the result is cleared and the image goes.
+    cal = Calibration()
+    history = [m for n in range(3) for m in tool_turn(n, 10)]
+    shot = ToolResultPart("c0", "a shot", False, (ImagePart("image/png", "AAAA" * 1000),))
+    history[2] = Message("user", [shot])
+    cleared = plan_clearing(history, keep_results=1, keep_tokens=100_000, cal=cal)
+    assert cleared == {"c0": "[output of read_file f0.py, 6 bytes and 1 image, cleared]"}
+    report = CompactionReport("done", "threshold", 900, cleared=1)
+    new, _ = apply_compaction(history, [], CompactionRecord(0, None, None, cleared, report))
+    assert new[2].tool_results[0].content == cleared["c0"]
+    assert new[2].tool_results[0].images == ()
+    assert history[2].tool_results[0].images == shot.images  # the original is untouched
 
 
 def test_the_tail_starts_at_a_prompt_and_holds_the_current_one() -> None:
