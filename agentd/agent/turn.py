@@ -525,7 +525,7 @@ async def _run_tools(
             log.exception("tool call %s (%s) failed", call.id, call.name)
             res = ToolResultPart(call.id, f"{call.name} failed: {type(exc).__name__}", True)
         # Tool output enters the history here: valid Unicode only.
-        res = ToolResultPart(res.tool_call_id, clean_text(res.content), res.is_error)
+        res = ToolResultPart(res.tool_call_id, clean_text(res.content), res.is_error, res.images)
         results[call.id] = res
         status: Literal["failed", "completed"] = "failed" if res.is_error else "completed"
         emit(ToolCallUpdate(call.id, status, res.content, found))
