@@ -80,15 +80,23 @@ async def test_burst_single_flight_full_coverage_and_no_waiting(
         texts: list[str] = []
         replied: list[float] = []
 
-        async def session_burst(n: int, sid: str) -> None:
-            for k in range(5):
+        async def session_burst(n: int, sid: str, ks: range) -> None:
+            for k in ks:
                 text = f"burst message s{n} k{k} remember topic{n * 5 + k}"
                 texts.append(text)
                 result = await c.prompt(sid, text)
                 assert result["stopReason"] == "end_turn"
                 replied.append(time.time())
 
-        await asyncio.gather(*(session_burst(n, sid) for n, sid in enumerate(sids)))
+        # One prompt per session, then the rest of the burst once the first
+        # extraction request is out: on a fast machine twenty prompts could
+        # all be answered before the first extraction even starts, and the
+        # check that replies never wait for it would see nothing to check.
+        await asyncio.gather(*(session_burst(n, sid, range(1)) for n, sid in enumerate(sids)))
+        await model_server.wait_for(
+            lambda e: e["type"] == "request" and e["purpose"] == "extract", timeout=60
+        )
+        await asyncio.gather(*(session_burst(n, sid, range(1, 5)) for n, sid in enumerate(sids)))
         assert len(replied) == 20
         ext = await wait_caught_up(c, workspace, sessions=4)
         spans = intervals(model_server)
