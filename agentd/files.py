@@ -76,11 +76,12 @@ def open_regular(
 
 
 def read_fd(fd: int, limit: int) -> bytes:
-    """Up to `limit` bytes from `fd`'s position."""
+    """Up to `limit` bytes from `fd`'s position (ask for one more than a cap
+    to learn whether the file goes past it)."""
     chunks: list[bytes] = []
     remaining = limit
     while remaining > 0:
-        chunk = os.read(fd, min(remaining, 1 << 16))
+        chunk = os.read(fd, min(remaining, 1 << 20))
         if not chunk:
             break
         chunks.append(chunk)

@@ -161,16 +161,3 @@ def open_file_at(dir_fd: int, name: str, shown: str) -> tuple[int, os.stat_resul
         os.close(fd)
         raise
     return fd, now
-
-
-def read_bounded(fd: int, limit: int) -> bytes:
-    """Up to `limit` bytes of an open regular file (one more tells it was cut)."""
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)

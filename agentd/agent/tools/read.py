@@ -6,11 +6,12 @@ import os
 from typing import Any
 
 from agentd.agent.tools import specs
-from agentd.agent.tools.fs import Root, read_bounded
+from agentd.agent.tools.fs import Root
 from agentd.agent.tools.output import ToolConfig, ToolOutput
 from agentd.agent.tools.worker import StopToken
 from agentd.errors import ToolError
 from agentd.events import Location
+from agentd.files import read_fd
 
 
 def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) -> ToolOutput:
@@ -18,7 +19,7 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
     parts = root.parts(path)
     fd, _ = root.open_file(parts, path)
     try:
-        data = read_bounded(fd, specs.READ_LIMIT_BYTES + 1)
+        data = read_fd(fd, specs.READ_LIMIT_BYTES + 1)
     finally:
         os.close(fd)
     if b"\x00" in data[:8192]:

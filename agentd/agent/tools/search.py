@@ -21,13 +21,14 @@ from typing import Any
 
 from agentd.agent.tools import ripgrep, specs
 from agentd.agent.tools.filetypes import type_globs
-from agentd.agent.tools.fs import Root, kind_of, open_file_at, read_bounded
+from agentd.agent.tools.fs import Root, kind_of, open_file_at
 from agentd.agent.tools.globs import compile_lines
 from agentd.agent.tools.output import ConfinedStats, ToolConfig, ToolOutput
 from agentd.agent.tools.walk import Filters, Rules, ancestors, walk_files
 from agentd.agent.tools.worker import StopToken
 from agentd.errors import ToolError
 from agentd.events import Location
+from agentd.files import read_fd
 
 # Matching-file records kept from ripgrep at most (a query matching nearly
 # every file of a huge tree): beyond this the counts are "at least".
@@ -318,7 +319,7 @@ def _read_text(dir_fd: int, name: str, shown: str) -> bytes | None:
     try:
         if st.st_size > specs.SEARCH_MAX_FILE_BYTES:
             return None
-        data = read_bounded(fd, specs.SEARCH_MAX_FILE_BYTES)
+        data = read_fd(fd, specs.SEARCH_MAX_FILE_BYTES)
     except OSError:
         return None
     finally:
@@ -339,7 +340,7 @@ def _one_file(
     with root.dir(parts[:-1], rel) as parent:
         fd, _ = open_file_at(parent, parts[-1], rel)
     try:
-        data = read_bounded(fd, specs.SEARCH_MAX_FILE_BYTES + 1)
+        data = read_fd(fd, specs.SEARCH_MAX_FILE_BYTES + 1)
     finally:
         os.close(fd)
     if b"\0" in data:

@@ -36,10 +36,11 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from agentd.agent.tools.fs import FILE_FLAGS, Root, open_dir_at, read_bounded
+from agentd.agent.tools.fs import FILE_FLAGS, Root, open_dir_at
 from agentd.agent.tools.globs import GlobLine, GlobSet, compile_lines, parse_line
 from agentd.agent.tools.worker import StopToken
 from agentd.errors import ToolError
+from agentd.files import read_fd
 
 VCS_DIRS = (".git", ".hg", ".svn", ".jj")
 # Ignore-file kinds, highest precedence first (ripgrep's order).
@@ -185,7 +186,7 @@ def _read_rules(dir_fd: int, name: str) -> str:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return ""
-        return read_bounded(fd, IGNORE_FILE_MAX).decode("utf-8", "replace")
+        return read_fd(fd, IGNORE_FILE_MAX).decode("utf-8", "replace")
     except OSError:
         return ""
     finally:
@@ -240,7 +241,7 @@ def _read_path(path: str) -> str:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return ""
-        return read_bounded(fd, IGNORE_FILE_MAX).decode("utf-8", "replace")
+        return read_fd(fd, IGNORE_FILE_MAX).decode("utf-8", "replace")
     except OSError:
         return ""
     finally:
