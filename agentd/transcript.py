@@ -520,25 +520,35 @@ def note_to_json(note: Note) -> dict[str, Any]:
             ],
         }
     if isinstance(note, UsageReport):
-        usage: dict[str, Any] = {
-            "kind": "usage",
-            "inputTokens": note.input_tokens,
-            "outputTokens": note.output_tokens,
-            "sessionTotalTokens": note.session_total_tokens,
-        }
-        if note.cache_read_tokens is not None:
-            usage["cacheReadTokens"] = note.cache_read_tokens
-        if note.cache_write_tokens is not None:
-            usage["cacheWriteTokens"] = note.cache_write_tokens
-        if note.context_window:
-            usage["contextTokens"] = note.context_tokens
-            usage["contextWindow"] = note.context_window
-        return usage
+        return usage_to_json(note)
     if isinstance(note, CompactionReport):
         return compaction_to_json(note)
     out: dict[str, Any] = {"kind": "prompt_end", "stopReason": note.stop_reason}
     if note.error is not None:
         out["error"] = note.error
+    return out
+
+
+def usage_to_json(report: UsageReport, *, cache: bool = True) -> dict[str, Any]:
+    """A usage report as the LSP wire and the transcript both write it.
+
+    ACP's `_agentd/usage` drops `kind` and passes cache=False: its notification never carried
+    the cache counts, and its bytes stay as they were.
+    """
+    out: dict[str, Any] = {
+        "kind": "usage",
+        "inputTokens": report.input_tokens,
+        "outputTokens": report.output_tokens,
+        "sessionTotalTokens": report.session_total_tokens,
+    }
+    # Only when the provider reported them: absent is "unknown", not 0.
+    if cache and report.cache_read_tokens is not None:
+        out["cacheReadTokens"] = report.cache_read_tokens
+    if cache and report.cache_write_tokens is not None:
+        out["cacheWriteTokens"] = report.cache_write_tokens
+    if report.context_window:
+        out["contextTokens"] = report.context_tokens
+        out["contextWindow"] = report.context_window
     return out
 
 

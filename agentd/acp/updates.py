@@ -48,7 +48,7 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
-from agentd.transcript import compaction_to_json
+from agentd.transcript import compaction_to_json, usage_to_json
 
 SESSION_UPDATE = "session/update"
 MCP_PREFIX = "mcp__"
@@ -194,16 +194,9 @@ def to_acp(
             "docs": list(update.docs),
         }
     if isinstance(update, UsageReport):
-        usage: dict[str, Any] = {
-            "sessionId": session_id,
-            "inputTokens": update.input_tokens,
-            "outputTokens": update.output_tokens,
-            "sessionTotalTokens": update.session_total_tokens,
-        }
-        if update.context_window:
-            usage["contextTokens"] = update.context_tokens
-            usage["contextWindow"] = update.context_window
-        return USAGE_NOTIFICATION, usage
+        usage = usage_to_json(update, cache=False)
+        del usage["kind"]
+        return USAGE_NOTIFICATION, {"sessionId": session_id, **usage}
     if isinstance(update, CompactionReport):
         body = compaction_to_json(update)
         del body["kind"]

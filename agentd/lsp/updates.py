@@ -26,7 +26,7 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
-from agentd.transcript import compaction_to_json
+from agentd.transcript import compaction_to_json, usage_to_json
 
 
 def locations_to_wire(locations: list[Location]) -> list[dict[str, Any]]:
@@ -71,21 +71,7 @@ def update_to_wire(update: Update) -> dict[str, Any]:
     if isinstance(update, MemoryDelivered):
         return {"kind": "memory", "point": update.point, "tier": update.tier, "docs": update.docs}
     if isinstance(update, UsageReport):
-        usage: dict[str, Any] = {
-            "kind": "usage",
-            "inputTokens": update.input_tokens,
-            "outputTokens": update.output_tokens,
-            "sessionTotalTokens": update.session_total_tokens,
-        }
-        # Only when the provider reported them: absent is "unknown", not 0.
-        if update.cache_read_tokens is not None:
-            usage["cacheReadTokens"] = update.cache_read_tokens
-        if update.cache_write_tokens is not None:
-            usage["cacheWriteTokens"] = update.cache_write_tokens
-        if update.context_window:
-            usage["contextTokens"] = update.context_tokens
-            usage["contextWindow"] = update.context_window
-        return usage
+        return usage_to_json(update)
     if isinstance(update, CompactionReport):
         return compaction_to_json(update)
     if isinstance(update, PlanUpdated):
