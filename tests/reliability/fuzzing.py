@@ -5,7 +5,11 @@ A real daemon is spawned once (`python -m agentd serve`, or the ACP entry
 point; memory off) and many inputs are pushed through it. After each input
 the harness writes a blank line and three probe requests; the input passes
 when one of them is answered, the process is alive and its RSS (from /proc)
-stays under a bound.
+stays under a bound. With LSP framing the probes follow enough filler
+(spaces) to complete any body the input declared and left open: the daemon
+cuts an overlong body at the next header only while the body is still
+short, so a length the probes themselves would complete swallowed them (a
+flake, depending on whether they arrived in one read).
 
 The hostile-value inputs (`hostile_input`: numbers of more than 4,300
 digits, nesting up to 100,000 levels, lone surrogates in prompts, tool
@@ -24,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import queue
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -66,6 +71,28 @@ FORBIDDEN = {"exit", "shutdown"}
 SESSION = b"@SESSION@"
 PROMPT_ID = b'"@PROMPT@"'
 INTERNAL_ERROR = -32603
+# Any digits after a Content-Length header name, as the daemon reads it (case and
+# spaces aside): over-approximating is harmless, the filler only gets longer.
+DECLARED = re.compile(rb"content-length\s*:\s*(\d+)", re.IGNORECASE)
+# More digits than MAX_BODY has: the daemon refuses such a length outright.
+LONGEST_LENGTH = 12
+
+
+def filler_for(data: bytes, after: int) -> int:
+    """How many filler bytes complete every body `data` may leave open, when
+    `after` more bytes (the probes) follow the filler.
+
+    A declared length longer than all that is written after its header can't
+    be completed by the probes: the daemon cuts it at the first probe's header.
+    Shorter ones must be completed by the filler, before the probes.
+    """
+    filler = 0
+    lengths = {int(d) for d in DECLARED.findall(data) if len(d) <= LONGEST_LENGTH}
+    for length in sorted(lengths):
+        if length > len(data) + after + filler:
+            break
+        filler = length
+    return filler
 
 
 class FuzzDaemon:
@@ -163,10 +190,14 @@ class FuzzDaemon:
         for chunk in chunks:
             self.write(chunk)
         probes = {f"probe-{self.examples}-{k}" for k in range(3)}
-        data = b"\r\n\r\n" if self.framing == "lsp" else b"\n"
         method, params = self.probe()
-        for pid in sorted(probes):
-            data += self.framed(request(pid, method, params))
+        data = b"".join(self.framed(request(pid, method, params)) for pid in sorted(probes))
+        if self.framing == "lsp":
+            # Ends an open header block; the filler then completes an open body.
+            end = b"\r\n\r\n"
+            data = end + b" " * filler_for(b"".join(chunks), len(end) + len(data)) + data
+        else:
+            data = b"\n" + data
         self.write(data)
         reply = self.wait_for(probes, timeout)
         assert "result" in reply, reply

@@ -79,6 +79,15 @@ def test_mutated_real_messages(daemon: FuzzDaemon, chunks: list[bytes]) -> None:
     daemon.feed(chunks)
 
 
+def test_a_body_only_the_probes_would_fill_does_not_swallow_them(daemon: FuzzDaemon) -> None:
+    # A declared length that the input leaves open and the harness's probes would
+    # complete: the daemon looks for a cut only while a body is short, so probes
+    # arriving in one read are taken as the body. Every length up to past the
+    # probes' size is tried; the harness must still get an answer after each.
+    for length in range(1, 1200, 7):
+        daemon.feed([b"Content-Length: %d\r\n\r\n{" % length], timeout=10.0)
+
+
 @pytest.fixture
 def model_thread(tmp_path: Path) -> Iterator[ModelServerThread]:
     with ModelServerThread(log_path=tmp_path / "model-server.jsonl") as server:
