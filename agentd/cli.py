@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None and sys.stdin.isatty():
             parser.print_help(sys.stderr)
             return 2
+        from agentd.stdio import exit_on_stop_signals
+
+        exit_on_stop_signals()
         if getattr(args, "tcp", False):
             from agentd.lsp.tcp import run_tcp
 

@@ -62,6 +62,7 @@ def sniff_framing(fd: int = 0, limit: int = 4096) -> tuple[str, bytes]:
     either is skipped. Blocks until the client has written its first byte,
     which it does at once after spawning the daemon.
     """
+    log.debug("waiting for the client's first byte")
     seen = b""
     while len(seen) < limit:
         chunk = os.read(fd, 1)
@@ -153,6 +154,23 @@ async def open_writer(
 
 # The signals that stop the daemon gracefully rather than by their default action.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def exit_on_stop_signals() -> None:
+    """Until an event loop takes them over (`on_terminate`), SIGTERM and SIGINT end
+    the process with exit code 0 and nothing on stdout.
+
+    Before the loop runs (waiting for the client's first byte, importing the
+    server) nothing has been answered or started, so there is nothing to drain:
+    a clean exit is the whole graceful shutdown. The defaults would kill the
+    process (-15) or raise KeyboardInterrupt with a traceback.
+    """
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import os
 import sys
 
 from agentd.acp.server import run_acp_stdio
+from agentd.stdio import exit_on_stop_signals
 
 if __name__ == "__main__":
     # stdout belongs to the protocol; everything human goes to stderr.
@@ -15,4 +16,5 @@ if __name__ == "__main__":
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    exit_on_stop_signals()
     sys.exit(run_acp_stdio())

@@ -183,3 +183,21 @@ async def test_sigterm_with_stdin_open_shuts_down_gracefully(
     messages = [r["message"] for r in map(json.loads, raw.splitlines()) if r["type"] == "message"]
     assert LONG in json.dumps(messages[0])
     assert messages[-1]["role"] == "assistant" and messages[-1].get("interrupted") is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_stop_signal_before_the_first_byte_exits_cleanly(
+    signum: signal.Signals, tmp_path: Path
+) -> None:
+    """The signal arrives while `agentd serve` waits for the client's first byte
+    (telling LSP from ACP), before any event loop: exit 0, stdout untouched."""
+    env = daemon_env("http://127.0.0.1:9/v1", tmp_path, AGENTD_LOG_LEVEL="debug")
+    proc = await spawn_agentd(env, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None and proc.stdout is not None
+    async with asyncio.timeout(60):  # a hang guard, not a synchronisation
+        while b"waiting for the client's first byte" not in (err := await proc.stderr.readline()):
+            assert err, "stderr closed before the daemon waited for the first byte"
+        proc.send_signal(signum)
+        stdout = await proc.stdout.read()
+        assert await proc.wait() == 0
+    assert stdout == b""
