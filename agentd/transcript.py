@@ -24,6 +24,8 @@ holds `{"type": "image", "mimeType", "sha256"}`. Lines stay small whatever
 the pictures weigh (each is capped at `limits.maxImageBytes`), the same
 image sent twice is stored once, and a loaded session sends them to the
 model again; an image whose file is gone becomes a line of text saying so.
+A folder of images whose transcript is gone (deleted by hand) is removed at
+start-up (`collect_orphan_images`).
 
 `<sessionId>.meta.json` beside it holds what `session/list` shows (the title
 of the conversation since its last reset, the workspace), rewritten when the
@@ -61,6 +63,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -138,6 +141,46 @@ MISSING_IMAGE = "[an image of this prompt: its stored copy is missing]"
 def images_dir(path: Path) -> Path:
     """Where a transcript's images live (`<sessionId>.images/`)."""
     return path.with_suffix(".images")
+
+
+def collect_orphan_images(home: Path | None = None) -> int:
+    """Remove the `<sessionId>.images/` folders whose transcript is gone (deleted
+    by hand or by a tool: nothing can show those images again); returns how many.
+
+    Run once at start-up. Confined to the sessions folders: a project or images
+    folder that is a symlink is left alone, and `shutil.rmtree` does not follow
+    symlinks inside the folders it removes. The writer creates a transcript
+    before its first image, so a live session's folder never looks orphaned.
+    """
+    projects = (home or agentd_home()) / "projects"
+    try:
+        with os.scandir(projects) as it:
+            folders = [Path(e.path, "sessions") for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    removed = 0
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        for entry in entries:
+            if not entry.name.endswith(".images"):
+                continue
+            transcript = entry.name.removesuffix(".images") + ".jsonl"
+            if transcript in names:
+                continue
+            if not entry.is_dir(follow_symlinks=False) or os.path.lexists(folder / transcript):
+                continue
+            try:
+                shutil.rmtree(entry.path)
+            except OSError as exc:
+                log.warning("cannot remove orphaned images %s: %s", entry.path, exc)
+                continue
+            removed += 1
+    return removed
 
 
 def meta_path(path: Path) -> Path:
@@ -352,6 +395,14 @@ class TranscriptWriter:
         """Write one message; returns its offset (given even when the write fails)."""
         offset = self.offset
         record = message_to_json(message)
+        if message.images and not self._started:
+            # The transcript before its images: an images folder without its
+            # transcript is garbage to `collect_orphan_images`, even for an instant.
+            self._start()
+            try:
+                self.flush()
+            except OSError:
+                pass  # kept pending; the message line below tries again
         if message.images:
             for part in record["parts"]:
                 if part["type"] == "image" and "data" in part:

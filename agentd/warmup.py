@@ -66,6 +66,11 @@ class Warmup:
 
             app = App.create(options)
             app.provider.warm()
+            # Start-up garbage collection, here in the warm-up thread: one
+            # listing per project, no prompt can be answered before it is done.
+            from agentd.transcript import collect_orphan_images
+
+            collect_orphan_images()
             for module in _HTTP_BACKENDS:
                 try:
                     importlib.import_module(module)

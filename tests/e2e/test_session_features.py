@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from pygls.exceptions import JsonRpcException
 
-from agentd.testing.daemon import daemon_env
+from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
+from agentd.transcript import sessions_dir
 from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
@@ -208,6 +209,32 @@ async def test_image_content_parts_reach_the_model_and_replay(
         assert updates(c2, sid, "user_image") == [
             {"kind": "user_image", "mimeType": "image/png", "data": PIXEL}
         ]
+    finally:
+        await c2.lsp.shutdown_session()
+
+
+async def test_images_of_a_removed_transcript_are_collected_at_start_up(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    c = await start_client(env, {"supportsImages": True})
+    try:
+        sid = await c.new_session(workspace)
+        image = {"type": "image", "data": PIXEL, "mimeType": "image/png"}
+        await c.request("agent/prompt", {"sessionId": sid, "prompt": [image]})
+        kept = await c.new_session(workspace)
+        await c.request("agent/prompt", {"sessionId": kept, "prompt": [image]})
+    finally:
+        await c.lsp.shutdown_session()
+    assert (folder / f"{sid}.images").is_dir()
+    (folder / f"{sid}.jsonl").unlink()
+    c2 = await start_client(env, {"supportsImages": True})
+    try:
+        # A prompt is answered once start-up is done, collection included.
+        await c2.prompt(await c2.new_session(workspace), "hello")
+        assert not (folder / f"{sid}.images").exists()
+        assert (folder / f"{kept}.images").is_dir()
     finally:
         await c2.lsp.shutdown_session()
 

@@ -25,6 +25,7 @@ from agentd.transcript import (
     MISSING_IMAGE,
     SessionCatalog,
     TranscriptWriter,
+    collect_orphan_images,
     load,
     meta_path,
     sessions_dir,
@@ -190,6 +191,49 @@ def test_the_handshake_peek_agrees_with_the_settings(
 
 
 # --- the transcript: images beside it, settings, the plan, the listing ------------------
+
+
+def test_image_folders_whose_transcript_is_gone_are_collected(tmp_path: Path) -> None:
+    folder = sessions_dir(tmp_path / "ws", tmp_path / "home")
+    kept = TranscriptWriter(folder / "kept.jsonl", "kept", tmp_path / "ws")
+    kept.append(Message("user", [TextPart("a"), ImagePart("image/png", PNG)]))
+    kept.close()
+    gone = TranscriptWriter(folder / "gone.jsonl", "gone", tmp_path / "ws")
+    gone.append(Message("user", [TextPart("a"), ImagePart("image/png", PNG)]))
+    gone.close()
+    (folder / "gone.jsonl").unlink()
+    # Outside the sessions folder: reached only through symlinks, never removed.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"x")
+    (folder / "gone.images" / "link").symlink_to(outside / "precious")
+    (folder / "linked.images").symlink_to(outside, target_is_directory=True)
+
+    assert collect_orphan_images(tmp_path / "home") == 1
+    assert not (folder / "gone.images").exists()
+    assert len(list((folder / "kept.images").iterdir())) == 1
+    assert (folder / "linked.images").is_symlink()
+    assert (outside / "precious").read_bytes() == b"x"
+    # Nothing to do (no projects folder at all) is not an error.
+    assert collect_orphan_images(tmp_path / "nowhere") == 0
+
+
+def test_the_transcript_exists_before_its_first_image(tmp_path: Path) -> None:
+    # An image folder without its transcript counts as garbage (above): the
+    # writer must never leave one, even for an instant, at a session's first prompt.
+    path = tmp_path / "s.jsonl"
+    w = TranscriptWriter(path, "s", tmp_path)
+    store = w._store_image
+    seen: list[bool] = []
+
+    def spy(data: str) -> str:
+        seen.append(path.exists())
+        return store(data)
+
+    w._store_image = spy  # type: ignore[method-assign]
+    w.append(Message("user", [TextPart("a"), ImagePart("image/png", PNG)]))
+    w.close()
+    assert seen == [True]
 
 
 def test_images_are_stored_once_beside_the_transcript_and_read_back(tmp_path: Path) -> None:
