@@ -132,6 +132,12 @@ class InitializationOptions(WireModel):
     compaction: dict[str, Any] | None = None
 
 
+class ModeOut(WireModel):
+    id: str
+    name: str
+    description: str
+
+
 class AgentdCapabilities(WireModel):
     """`initialize` result: `capabilities.experimental.agentd`."""
 
@@ -145,6 +151,12 @@ class AgentdCapabilities(WireModel):
     prompt_content: list[str]
     # MCP servers are supported (`mcp/status`, `initializationOptions.mcpServers`).
     mcp: bool
+    # The session modes (as `agent/newSession` lists them) and the one a new
+    # session starts in: an editor can show its mode picker before any session.
+    modes: list[ModeOut]
+    default_mode: Literal["ask", "code", "auto-edit"]
+    # `agent/compact` and the `compaction` update kind are supported.
+    compaction: bool
 
 
 # --- requests -------------------------------------------------------------------
@@ -158,12 +170,6 @@ class PlanEntryOut(WireModel):
     content: str
     priority: Literal["high", "medium", "low"]
     status: Literal["pending", "in_progress", "completed"]
-
-
-class ModeOut(WireModel):
-    id: str
-    name: str
-    description: str
 
 
 class ModelOut(WireModel):

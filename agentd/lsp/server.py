@@ -20,6 +20,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import lsp_method
 
 from agentd import PROTOCOL_VERSION, __version__
+from agentd.agent.modes import DEFAULT_MODE, MODES
 from agentd.decode import Undecodable, decode_body
 from agentd.errors import (
     INVALID_PARAMS,
@@ -85,6 +86,12 @@ class ServerProtocol(AgentdProtocol):
                 "promptContent": ["text", "resource_link", "resource"]
                 + (["image"] if peek_images(options) else []),
                 "mcp": True,
+                "modes": [
+                    {"id": m.id, "name": m.name, "description": m.description}
+                    for m in MODES.values()
+                ],
+                "defaultMode": DEFAULT_MODE,
+                "compaction": True,
             }
         }
         result.server_info = types.ServerInfo(name="agentd", version=__version__)

@@ -25,6 +25,15 @@ async def test_initialize_advertises_agentd(client: AgentdClient) -> None:
     assert caps["protocolVersion"] == 1
     assert caps["clientTools"] == ["edit_file", "run_command"]
     assert set(caps["daemonTools"]) == {"read_file", "list_dir", "search", "glob"}
+    # The pickers can show before any session: the modes as agent/newSession lists
+    # them, the one a new session starts in, and agent/compact.
+    assert [m["id"] for m in caps["modes"]] == ["ask", "code", "auto-edit"]
+    assert all(m["name"] and m["description"] for m in caps["modes"])
+    assert caps["defaultMode"] == "code"
+    assert caps["compaction"] is True
+    from agentd.lsp.ext import AgentdCapabilities
+
+    AgentdCapabilities.model_validate(caps)
 
 
 async def test_prompt_streams_chunks_and_result(
