@@ -44,6 +44,22 @@ type Sent = Extract<WireEvent, { dir: 'request' }>;
 const requests = (wire: WireEvent[], method: string): Sent[] => wire.filter((w): w is Sent => w.dir === 'request' && w.method === method);
 
 describe('modes and models', () => {
+  it('initialize advertises the modes and compaction: the mode picker shows before any session', async () => {
+    expect(daemon.caps?.modes?.map((m) => m.id)).toEqual(['ask', 'code', 'auto-edit']);
+    expect(daemon.caps?.compaction).toBe(true);
+    const h = harness();
+    await h.controller.refreshFeatures();
+    expect(requests(h.wire, 'agent/newSession')).toEqual([]);
+    const setup = of(h.events, 'setup').at(-1)!;
+    expect(setup.setup.mode).toBe('code');
+    expect(setup.setup.modes?.map((m) => m.id)).toEqual(['ask', 'code', 'auto-edit']);
+    expect(of(h.events, 'features').at(-1)!.compaction).toBe(true);
+    // Picking a mode then starts the session in it.
+    await h.controller.setMode('ask');
+    expect(requests(h.wire, 'agent/newSession')).toHaveLength(1);
+    expect(of(h.events, 'setup').at(-1)!.setup.mode).toBe('ask');
+  });
+
   it('a new session offers Ask, Code and Auto-edit and the configured models; the pickers change them', async () => {
     const h = harness();
     await h.controller.newSession();

@@ -64,7 +64,7 @@ export type ChatEvent =
   | { type: 'sessions'; sessions: SessionInfo[] }
   | { type: 'daemon'; state: 'starting' | 'ready' | 'stopped' | 'failed'; message?: string }
   /** What the daemon offers, for controls shown only when it does (no dead buttons). */
-  | { type: 'features'; images: boolean; mcp: boolean; commands: SlashCommand[] }
+  | { type: 'features'; images: boolean; mcp: boolean; commands: SlashCommand[]; compaction?: boolean }
   /** The session's mode and model and their choices (the pickers). */
   | { type: 'setup'; sessionId: string; setup: SessionSetup }
   /** The session's plan as it stands (each replaces the one before). */

@@ -138,7 +138,13 @@ export class AgentController {
     } catch {
       // An older daemon has no commands: no completion is offered.
     }
-    this.emit({ type: 'features', images: !!caps?.promptContent?.includes('image'), mcp: !!caps?.mcp, commands });
+    this.emit({ type: 'features', images: !!caps?.promptContent?.includes('image'), mcp: !!caps?.mcp, commands, ...(caps?.compaction ? { compaction: true } : {}) });
+    // Before the first session the mode picker shows what initialize advertised
+    // (the session's own setup replaces it once there is one).
+    if (!this.sessionId && Array.isArray(caps?.modes) && caps.modes.length > 0) {
+      const mode = this.setup?.mode ?? caps.defaultMode;
+      this.emit({ type: 'setup', sessionId: this.currentSessionId ?? '', setup: { mode, modes: caps.modes } });
+    }
   }
 
   /** The daemon went away: end the running turn with `reason`. */

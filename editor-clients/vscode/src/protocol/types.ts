@@ -58,6 +58,11 @@ export interface AgentdCapabilities {
   promptContent?: string[];
   /** MCP servers are supported (mcp/status). */
   mcp?: boolean;
+  /** The session modes and the one a new session starts in (the mode picker before any session). */
+  modes?: { id: string; name: string; description: string }[];
+  defaultMode?: SessionMode;
+  /** agent/compact and the `compaction` update kind are supported. */
+  compaction?: boolean;
 }
 
 /** A place a tool call is about: `path` absolute, `line` 1-based. */

@@ -91,8 +91,9 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
     if (e.type === 'turnStart' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', true);
     if (e.type === 'turnEnd' && !e.replay) void vscode.commands.executeCommand('setContext', 'agentd.promptRunning', false);
     if (e.type === 'update' && e.update.kind === 'memory') for (const p of e.update.docs) this.openable.add(p);
-    // A daemon that reports a context window compacts: "Compact the Conversation…" is offered.
-    if (e.type === 'context' && !this.canCompact) {
+    // A daemon that reports a context window, or says so at initialize, compacts:
+    // "Compact the Conversation…" is offered.
+    if ((e.type === 'context' || (e.type === 'features' && e.compaction)) && !this.canCompact) {
       this.canCompact = true;
       void vscode.commands.executeCommand('setContext', 'agentd.canCompact', true);
     }
