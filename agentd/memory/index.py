@@ -163,18 +163,37 @@ class InvertedIndex:
             index = cls()
         for doc, fields in tokenised:
             index._add(doc, fields, keep_vocab_sorted=False)
-        index._vocab.sort()
+        index._rebuild_vocab()
         return index
 
-    def _weights(self, fields: Fields) -> dict[str, float]:
+    def _weights(self, fields: Fields) -> tuple[dict[str, float], int]:
+        """Each term's saturated weight in the doc, the terms of the name and
+        description first; and how many those are (the doc's ``about_count``)."""
+        name, description, body = fields
+        avg = self._avg
         tf: dict[str, float] = {}
-        for i, field in enumerate(fields):
-            if not field:
-                continue
-            norm = FIELD_WEIGHTS[i] / (1.0 - B + B * len(field) / self._avg[i])
-            for term, count in Counter(field).items():
-                tf[term] = tf.get(term, 0.0) + count * norm
-        return {term: t / (K1 + t) for term, t in tf.items()}
+        for i, field in ((0, name), (1, description)):
+            if field:
+                norm = FIELD_WEIGHTS[i] / (1.0 - B + B * len(field) / avg[i])
+                for term, count in Counter(field).items():
+                    tf[term] = tf.get(term, 0.0) + count * norm
+        about = len(tf)
+        if not body:
+            return {term: t / (K1 + t) for term, t in tf.items()}, about
+        # The body holds most of a doc's terms. Those it alone holds have a
+        # weight that depends on their count only, and most counts are 1 or 2:
+        # each count's weight is computed once (the same float a term-by-term
+        # loop computes) and the terms take theirs through C-level `map`/`zip`.
+        norm = FIELD_WEIGHTS[2] / (1.0 - B + B * len(body) / avg[2])
+        counts = Counter(body)
+        weights: dict[str, float] = {}
+        for term, value in tf.items():
+            count = counts.pop(term, 0)
+            t = value + count * norm if count else value
+            weights[term] = t / (K1 + t)
+        of_count = {c: (x := c * norm) / (K1 + x) for c in set(counts.values())}
+        weights.update(zip(counts.keys(), map(of_count.__getitem__, counts.values()), strict=True))
+        return weights, about
 
     def _add(
         self,
@@ -183,7 +202,9 @@ class InvertedIndex:
         *,
         keep_vocab_sorted: bool,
     ) -> IndexedDoc:
-        weights = self._weights(fields)
+        """Index ``doc``. Without ``keep_vocab_sorted`` (a full build) the
+        vocabulary is left for the caller to rebuild (`_rebuild_vocab`)."""
+        weights, about = self._weights(fields)
         doc_id = self._next_id
         self._next_id += 1
         indexed = IndexedDoc(
@@ -193,21 +214,30 @@ class InvertedIndex:
             content_hash=doc.content_hash,
             lengths=(len(fields[0]), len(fields[1]), len(fields[2])),
             terms=tuple(weights),
-            about_count=len(set(fields[0]) | set(fields[1])),
+            about_count=about,
         )
-        for term, weight in weights.items():
-            postings = self._postings.get(term)
-            if postings is None:
-                postings = self._postings[term] = {}
-                if _prefixable(term):
-                    if keep_vocab_sorted:
+        postings_of = self._postings
+        if keep_vocab_sorted:
+            for term, weight in weights.items():
+                postings = postings_of.get(term)
+                if postings is None:
+                    postings_of[term] = {doc_id: weight}
+                    if _prefixable(term):
                         bisect.insort(self._vocab, term)
-                    else:
-                        self._vocab.append(term)
-            postings[doc_id] = weight
+                else:
+                    postings[doc_id] = weight
+        else:
+            for term, weight in weights.items():
+                try:
+                    postings_of[term][doc_id] = weight
+                except KeyError:
+                    postings_of[term] = {doc_id: weight}
         self._docs[doc_id] = indexed
         self._by_path[str(doc.info.path)] = indexed
         return indexed
+
+    def _rebuild_vocab(self) -> None:
+        self._vocab = sorted(term for term in self._postings if _prefixable(term))
 
     def upsert(self, doc: TopicDoc, fields: Fields | None = None) -> None:
         """Add or replace ``doc`` (``fields``: its terms, if already tokenised)."""
