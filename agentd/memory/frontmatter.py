@@ -15,6 +15,7 @@ from dataclasses import dataclass
 _FENCE = re.compile(r"^---[ \t]*$")
 _CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*$")
 _KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*)|[ \t]*)$")
+_INDENT = (" ", "\t")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "/": "/", "r": "\r", "0": "\0"}
 # A header longer than this is not a header: stop looking for its end.
 MAX_HEADER_LINES = 200
@@ -26,10 +27,6 @@ class FrontMatter:
     body: str
     present: bool
     problems: tuple[str, ...]
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
 
 
 def _double_quoted(raw: str) -> tuple[str, bool]:
@@ -83,20 +80,22 @@ def _parse_header(lines: list[str], first_lineno: int) -> tuple[dict[str, str], 
         i += 1
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        match = _KEY.match(line) if _indent(line) == 0 else None
+        match = None if line.startswith(_INDENT) else _KEY.match(line)
         if match is None:
             problems.append(f"front matter line {lineno} not understood")
             continue
         key, raw = match.group(1), (match.group(2) or "").strip()
         # Indented lines after the key belong to it (continuations, block scalars, lists).
         block: list[str] = []
-        while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > 0):
+        while i < len(lines) and (lines[i].startswith(_INDENT) or not lines[i].strip()):
             block.append(lines[i])
             i += 1
         while block and not block[-1].strip():
             block.pop()
         value: str
-        if raw[:1] in ("|", ">"):
+        if not block and raw[:1] not in ("|", ">", '"', "'"):
+            value = _plain(raw)  # the common `key: value` line, as the last branch reads it
+        elif raw[:1] in ("|", ">"):
             texts = [b.strip() for b in block]
             value = "\n".join(texts) if raw[0] == "|" else " ".join(t for t in texts if t)
         elif raw.startswith('"'):

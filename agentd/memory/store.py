@@ -85,12 +85,22 @@ def is_topic_name(name: str) -> bool:
 
 
 def _one_line(value: str, limit: int) -> str:
+    if value.isprintable() and "  " not in value:
+        # No control character and no whitespace but single spaces (every other
+        # kind is unprintable): the substitutions below would change nothing.
+        return value.strip()[:limit]
     value = _WHITESPACE.sub(" ", _CONTROL.sub("", value)).strip()
     return value[:limit]
 
 
 def decode(data: bytes, truncated: bool) -> tuple[str, bool]:
     """UTF-8 with replacement; returns the text and whether bytes were invalid."""
+    if not truncated:
+        try:
+            # Valid UTF-8, the common case: the same text, without a decoder object.
+            return data.decode("utf-8"), False
+        except UnicodeDecodeError:
+            pass
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     # final=False on a truncated read keeps a split multi-byte character out of the text.
     text = decoder.decode(data, final=not truncated)

@@ -33,7 +33,6 @@ _CJK = _HAN + _HIRAGANA + _KATAKANA + _HANGUL
 _TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _HAS_CAMEL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
-_HIRAGANA_RE = re.compile(rf"[{_HIRAGANA}]")
 # A character that `_TOKEN` would put in a token and that is not ASCII (a
 # letter or digit of another script, or anything of a CJK block): text without
 # one takes the ASCII path of `terms`.
@@ -132,8 +131,9 @@ def _word_terms(raw: str, out: list[str]) -> None:
 
 def _boundary_particle(a: str, b: str) -> bool:
     """Does the bigram ``ab`` join kana to kanji/katakana through a particle?"""
-    a_hira = _HIRAGANA_RE.match(a) is not None
-    b_hira = _HIRAGANA_RE.match(b) is not None
+    # Range checks of one character each: `_HIRAGANA`, without a regex call.
+    a_hira = "\u3041" <= a <= "\u309f"
+    b_hira = "\u3041" <= b <= "\u309f"
     if a_hira == b_hira:
         return False
     particle = a if a_hira else b

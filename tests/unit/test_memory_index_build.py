@@ -9,6 +9,7 @@ term-by-term BM25F weighting for the index.
 
 from __future__ import annotations
 
+import codecs
 import json
 import random
 from collections import Counter
@@ -19,7 +20,16 @@ from hypothesis import strategies as st
 
 from agentd.memory.index import FIELD_WEIGHTS, K1, B, InvertedIndex, _prefixable, field_terms
 from agentd.memory.project import ProjectMemory
-from agentd.memory.store import DocInfo, TopicDoc, list_topics, read_topic
+from agentd.memory.store import (
+    _CONTROL,
+    _WHITESPACE,
+    DocInfo,
+    TopicDoc,
+    _one_line,
+    decode,
+    list_topics,
+    read_topic,
+)
 from agentd.memory.tokenize import _general_terms, normalize, terms
 
 EVAL = Path(__file__).resolve().parents[1] / "data" / "qwen-code-recall-eval.json"
@@ -52,6 +62,25 @@ def test_terms_equal_the_general_path(pieces: list[str]) -> None:
 @given(st.text(max_size=80))
 def test_terms_equal_the_general_path_on_any_text(text: str) -> None:
     assert terms(text) == _general_terms(normalize(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(max_size=40) | st.lists(st.sampled_from([*PIECES, "\x00", "\x7f", "\r\n"])).map("".join)
+)
+def test_one_line_fields_equal_the_substitutions(value: str) -> None:
+    slow = _WHITESPACE.sub(" ", _CONTROL.sub("", value)).strip()[:10]
+    assert _one_line(value, 10) == slow
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=40) | st.text(max_size=20).map(lambda t: t.encode("utf-8", "surrogatepass"))
+)
+def test_decoding_equals_the_replacing_decoder(data: bytes) -> None:
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=True)
+    invalid = text.count("\ufffd") > data.count("\ufffd".encode())
+    assert decode(data, truncated=False) == (text, invalid)
 
 
 def _reference(
