@@ -24,6 +24,7 @@ output, stored transcripts), so nothing later fails to encode it as UTF-8.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -165,6 +166,11 @@ class Message:
     parts: list[Part] = field(default_factory=list)
     # True when the assistant's output was cut short (cancel, dropped stream).
     interrupted: bool = False
+    # A provider's wire encoding of this message, by the provider's settings
+    # (`cached_wire`): not part of the message's value.
+    wire_cache: dict[Hashable, tuple[tuple[Part, ...], bool, str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def text(self) -> str:
@@ -181,6 +187,35 @@ class Message:
     @property
     def images(self) -> list[ImagePart]:
         return [p for p in self.parts if isinstance(p, ImagePart)]
+
+
+def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable], str]) -> str:
+    """`encode(msg, key)`, computed once per state of `msg` and kept on it.
+
+    A step of a turn sends the whole history again; encoding each message once
+    makes a step's cost independent of the history's length. The cache is
+    keyed on the message's parts by identity, so every way the history is
+    changed invalidates it without being told: a reminder inserted at a
+    delivery point, a cancelled call's result appended, the parts list
+    replaced, a part swapped for another (compaction's cleared tool output
+    builds new parts and messages). Holding the parts keeps their identities
+    from being reused. What it cannot see is a field of a part changed in
+    place, which nothing does once a message is in a history: parts are
+    built whole (the turn engine assembles them before the message enters).
+    """
+    parts = msg.parts
+    hit = msg.wire_cache.get(key)
+    if hit is not None:
+        seen, interrupted, text = hit
+        if (
+            interrupted == msg.interrupted
+            and len(seen) == len(parts)
+            and all(a is b for a, b in zip(seen, parts, strict=True))
+        ):
+            return text
+    text = encode(msg, key)
+    msg.wire_cache[key] = (tuple(parts), msg.interrupted, text)
+    return text
 
 
 def user_text(text: str) -> Message:

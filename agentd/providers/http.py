@@ -146,7 +146,7 @@ class ModelHTTP:
     async def stream(
         self,
         url: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         *,
         headers: Mapping[str, str],
         purpose: Purpose,
@@ -163,7 +163,10 @@ class ModelHTTP:
                 **dict(self.config.extra_headers),
                 "X-Agentd-Purpose": purpose,
             }
-            content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            if isinstance(body, bytes):
+                content = body  # encoded by the provider, from per-message caches
+            else:
+                content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
             # aclosing: leaving this loop early (done, error, cancel, aclose)
             # closes the inner generator now, which closes the HTTP response.
             source = self._sse(url, content, all_headers, on_sent)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from agentd.messages import (
     ThinkingPart,
     ToolCall,
     ToolResultPart,
+    cached_wire,
     render_reminder,
 )
 from agentd.providers.base import (
@@ -66,7 +67,7 @@ class OpenAIProvider(HTTPProvider):
         model = request.model or self.config.model_for(request.purpose)
         return self._http.stream(
             self._url,
-            request_body(request, model, self.config),
+            request_content(request, model, self.config),
             headers=headers,
             purpose=request.purpose,
             on_sent=request.on_sent,
@@ -137,6 +138,45 @@ def traits_for(model: str, config: ProviderConfig) -> ModelTraits:
 def request_body(
     request: ModelRequest, model: str, config: ProviderConfig | None = None
 ) -> dict[str, Any]:
+    body, traits = _request_head(request, model, config)
+    # Last, so that the bytes of one step's request are a prefix of the next one's.
+    body["messages"] = to_chat_messages(
+        request.system, request.messages, replay_reasoning=traits.replay_reasoning
+    )
+    return body
+
+
+def request_content(
+    request: ModelRequest, model: str, config: ProviderConfig | None = None
+) -> bytes:
+    """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
+    for it, built from each history message's cached encoding: a step encodes
+    only the messages it has not sent before, whatever the history's length."""
+    body, traits = _request_head(request, model, config)
+    key = ("openai", traits.replay_reasoning)
+    items = [_dumps({"role": "system", "content": request.system})] if request.system else []
+    for msg in request.messages:
+        text = cached_wire(msg, key, _message_json)
+        if text:
+            items.append(text)
+    head = _dumps(body)
+    return f'{head[:-1]},"messages":[{",".join(items)}]}}'.encode()
+
+
+def _message_json(msg: Message, key: Hashable) -> str:
+    replay = bool(key[1]) if isinstance(key, tuple) else False
+    return ",".join(_dumps(m) for m in encode_message(msg, replay_reasoning=replay))
+
+
+def _dumps(value: Any) -> str:
+    # The one JSON form requests are sent in (`agentd.providers.http`).
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _request_head(
+    request: ModelRequest, model: str, config: ProviderConfig | None
+) -> tuple[dict[str, Any], ModelTraits]:
+    """The body without its messages, and the model's traits."""
     config = config or ProviderConfig(model=model)
     traits = traits_for(model, config)
     main = request.purpose == "main"
@@ -171,11 +211,7 @@ def request_body(
         ]
     if request.tool_choice:
         body["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
-    # Last, so that the bytes of one step's request are a prefix of the next one's.
-    body["messages"] = to_chat_messages(
-        request.system, request.messages, replay_reasoning=traits.replay_reasoning
-    )
-    return body
+    return body, traits
 
 
 def to_chat_messages(
