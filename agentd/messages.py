@@ -168,7 +168,7 @@ class Message:
     interrupted: bool = False
     # A provider's wire encoding of this message, by the provider's settings
     # (`cached_wire`): not part of the message's value.
-    wire_cache: dict[Hashable, tuple[tuple[Part, ...], bool, str]] = field(
+    wire_cache: dict[Hashable, tuple[list[Part], bool, bytes]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -189,32 +189,27 @@ class Message:
         return [p for p in self.parts if isinstance(p, ImagePart)]
 
 
-def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable], str]) -> str:
+def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable], bytes]) -> bytes:
     """`encode(msg, key)`, computed once per state of `msg` and kept on it.
 
     A step of a turn sends the whole history again; encoding each message once
-    makes a step's cost independent of the history's length. The cache is
-    keyed on the message's parts by identity, so every way the history is
-    changed invalidates it without being told: a reminder inserted at a
-    delivery point, a cancelled call's result appended, the parts list
-    replaced, a part swapped for another (compaction's cleared tool output
-    builds new parts and messages). Holding the parts keeps their identities
-    from being reused. What it cannot see is a field of a part changed in
-    place, which nothing does once a message is in a history: parts are
-    built whole (the turn engine assembles them before the message enters).
+    makes a step's cost independent of the history's length. The cache holds
+    a copy of the parts list it was computed from and is used only while the
+    message's parts equal it, so every way the history is changed invalidates
+    it without being told: a reminder inserted at a delivery point, a
+    cancelled call's result appended, the parts list replaced, a part swapped
+    for another (compaction's cleared tool output builds new parts and
+    messages). The comparison costs next to nothing when nothing changed:
+    list equality tries identity first, part by part, in C. What it cannot
+    see is a field of a part changed in place, which nothing does once a
+    message is in a history: the turn engine assembles parts before the
+    message enters it (`tests/unit/test_wire_cache.py`).
     """
-    parts = msg.parts
     hit = msg.wire_cache.get(key)
-    if hit is not None:
-        seen, interrupted, text = hit
-        if (
-            interrupted == msg.interrupted
-            and len(seen) == len(parts)
-            and all(a is b for a, b in zip(seen, parts, strict=True))
-        ):
-            return text
+    if hit is not None and hit[1] == msg.interrupted and hit[0] == msg.parts:
+        return hit[2]
     text = encode(msg, key)
-    msg.wire_cache[key] = (tuple(parts), msg.interrupted, text)
+    msg.wire_cache[key] = (list(msg.parts), msg.interrupted, text)
     return text
 
 

@@ -151,7 +151,7 @@ def request_content(
 ) -> bytes:
     """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
     for it, built from each history message's cached encoding: a step encodes
-    only the messages it has not sent before, whatever the history's length."""
+    only the messages it has not sent before, and the rest is one copy."""
     body, traits = _request_head(request, model, config)
     key = ("openai", traits.replay_reasoning)
     items = [_dumps({"role": "system", "content": request.system})] if request.system else []
@@ -160,17 +160,17 @@ def request_content(
         if text:
             items.append(text)
     head = _dumps(body)
-    return f'{head[:-1]},"messages":[{",".join(items)}]}}'.encode()
+    return b"".join((head[:-1], b',"messages":[', b",".join(items), b"]}"))
 
 
-def _message_json(msg: Message, key: Hashable) -> str:
+def _message_json(msg: Message, key: Hashable) -> bytes:
     replay = bool(key[1]) if isinstance(key, tuple) else False
-    return ",".join(_dumps(m) for m in encode_message(msg, replay_reasoning=replay))
+    return b",".join(_dumps(m) for m in encode_message(msg, replay_reasoning=replay))
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: Any) -> bytes:
     # The one JSON form requests are sent in (`agentd.providers.http`).
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _request_head(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -47,6 +48,9 @@ class Request:
     # Lower-cased names; a repeated header's values are joined with ", ".
     headers: dict[str, str]
     body: bytes
+    # time.time() when the request's first bytes were in hand: what a
+    # benchmark of the client's side times, before the server reads the body.
+    arrived: float = 0.0
 
     @property
     def keep_alive(self) -> bool:
@@ -121,6 +125,7 @@ class Connection:
 
     async def read_request(self) -> Request | None:
         """The next request, or None when the client closed between requests."""
+        arrived = time.time() if self._buf.strip(b"\r\n") else 0.0
         while True:
             # RFC 9112 asks servers to ignore empty lines before a request line.
             while self._buf[:2] == b"\r\n":
@@ -134,6 +139,8 @@ class Connection:
                 if self._buf:
                     raise ClientGone("connection closed inside a request head")
                 return None
+            if not arrived:
+                arrived = time.time()
         head = bytes(self._buf[:end])
         del self._buf[: end + 4]
         method, target, version, headers = _parse_head(head)
@@ -153,7 +160,7 @@ class Connection:
         body = bytes(self._buf[:length])
         del self._buf[:length]
         path, _, query = target.partition("?")
-        return Request(method, target, path, query, version, headers, body)
+        return Request(method, target, path, query, version, headers, body, arrived)
 
     # --- noticing a client that goes away ------------------------------------------
 

@@ -621,6 +621,7 @@ class ModelServer:
                 "type": "request",
                 "id": rid,
                 "ts": time.time(),
+                "arrivedTs": request.arrived,
                 "purpose": purpose,
                 "api": api,
                 "path": request.path,

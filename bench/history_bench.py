@@ -1,0 +1,194 @@
+"""Prompt -> first model request against the length of the history (issue 20).
+
+    python bench/history_bench.py [--runs 10] [--sizes 10,100,1000]
+                                  [--baseline-src DIR] [--json FILE] [--table]
+
+For each size N a transcript of N history messages is written (tool-using
+steps: an assistant message with text and a read_file call, then a user
+message with a 2 KB tool result; about 1 KB of text per message on average),
+the daemon (LSP, memory off, a context window of 2M tokens so that no
+row compacts) restores it with `agent/loadSession`, and
+`--runs` prompts are timed from writing `agent/prompt` to the first bytes of
+the main request at the bundled model server (the `arrivedTs` of its
+`request` log entry: before the server reads and parses a body that grows
+with the history; one clock, time.time(), in this process), after
+one warm-up prompt. Each prompt adds two messages, so the size grows by
+2 x runs over a row. Goal: the median at 1,000 messages within 10 % of the
+median at 10.
+
+With `--baseline-src DIR` (another commit's `agentd/`, e.g. `git archive main
+agentd | tar -x -C DIR`) the same rows are run against that code's daemon,
+alternating with this one's so that machine noise hits them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    AGENTD_ARGS,
+    Updates,
+    add_output_args,
+    baseline_daemon,
+    bench_env,
+    emit,
+    markdown_table,
+    start_agentd,
+    summary,
+)
+
+from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart, user_text
+from agentd.testing.daemon import agentd_home
+from agentd.testing.model_server import ModelServer
+from agentd.testing.stdio_client import StdioClient
+from agentd.transcript import TranscriptWriter, sessions_dir
+
+GOAL_GROWTH = 0.10
+REPLY = {"chunks": ["Done."]}
+# Room for the largest history without compaction: the rows measure a step's
+# cost, not compaction's (`bench/compaction_bench.py` measures that).
+WINDOW = 2_000_000
+
+
+def history(n: int) -> list[Message]:
+    out: list[Message] = [user_text("Walk through the project and summarise each module.")]
+    step = 0
+    while len(out) < n:
+        step += 1
+        call = ToolCall(f"call_{step}", "read_file", {"path": f"src/module_{step}.py"})
+        out.append(Message("assistant", [TextPart(f"Reading module {step}."), ToolCallPart(call)]))
+        body = f"def handler_{step}(request):\n    return request.payload  # line\n" * 30
+        out.append(Message("user", [ToolResultPart(call.id, body[:2048])]))
+    return out[:n]
+
+
+def write_transcript(ws: Path, home: Path, n: int) -> str:
+    sid = uuid.uuid4().hex
+    path = sessions_dir(ws, agentd_home(home)) / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = TranscriptWriter(path, sid, ws)
+    for msg in history(n):
+        writer.append(msg)
+    writer.close()
+    return sid
+
+
+def _main_request_after(after: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda e: e["type"] == "request" and e["purpose"] == "main" and e["id"] > after
+
+
+async def one_row(
+    server: ModelServer, tmp: Path, n: int, runs: int, src: Path | None
+) -> list[float]:
+    home = tmp / f"{'base' if src else 'head'}-{n}"
+    ws = home / "ws"
+    ws.mkdir(parents=True)
+    sid = write_transcript(ws, home, n)
+    env = bench_env(server.openai_base_url, home)
+    args = AGENTD_ARGS
+    if src is not None:
+        args, env = baseline_daemon(env, src)
+    client: StdioClient = await start_agentd(
+        env, {"memory": {"enabled": False}, "contextWindow": WINDOW}, Updates(), args=args
+    )
+    try:
+        await client.request("agent/loadSession", {"sessionId": sid, "workspaceRoot": str(ws)})
+        out: list[float] = []
+        for i in range(runs + 1):
+            server.enqueue(REPLY)
+            after = max((e["id"] for e in server.log if "id" in e), default=0)
+            t0 = time.time()
+            _, fut = client.send_request(
+                "agent/prompt", {"sessionId": sid, "prompt": f"And module {i}?"}
+            )
+            req = await server.wait_for(_main_request_after(after))
+            result = await asyncio.wait_for(fut, 30)
+            assert result["stopReason"] == "end_turn", result
+            if i:  # the first is the warm-up
+                out.append((req["arrivedTs"] - t0) * 1000)
+        return out
+    finally:
+        await client.shutdown()
+
+
+async def run(runs: int, sizes: list[int], src: Path | None) -> dict[str, Any]:
+    started = time.perf_counter()
+    load0 = [round(x, 2) for x in os.getloadavg()]
+    daemons: list[Path | None] = [None] if src is None else [None, src]
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="agentd-history-bench-") as tmp_s:
+        async with ModelServer() as server:
+            for i, n in enumerate(sizes):
+                for d in daemons if i % 2 == 0 else daemons[::-1]:
+                    key = "baseline" if d else "agentd"
+                    times = await one_row(server, Path(tmp_s), n, runs, d)
+                    rows.setdefault(key, {})[str(n)] = summary(times)
+    for r in rows.values():
+        lo, hi = r[str(sizes[0])]["median"], r[str(sizes[-1])]["median"]
+        r["growth"] = round(hi / lo - 1, 3) if lo else None
+    return {
+        "runs": runs,
+        "sizes": sizes,
+        "baseline_src": str(src) if src else None,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "loadavg_start": load0,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "goal_growth": GOAL_GROWTH,
+        "rows": rows,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def build_table(r: dict[str, Any]) -> str:
+    head = ["daemon", *(f"{n} msgs median / p90 ms" for n in r["sizes"]), "growth"]
+    rows = []
+    for key, row in r["rows"].items():
+        cells = [f"{row[str(n)]['median']:.2f} / {row[str(n)]['p90']:.2f}" for n in r["sizes"]]
+        growth = row["growth"]
+        ok = growth is not None and growth <= GOAL_GROWTH
+        cells.append(f"{growth:+.0%} {'ok' if ok else 'MISSED'}" if growth is not None else "-")
+        rows.append([key, *cells])
+    note = (
+        f"\n{r['runs']} prompts per cell; load average at start "
+        f"{r['machine']['loadavg_start']}, at end {r['machine']['loadavg_end']}; "
+        f"{r['elapsed_s']} s."
+    )
+    return markdown_table(head, rows) + note
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=10, help="prompts per cell (default 10)")
+    parser.add_argument("--sizes", default="10,100,1000", help="history sizes")
+    parser.add_argument("--baseline-src", type=Path, metavar="DIR")
+    add_output_args(parser)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.runs < 1 or not sizes:
+        parser.error("--runs must be >= 1 and --sizes name one size at least")
+    if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
+        parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
+    result = asyncio.run(run(args.runs, sizes, args.baseline_src))
+    emit(args, result, build_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
