@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import sys
@@ -123,6 +124,30 @@ async def one_row(
         await client.shutdown()
 
 
+def encoding_ms(sizes: list[int], rounds: int = 20) -> dict[str, dict[str, float]]:
+    """In process: building a step's request bytes from the per-message caches
+    (`request_content`, after one build fills them) against encoding the
+    whole body afresh (`request_body` + `json.dumps`, as before issue 20)."""
+    from agentd.providers import ModelRequest
+    from agentd.providers import openai as wire
+
+    out: dict[str, dict[str, float]] = {}
+    for n in sizes:
+        req = ModelRequest(model="m", system="You are a coding agent.", messages=history(n))
+        wire.request_content(req, "m")
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            wire.request_content(req, "m")
+        cached = (time.perf_counter() - t0) / rounds * 1000
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            body = wire.request_body(req, "m")
+            json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        fresh = (time.perf_counter() - t0) / rounds * 1000
+        out[str(n)] = {"cached_ms": round(cached, 3), "fresh_ms": round(fresh, 3)}
+    return out
+
+
 async def run(runs: int, sizes: list[int], src: Path | None) -> dict[str, Any]:
     started = time.perf_counter()
     load0 = [round(x, 2) for x in os.getloadavg()]
@@ -150,6 +175,7 @@ async def run(runs: int, sizes: list[int], src: Path | None) -> dict[str, Any]:
         },
         "goal_growth": GOAL_GROWTH,
         "rows": rows,
+        "encoding_in_process": encoding_ms(sizes),
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
 
@@ -163,6 +189,11 @@ def build_table(r: dict[str, Any]) -> str:
         ok = growth is not None and growth <= GOAL_GROWTH
         cells.append(f"{growth:+.0%} {'ok' if ok else 'MISSED'}" if growth is not None else "-")
         rows.append([key, *cells])
+    enc = r["encoding_in_process"]
+    cached = [f"{enc[str(n)]['cached_ms']:.2f}" for n in r["sizes"]]
+    fresh = [f"{enc[str(n)]['fresh_ms']:.2f}" for n in r["sizes"]]
+    rows.append(["request bytes in process, cached ms", *cached, "-"])
+    rows.append(["request bytes in process, whole body ms", *fresh, "-"])
     note = (
         f"\n{r['runs']} prompts per cell; load average at start "
         f"{r['machine']['loadavg_start']}, at end {r['machine']['loadavg_end']}; "
