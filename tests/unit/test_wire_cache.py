@@ -91,7 +91,7 @@ def test_parts_reassigned_and_interrupted_are_sent() -> None:
 def test_compaction_cleared_output_is_sent() -> None:
     history = _history()
     _sent(_request(history))
-    report = CompactionReport("done", "auto")
+    report = CompactionReport("done", "manual")
     record = CompactionRecord(0, None, None, {"c1": "[cleared]"}, report)
     compacted, _ = apply_compaction(history, [], record)
     sent = _sent(_request(compacted))
@@ -109,10 +109,10 @@ def test_each_message_is_encoded_once() -> None:
         calls.append(msg)
         return real(msg, **kw)
 
-    openai_wire.encode_message = counting  # type: ignore[assignment]
+    openai_wire.encode_message = counting
     try:
         history.append(user_text("next"))
         _sent(_request(history))
     finally:
-        openai_wire.encode_message = real  # type: ignore[assignment]
+        openai_wire.encode_message = real
     assert calls == [history[-1]]
