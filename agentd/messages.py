@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 Role = Literal["user", "assistant"]
 
@@ -168,7 +168,7 @@ class Message:
     interrupted: bool = False
     # A provider's wire encoding of this message, by the provider's settings
     # (`cached_wire`): not part of the message's value.
-    wire_cache: dict[Hashable, tuple[list[Part], bool, bytes]] = field(
+    wire_cache: dict[Hashable, tuple[list[Part], bool, Any]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -189,7 +189,10 @@ class Message:
         return [p for p in self.parts if isinstance(p, ImagePart)]
 
 
-def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable], bytes]) -> bytes:
+_Wire = TypeVar("_Wire")
+
+
+def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable], _Wire]) -> _Wire:
     """`encode(msg, key)`, computed once per state of `msg` and kept on it.
 
     A step of a turn sends the whole history again; encoding each message once
@@ -204,10 +207,13 @@ def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable
     see is a field of a part changed in place, which nothing does once a
     message is in a history: the turn engine assembles parts before the
     message enters it (`tests/unit/test_wire_cache.py`).
+
+    Each key belongs to one `encode` (a provider's wire, a size count), so
+    what is kept under it is of that function's type.
     """
     hit = msg.wire_cache.get(key)
     if hit is not None and hit[1] == msg.interrupted and hit[0] == msg.parts:
-        return hit[2]
+        return cast(_Wire, hit[2])
     text = encode(msg, key)
     msg.wire_cache[key] = (list(msg.parts), msg.interrupted, text)
     return text

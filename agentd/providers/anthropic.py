@@ -11,13 +11,16 @@ Prompt caching (`ModelRequest.cache`): breakpoints on the last tool, the
 system prompt, the last message (written by this request) and the last user
 message before the final assistant message (written by the previous step,
 read by this one): four, the API's limit. Each message is encoded by a pure
-function of that message and the thinking setting; the breakpoints are added
-on copies, so the encoding of a message never changes between steps.
+function of that message and the thinking setting, and kept on it as bytes
+(`cached_wire`); merging same-role neighbours and the breakpoints, which move
+as the conversation grows, are applied to those bytes on each request
+(`request_content`), so a step encodes only the messages it adds.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import json
+from collections.abc import AsyncGenerator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +34,7 @@ from agentd.messages import (
     ToolCall,
     ToolCallPart,
     ToolResultPart,
+    cached_wire,
     render_reminder,
 )
 from agentd.providers.base import (
@@ -83,7 +87,7 @@ class AnthropicProvider(HTTPProvider):
         model = request.model or self.config.model_for(request.purpose)
         return self._http.stream(
             self._url,
-            request_body(request, model, self.config),
+            request_content(request, model, self.config),
             headers=headers,
             purpose=request.purpose,
             on_sent=request.on_sent,
@@ -97,6 +101,43 @@ class AnthropicProvider(HTTPProvider):
 def request_body(
     request: ModelRequest, model: str, config: ProviderConfig | None = None
 ) -> dict[str, Any]:
+    body, thinking, cache = _request_head(request, model, config)
+    # Last, so that the bytes of one step's request are a prefix of the next one's.
+    messages = to_anthropic_messages(request.messages, thinking=thinking)
+    body["messages"] = with_breakpoints(messages) if cache else messages
+    return body
+
+
+def request_content(
+    request: ModelRequest, model: str, config: ProviderConfig | None = None
+) -> bytes:
+    """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
+    for it, built from each history message's cached blocks: a step encodes
+    only the messages it has not sent before. Merging same-role neighbours and
+    placing the cache breakpoints, which change from step to step, happen
+    here on the cached bytes, never in the cache."""
+    body, thinking, cache = _request_head(request, model, config)
+    key = ("anthropic", thinking)
+    turns: list[list[_Blocks]] = []
+    for msg in request.messages:
+        blocks = cached_wire(msg, key, _message_blocks)
+        if not blocks.whole:
+            continue  # the API rejects empty content
+        if turns and turns[-1][0].role == msg.role:
+            turns[-1].append(blocks)  # roles must alternate: merged
+        else:
+            turns.append([blocks])
+    marks = _breakpoints([t[0].role for t in turns]) if cache else set()
+    items = [_turn_json(turn, i in marks) for i, turn in enumerate(turns)]
+    head = _dumps(body)
+    return b"".join((head[:-1], b',"messages":[', b",".join(items), b"]}"))
+
+
+def _request_head(
+    request: ModelRequest, model: str, config: ProviderConfig | None
+) -> tuple[dict[str, Any], bool, bool]:
+    """The body without its messages; whether thinking blocks are sent; whether
+    the request is marked for caching."""
     config = config or ProviderConfig(kind="anthropic", model=model)
     main = request.purpose == "main"
     # The API refuses thinking with a forced tool (how side queries get
@@ -133,9 +174,60 @@ def request_body(
             body["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
         else:
             body["system"] = request.system
-    messages = to_anthropic_messages(request.messages, thinking=budget is not None)
-    body["messages"] = with_breakpoints(messages) if cache else messages
-    return body
+    return body, budget is not None, cache
+
+
+def _dumps(value: Any) -> bytes:
+    # The one JSON form requests are sent in (`agentd.providers.http`).
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocks:
+    """One message's content blocks as JSON bytes: its tool results apart,
+    since a merged turn puts every tool result ahead of the other blocks."""
+
+    role: str
+    results: tuple[bytes, ...]
+    others: tuple[bytes, ...]
+    # Whether the last of `others` is a thinking block (no cache_control there).
+    thinking_last: bool
+    # The message as a request message of its own, without a breakpoint: what
+    # nearly every message of a request is.
+    whole: bytes
+
+
+def _message_blocks(msg: Message, key: Hashable) -> _Blocks:
+    thinking = bool(key[1]) if isinstance(key, tuple) else False
+    blocks = encode_blocks(msg, thinking=thinking)
+    results = tuple(_dumps(b) for b in blocks if b["type"] == "tool_result")
+    others = [b for b in blocks if b["type"] != "tool_result"]
+    last_thinking = bool(others) and others[-1]["type"] in _THINKING_BLOCKS
+    whole = _dumps({"role": msg.role, "content": blocks}) if blocks else b""
+    return _Blocks(msg.role, results, tuple(_dumps(b) for b in others), last_thinking, whole)
+
+
+_BREAKPOINT = b',"cache_control":' + _dumps(EPHEMERAL) + b"}"
+
+
+def _turn_json(turn: list[_Blocks], breakpoint: bool) -> bytes:
+    """A request message made of one history message's blocks, or of several
+    same-role neighbours' merged (tool results first, as in
+    `to_anthropic_messages`), with the cache breakpoint if it carries one."""
+    if len(turn) == 1 and not breakpoint:
+        return turn[0].whole
+    results = [b for blocks in turn for b in blocks.results]
+    others = [b for blocks in turn for b in blocks.others]
+    thinking_last = next((b.thinking_last for b in reversed(turn) if b.others), False)
+    items = results + others
+    if breakpoint and not thinking_last:
+        # The block's own JSON with the key added last, as `{**block, ...}` gives.
+        items[-1] = items[-1][:-1] + _BREAKPOINT
+    head = b'{"role":"user","content":[' if turn[0].role == "user" else _ASSISTANT
+    return b"".join((head, b",".join(items), b"]}"))
+
+
+_ASSISTANT = b'{"role":"assistant","content":['
 
 
 def to_anthropic_messages(
@@ -166,21 +258,27 @@ def encode_blocks(msg: Message, *, thinking: bool = False) -> list[dict[str, Any
 def with_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`messages` with cache breakpoints on the last message and on the last
     user message before the final assistant message, on copies."""
-    marks = {len(messages) - 1}
-    for i in range(len(messages) - 1, 0, -1):
-        if messages[i]["role"] == "assistant":
-            marks.add(i - 1)
-            break
     out = list(messages)
-    for i in sorted(marks):
-        if i < 0:
-            continue
+    for i in sorted(_breakpoints([m["role"] for m in messages])):
         blocks = list(out[i]["content"])
         if blocks[-1]["type"] in _THINKING_BLOCKS:
             continue  # the API takes no cache_control on thinking
         blocks[-1] = {**blocks[-1], "cache_control": EPHEMERAL}
         out[i] = {**out[i], "content": blocks}
     return out
+
+
+def _breakpoints(roles: list[str]) -> set[int]:
+    """Which messages carry a cache breakpoint: the last one (written by this
+    request) and the last user message before the final assistant message
+    (written by the previous step, read by this one). They move as the
+    conversation grows, so they are placed on each request, never cached."""
+    marks = {len(roles) - 1}
+    for i in range(len(roles) - 1, 0, -1):
+        if roles[i] == "assistant":
+            marks.add(i - 1)
+            break
+    return {i for i in marks if i >= 0}
 
 
 def _image_block(image: ImagePart) -> dict[str, Any]:

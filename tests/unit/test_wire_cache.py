@@ -1,11 +1,17 @@
 """Each history message is encoded for a provider once and kept
 (`agentd.messages.cached_wire`): the bytes sent must stay those of encoding
-the whole request afresh, whatever changed the history since the last step."""
+the whole request afresh, whatever changed the history since the last step,
+for both wires (OpenAI chat messages; Anthropic content blocks, whose
+same-role merging and cache breakpoints are placed on each request)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from agentd.events import CompactionReport
 from agentd.messages import (
@@ -21,98 +27,213 @@ from agentd.messages import (
     user_text,
 )
 from agentd.providers import ModelRequest, ProviderConfig
+from agentd.providers import anthropic as anthropic_wire
 from agentd.providers import openai as openai_wire
 from agentd.transcript import CompactionRecord, apply_compaction
 
 
+@dataclass(frozen=True)
+class Wire:
+    name: str
+    body: Callable[[ModelRequest, str, ProviderConfig | None], dict[str, Any]]
+    content: Callable[[ModelRequest, str, ProviderConfig | None], bytes]
+    # Settings that change how messages are encoded (reasoning / thinking sent back).
+    configs: tuple[ProviderConfig | None, ...]
+
+
+WIRES = [
+    Wire(
+        "openai",
+        openai_wire.request_body,
+        openai_wire.request_content,
+        (None, ProviderConfig(model="deepseek-v4", replay_reasoning=True)),
+    ),
+    Wire(
+        "anthropic",
+        anthropic_wire.request_body,
+        anthropic_wire.request_content,
+        (
+            ProviderConfig(kind="anthropic", model="m"),
+            ProviderConfig(kind="anthropic", model="m", thinking_budget=2048),
+            ProviderConfig(kind="anthropic", model="m", prompt_caching=False),
+        ),
+    ),
+]
+
+
+@pytest.fixture(params=WIRES, ids=lambda w: w.name)
+def wire(request: pytest.FixtureRequest) -> Wire:
+    return request.param  # type: ignore[no-any-return]
+
+
 def _request(history: list[Message], model: str = "m") -> ModelRequest:
     tools = [ToolSpec("read_file", "Read a file", {"type": "object"})]
-    return ModelRequest(model=model, system="sys", messages=history, tools=tools)
+    # `cache`: the Anthropic wire marks breakpoints, as the turn engine asks.
+    return ModelRequest(model=model, system="sys", messages=history, tools=tools, cache=True)
 
 
-def _fresh(request: ModelRequest, config: ProviderConfig | None = None) -> bytes:
-    body: dict[str, Any] = openai_wire.request_body(request, request.model, config)
+def _fresh(wire: Wire, request: ModelRequest, config: ProviderConfig | None = None) -> bytes:
+    body = wire.body(request, request.model, config or wire.configs[0])
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _sent(request: ModelRequest, config: ProviderConfig | None = None) -> bytes:
-    return openai_wire.request_content(request, request.model, config)
+def _sent(wire: Wire, request: ModelRequest, config: ProviderConfig | None = None) -> bytes:
+    return wire.content(request, request.model, config or wire.configs[0])
 
 
 def _history() -> list[Message]:
     call = ToolCall("c1", "read_file", {"path": "é.py"})
     return [
         user_text("hi \u2603"),
-        Message("assistant", [ThinkingPart("hm", source="reasoning"), ToolCallPart(call)]),
+        Message(
+            "assistant",
+            [
+                ThinkingPart("hm", signature="sig"),
+                ThinkingPart("hm", source="reasoning"),
+                ToolCallPart(call),
+            ],
+        ),
         Message("user", [ToolResultPart("c1", "x" * 500)]),
         Message("assistant", []),  # cancelled before any output: sends nothing
         Message("user", [TextPart("look"), ImagePart("image/png", "AAAA")]),
     ]
 
 
-def test_the_bytes_are_those_of_the_whole_request_encoded_afresh() -> None:
+def test_the_bytes_are_those_of_the_whole_request_encoded_afresh(wire: Wire) -> None:
     history = _history()
-    for config in (None, ProviderConfig(model="deepseek-v4", replay_reasoning=True)):
+    for config in wire.configs:
         request = _request(history)
-        assert _sent(request, config) == _fresh(request, config)
-        assert _sent(request, config) == _fresh(request, config)  # from the cache now
+        assert _sent(wire, request, config) == _fresh(wire, request, config)
+        assert _sent(wire, request, config) == _fresh(wire, request, config)  # cached now
 
 
-def test_a_reminder_attached_after_a_send_is_sent() -> None:
+def test_a_reminder_attached_after_a_send_is_sent(wire: Wire) -> None:
     # The turn engine inserts memory at the user query and appends it after
     # tool results (`agentd.agent.turn._attach_reminder`), in place.
     history = _history()
-    _sent(_request(history))
+    _sent(wire, _request(history))
     history[0].parts.insert(0, ReminderPart("remember this", "memory"))
     history[2].parts.append(ReminderPart("and this", "memory"))
-    sent = _sent(_request(history))
+    sent = _sent(wire, _request(history))
     assert b"remember this" in sent and b"and this" in sent
-    assert sent == _fresh(_request(history))
+    assert sent == _fresh(wire, _request(history))
 
 
-def test_a_part_replaced_in_place_is_sent() -> None:
+def test_a_part_replaced_in_place_is_sent(wire: Wire) -> None:
     history = _history()
-    _sent(_request(history))
+    _sent(wire, _request(history))
     history[4].parts[1] = TextPart("[image missing]")  # as a transcript load does
-    assert _sent(_request(history)) == _fresh(_request(history))
+    assert _sent(wire, _request(history)) == _fresh(wire, _request(history))
 
 
-def test_parts_reassigned_and_interrupted_are_sent() -> None:
+def test_parts_reassigned_and_interrupted_are_sent(wire: Wire) -> None:
     # A cancel keeps the partial assistant message: new parts, interrupted.
     history = _history()
-    _sent(_request(history))
+    _sent(wire, _request(history))
     history[3].parts = [TextPart("partial answer")]
     history[3].interrupted = True
-    sent = _sent(_request(history))
+    sent = _sent(wire, _request(history))
     assert b"partial answer" in sent
-    assert sent == _fresh(_request(history))
+    assert sent == _fresh(wire, _request(history))
 
 
-def test_compaction_cleared_output_is_sent() -> None:
+def test_compaction_cleared_output_is_sent(wire: Wire) -> None:
     history = _history()
-    _sent(_request(history))
+    _sent(wire, _request(history))
     report = CompactionReport("done", "manual")
     record = CompactionRecord(0, None, None, {"c1": "[cleared]"}, report)
     compacted, _ = apply_compaction(history, [], record)
-    sent = _sent(_request(compacted))
+    sent = _sent(wire, _request(compacted))
     assert b"[cleared]" in sent and b"x" * 500 not in sent
-    assert sent == _fresh(_request(compacted))
+    assert sent == _fresh(wire, _request(compacted))
 
 
-def test_each_message_is_encoded_once() -> None:
+def test_a_compaction_summary_is_sent(wire: Wire) -> None:
+    # A summary replaces the head with new messages; the tail keeps its caches.
     history = _history()
-    _sent(_request(history))
-    calls: list[Message] = []
-    real = openai_wire.encode_message
+    _sent(wire, _request(history))
+    report = CompactionReport("done", "manual")
+    record = CompactionRecord(2, "the summary", {}, {}, report)
+    compacted, _ = apply_compaction(history, [], record)
+    sent = _sent(wire, _request(compacted))
+    assert b"the summary" in sent and b"hi \\u2603" not in sent and "hi \u2603".encode() not in sent
+    assert sent == _fresh(wire, _request(compacted))
 
-    def counting(msg: Message, **kw: Any) -> list[dict[str, Any]]:
+
+def test_the_cache_breakpoints_move_with_the_conversation() -> None:
+    # Anthropic: breakpoints on the last message and the last user message
+    # before the final assistant message. A step later both have moved: the
+    # messages that carried them go without, the new ones with.
+    wire = WIRES[1]
+    history = [user_text("one")]
+    first = _sent(wire, _request(history))
+    assert first.count(b'"cache_control"') == 3  # tools, system, the last message
+    call = ToolCall("c1", "read_file", {"path": "a.py"})
+    history += [
+        Message("assistant", [TextPart("reading"), ToolCallPart(call)]),
+        Message("user", [ToolResultPart("c1", "text of a.py")]),
+    ]
+    second = _sent(wire, _request(history))
+    assert second == _fresh(wire, _request(history))
+    body = json.loads(second)
+    marked = [i for i, m in enumerate(body["messages"]) if "cache_control" in m["content"][-1]]
+    assert marked == [0, 2]
+    history += [Message("assistant", [TextPart("done")]), user_text("two")]
+    third = _sent(wire, _request(history))
+    assert third == _fresh(wire, _request(history))
+    body = json.loads(third)
+    marked = [i for i, m in enumerate(body["messages"]) if "cache_control" in m["content"][-1]]
+    assert marked == [2, 4]
+
+
+def test_same_role_neighbours_are_merged_with_results_first() -> None:
+    # A cancelled step leaves an empty assistant message between two user
+    # messages: Anthropic gets one user message, tool results ahead of text,
+    # with the breakpoint on its last block (a thinking block takes none).
+    wire = WIRES[1]
+    config = ProviderConfig(kind="anthropic", model="m", thinking_budget=2048)
+    call = ToolCall("c1", "read_file", {"path": "a.py"})
+    history = [
+        user_text("one"),
+        Message("assistant", [ToolCallPart(call)]),
+        Message("user", [TextPart("wait"), ReminderPart("memo", "memory")]),
+        Message("assistant", []),
+        Message("user", [ToolResultPart("c1", "a"), TextPart("and")]),
+        Message("assistant", [TextPart("ok"), ThinkingPart("t", signature="s")]),
+    ]
+    for _ in range(2):
+        sent = _sent(wire, _request(history), config)
+        assert sent == _fresh(wire, _request(history), config)
+    merged = json.loads(sent)["messages"][2]["content"]
+    assert [b["type"] for b in merged] == ["tool_result", "text", "text", "text"]
+    assert "cache_control" in merged[-1]
+    last = json.loads(sent)["messages"][3]["content"]
+    assert last[-1]["type"] == "thinking" and "cache_control" not in last[-1]
+
+
+def _count_encodings(
+    wire: Wire, history: list[Message], change: Callable[[], None]
+) -> list[Message]:
+    module: Any = openai_wire if wire.name == "openai" else anthropic_wire
+    name = "encode_message" if wire.name == "openai" else "encode_blocks"
+    calls: list[Message] = []
+    real = getattr(module, name)
+
+    def counting(msg: Message, **kw: Any) -> Any:
         calls.append(msg)
         return real(msg, **kw)
 
-    openai_wire.encode_message = counting
+    setattr(module, name, counting)
     try:
-        history.append(user_text("next"))
-        _sent(_request(history))
+        change()
+        _sent(wire, _request(history))
     finally:
-        openai_wire.encode_message = real
+        setattr(module, name, real)
+    return calls
+
+
+def test_each_message_is_encoded_once(wire: Wire) -> None:
+    history = _history()
+    _sent(wire, _request(history))
+    calls = _count_encodings(wire, history, lambda: history.append(user_text("next")))
     assert calls == [history[-1]]
