@@ -19,7 +19,6 @@ as the conversation grows, are applied to those bytes on each request
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +54,8 @@ from agentd.providers.http import (
     HTTPProvider,
     ModelHTTP,
     as_int,
+    join_array,
+    json_bytes,
     parse_tool_arguments,
     provider_message,
 )
@@ -128,9 +129,10 @@ def request_content(
         else:
             turns.append([blocks])
     marks = _breakpoints([t[0].role for t in turns]) if cache else set()
-    items = [_turn_json(turn, i in marks) for i, turn in enumerate(turns)]
-    head = _dumps(body)
-    return b"".join((head[:-1], b',"messages":[', b",".join(items), b"]}"))
+    pieces = [json_bytes(body)[:-1], b',"messages":[']
+    for i, turn in enumerate(turns):
+        pieces += (_turn_json(turn, i in marks), b",")
+    return join_array(pieces)
 
 
 def _request_head(
@@ -177,11 +179,6 @@ def _request_head(
     return body, budget is not None, cache
 
 
-def _dumps(value: Any) -> bytes:
-    # The one JSON form requests are sent in (`agentd.providers.http`).
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 @dataclass(frozen=True, slots=True)
 class _Blocks:
     """One message's content blocks as JSON bytes: its tool results apart,
@@ -200,14 +197,14 @@ class _Blocks:
 def _message_blocks(msg: Message, key: Hashable) -> _Blocks:
     thinking = bool(key[1]) if isinstance(key, tuple) else False
     blocks = encode_blocks(msg, thinking=thinking)
-    results = tuple(_dumps(b) for b in blocks if b["type"] == "tool_result")
+    results = tuple(json_bytes(b) for b in blocks if b["type"] == "tool_result")
     others = [b for b in blocks if b["type"] != "tool_result"]
     last_thinking = bool(others) and others[-1]["type"] in _THINKING_BLOCKS
-    whole = _dumps({"role": msg.role, "content": blocks}) if blocks else b""
-    return _Blocks(msg.role, results, tuple(_dumps(b) for b in others), last_thinking, whole)
+    whole = json_bytes({"role": msg.role, "content": blocks}) if blocks else b""
+    return _Blocks(msg.role, results, tuple(json_bytes(b) for b in others), last_thinking, whole)
 
 
-_BREAKPOINT = b',"cache_control":' + _dumps(EPHEMERAL) + b"}"
+_BREAKPOINT = b',"cache_control":' + json_bytes(EPHEMERAL) + b"}"
 
 
 def _turn_json(turn: list[_Blocks], breakpoint: bool) -> bytes:

@@ -163,10 +163,8 @@ class ModelHTTP:
                 **dict(self.config.extra_headers),
                 "X-Agentd-Purpose": purpose,
             }
-            if isinstance(body, bytes):
-                content = body  # encoded by the provider, from per-message caches
-            else:
-                content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            # Bytes: encoded by the provider, from per-message caches.
+            content = body if isinstance(body, bytes) else json_bytes(body)
             # aclosing: leaving this loop early (done, error, cancel, aclose)
             # closes the inner generator now, which closes the HTTP response.
             source = self._sse(url, content, all_headers, on_sent)
@@ -295,6 +293,25 @@ class ModelHTTP:
 
     def _error(self, failure: httpx.Response | Exception, body: bytes = b"") -> ModelError:
         return to_model_error(failure, host=self.host, config=self.config, body=body)
+
+
+def json_bytes(value: Any) -> bytes:
+    """The one JSON form requests are sent in (compact, UTF-8 as is)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def join_array(pieces: list[bytes]) -> bytes:
+    """A request body from `pieces`: its head (an object's JSON without the
+    closing brace), `,"key":[`, then each item of that last array followed
+    by a comma; the array and the object are closed here. One join, one
+    allocation: joining the items first and then the whole copies the body
+    twice, and at a megabyte each copy lands on fresh pages (measured: 1.5 ms
+    against 0.1 ms for 1 MB)."""
+    if pieces[-1] == b",":
+        pieces[-1] = b"]}"
+    else:
+        pieces.append(b"]}")
+    return b"".join(pieces)
 
 
 class _Once:

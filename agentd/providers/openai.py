@@ -43,6 +43,8 @@ from agentd.providers.http import (
     HTTPProvider,
     ModelHTTP,
     as_int,
+    join_array,
+    json_bytes,
     parse_tool_arguments,
     provider_message,
 )
@@ -154,23 +156,19 @@ def request_content(
     only the messages it has not sent before, and the rest is one copy."""
     body, traits = _request_head(request, model, config)
     key = ("openai", traits.replay_reasoning)
-    items = [_dumps({"role": "system", "content": request.system})] if request.system else []
+    pieces = [json_bytes(body)[:-1], b',"messages":[']
+    if request.system:
+        pieces += (json_bytes({"role": "system", "content": request.system}), b",")
     for msg in request.messages:
         text = cached_wire(msg, key, _message_json)
         if text:
-            items.append(text)
-    head = _dumps(body)
-    return b"".join((head[:-1], b',"messages":[', b",".join(items), b"]}"))
+            pieces += (text, b",")
+    return join_array(pieces)
 
 
 def _message_json(msg: Message, key: Hashable) -> bytes:
     replay = bool(key[1]) if isinstance(key, tuple) else False
-    return b",".join(_dumps(m) for m in encode_message(msg, replay_reasoning=replay))
-
-
-def _dumps(value: Any) -> bytes:
-    # The one JSON form requests are sent in (`agentd.providers.http`).
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return b",".join(json_bytes(m) for m in encode_message(msg, replay_reasoning=replay))
 
 
 def _request_head(
