@@ -45,6 +45,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from agentd.agent import summary as summ
@@ -52,9 +53,9 @@ from agentd.agent.context import (
     Calibration,
     ContextWindow,
     Meter,
-    message_bytes,
     overhead_bytes,
 )
+from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
 from agentd.errors import AgentdError, ContextOverflow, ModelError
 from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
 from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
@@ -68,8 +69,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Tool output shorter than this is left alone: a stub would save nothing.
-STUB_MIN_BYTES = 400
 # A summary may take at most this share of the budget (its constraints last).
 SUMMARY_SHARE = 0.25
 # Each summariser request holds at most this share of the budget.
@@ -131,6 +130,8 @@ class SessionContext:
     generation: int = 0
     # The turn a background summary failed in: no new attempt before the next one.
     failed_turn: int = -1
+    # What the checks before each request read of the history, kept per message.
+    index: HistoryIndex = field(default_factory=HistoryIndex)
 
 
 # (session, record, the history and notes after it): the core commits it.
@@ -150,23 +151,21 @@ def prompt_starts(history: list[Message]) -> list[int]:
     return [i for i, m in enumerate(history) if m.role == "user" and m.text]
 
 
-def choose_split(history: list[Message], keep_tokens: int, cal: Calibration) -> int:
+def choose_split(
+    history: list[Message],
+    keep_tokens: int,
+    cal: Calibration,
+    index: HistoryIndex | None = None,
+) -> int:
     """Where the verbatim tail starts: the latest prompt start such that the
     tail holds at least `keep_tokens`, and never after the last prompt's
-    start. 0 when nothing before it could be summarised."""
-    starts = prompt_starts(history)
-    if not starts:
-        return 0
-    sizes = [message_bytes(m) for m in history]
-    tail = 0
-    split = len(history)
-    for start in reversed(starts):
-        tail += sum(sizes[start:split])
-        split = start
-        if cal.tokens(tail) >= keep_tokens:
-            break
+    start. 0 when nothing before it could be summarised. `index`: the
+    history's, kept up to date by the caller (else one is built)."""
+    if index is None:
+        index = HistoryIndex.of(history)
+    split = index.latest_start_with_tail(lambda tail: cal.tokens(tail) >= keep_tokens)
     # Something besides an earlier summary must be before the split.
-    if not any(not is_summary(m) for m in history[:split]):
+    if split is None or all(is_summary(m) for m in islice(history, split)):
         return 0
     return split
 
@@ -188,30 +187,32 @@ def stub(call: ToolCall | None, content: str, images: int = 0) -> str:
 
 
 def plan_clearing(
-    history: list[Message], keep_results: int, keep_tokens: int, cal: Calibration
+    history: list[Message],
+    keep_results: int,
+    keep_tokens: int,
+    cal: Calibration,
+    index: HistoryIndex | None = None,
 ) -> dict[str, str]:
     """Tool results to replace by a stub: all but those of the newest
     `keep_results` tool steps, which are kept while they take at most
-    `keep_tokens` (the newest step always)."""
-    calls: dict[str, ToolCall] = {}
-    steps: list[int] = []
-    for i, msg in enumerate(history):
-        for call in msg.tool_calls:
-            calls[call.id] = call
-        if msg.tool_results:
-            steps.append(i)
+    `keep_tokens` (the newest step always). `index`: the history's, kept up
+    to date by the caller (else one is built)."""
+    if index is None:
+        index = HistoryIndex.of(history)
     kept: set[int] = set()
     used = 0
-    for i in reversed(steps):
-        cost = cal.tokens(message_bytes(history[i]))
+    for i in reversed(index.steps):
+        cost = cal.tokens(index.size(i))
         if kept and (len(kept) >= keep_results or used + cost > keep_tokens):
             break
         kept.add(i)
         used += cost
+    clear = [i for i in index.clearable if i not in kept]
+    if not clear:
+        return {}
+    calls = {call.id: call for msg in history for call in msg.tool_calls}
     out: dict[str, str] = {}
-    for i in steps:
-        if i in kept:
-            continue
+    for i in clear:
         for part in history[i].tool_results:
             # An image (an MCP tool's) is worth clearing however short the
             # text beside it: the stub that replaces the result drops it.
@@ -400,7 +401,11 @@ class Compactor:
         if tokens < limit:
             return
         cleared = plan_clearing(
-            session.history, self.options.keep_tool_results, budget // 2, self.calibration
+            session.history,
+            self.options.keep_tool_results,
+            budget // 2,
+            self.calibration,
+            self._index(session, st),
         )
         if tokens - self._saved_tokens(session.history, cleared) >= limit:
             self._start(session, st, "threshold")
@@ -418,7 +423,7 @@ class Compactor:
         before = self.estimate(session)
         # Half the conversation at most stays verbatim (the system prompt and
         # the tools, also in `before`, are not the conversation's).
-        history = self.calibration.tokens(sum(message_bytes(m) for m in session.history))
+        history = self.calibration.tokens(self._index(session, st).cum[-1])
         keep = min(int(self.options.keep_recent * self.budget()), history // 2)
         pending = self._start(session, st, "manual", keep_tokens=keep, instructions=instructions)
         report: CompactionReport | None
@@ -436,7 +441,14 @@ class Compactor:
 
     # --- doing it --------------------------------------------------------------------------
 
+    def _index(self, session: Session, st: SessionContext) -> HistoryIndex:
+        """The session's history index, brought up to date (O(new messages))."""
+        st.index.sync(session.history)
+        return st.index
+
     def _saved_tokens(self, history: list[Message], cleared: dict[str, str]) -> int:
+        if not cleared:
+            return 0
         saved = 0
         for msg in history:
             for part in msg.tool_results:
@@ -449,7 +461,11 @@ class Compactor:
     ) -> CompactionReport | None:
         """Replace old tool output by stubs (None: there was none to clear)."""
         cleared = plan_clearing(
-            session.history, self.options.keep_tool_results, self.budget() // 2, self.calibration
+            session.history,
+            self.options.keep_tool_results,
+            self.budget() // 2,
+            self.calibration,
+            self._index(session, st),
         )
         if not cleared:
             return None
@@ -479,7 +495,7 @@ class Compactor:
         instructions: str | None = None,
     ) -> Pending | None:
         keep = int(self.options.keep_recent * self.budget()) if keep_tokens is None else keep_tokens
-        split = choose_split(session.history, keep, self.calibration)
+        split = choose_split(session.history, keep, self.calibration, self._index(session, st))
         if split <= 0:
             return None
         head = list(session.history[:split])

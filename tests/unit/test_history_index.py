@@ -1,0 +1,207 @@
+"""Compaction's checks read a `HistoryIndex` kept up to date per message
+(issue 20): whatever changes the history, the incremental index must say
+what a fresh reading of the whole history says, and a step must measure
+only the messages it added."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from agentd.agent import history_index
+from agentd.agent.compaction import (
+    CompactionOptions,
+    Compactor,
+    choose_split,
+    is_summary,
+    plan_clearing,
+    stub,
+)
+from agentd.agent.context import Calibration, ContextWindow, message_bytes
+from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
+from agentd.agent.session import AwaitClientResult, Session
+from agentd.events import CompactionReport, Update
+from agentd.messages import (
+    ImagePart,
+    Message,
+    ReminderPart,
+    TextPart,
+    ToolCall,
+    ToolCallPart,
+    ToolResultPart,
+    user_text,
+)
+from agentd.providers.base import ModelRequest
+from agentd.tasks import Supervisor
+from agentd.transcript import CompactionRecord, apply_compaction
+
+# --- the whole-history readings the index replaces (as they were before it) ------------------
+
+
+def reference_split(history: list[Message], keep_tokens: int, cal: Calibration) -> int:
+    starts = [i for i, m in enumerate(history) if m.role == "user" and m.text]
+    if not starts:
+        return 0
+    sizes = [message_bytes(m) for m in history]
+    tail = 0
+    split = len(history)
+    for start in reversed(starts):
+        tail += sum(sizes[start:split])
+        split = start
+        if cal.tokens(tail) >= keep_tokens:
+            break
+    if not any(not is_summary(m) for m in history[:split]):
+        return 0
+    return split
+
+
+def reference_clearing(
+    history: list[Message], keep_results: int, keep_tokens: int, cal: Calibration
+) -> dict[str, str]:
+    calls: dict[str, ToolCall] = {}
+    steps: list[int] = []
+    for i, msg in enumerate(history):
+        for call in msg.tool_calls:
+            calls[call.id] = call
+        if msg.tool_results:
+            steps.append(i)
+    kept: set[int] = set()
+    used = 0
+    for i in reversed(steps):
+        cost = cal.tokens(message_bytes(history[i]))
+        if kept and (len(kept) >= keep_results or used + cost > keep_tokens):
+            break
+        kept.add(i)
+        used += cost
+    out: dict[str, str] = {}
+    for i in steps:
+        if i in kept:
+            continue
+        for part in history[i].tool_results:
+            if len(part.content) >= STUB_MIN_BYTES or part.images:
+                out[part.tool_call_id] = stub(
+                    calls.get(part.tool_call_id), part.content, len(part.images)
+                )
+    return out
+
+
+def _fields(index: HistoryIndex) -> tuple[list[int], ...]:
+    return (index.cum, index.starts, index.steps, index.clearable)
+
+
+def _step(rng: random.Random, history: list[Message], n: int) -> list[Message]:
+    """One change of the kinds a session's history goes through; returns the
+    history (a new list when the change builds one, as a reload does)."""
+    what = rng.random()
+    if what < 0.25:
+        history.append(user_text(f"prompt {n} " + "p" * rng.randrange(0, 3000)))
+    elif what < 0.5:
+        call = ToolCall(f"c{n}", "read_file", {"path": f"f{n}.py"})
+        history.append(Message("assistant", [TextPart(f"reading {n}"), ToolCallPart(call)]))
+        images = (ImagePart("image/png", "AAAA"),) if rng.random() < 0.1 else ()
+        size = rng.choice((10, STUB_MIN_BYTES - 1, STUB_MIN_BYTES, 5000))
+        history.append(Message("user", [ToolResultPart(call.id, "r" * size, False, images)]))
+    elif what < 0.6 and history:
+        # A reminder attached in place to the newest message (a delivery point).
+        history[-1].parts.append(ReminderPart("memo " * rng.randrange(1, 200), "memory"))
+    elif what < 0.65:
+        history.append(Message("assistant", []))  # a step cancelled before any output
+    elif what < 0.75 and history:
+        # Compaction's clearing: new messages for the cleared results, in place.
+        cleared = reference_clearing(history, 2, 500, Calibration())
+        record = CompactionRecord(0, None, None, cleared, CompactionReport("done", "manual"))
+        history[:] = apply_compaction(history, [], record)[0]
+    elif what < 0.8 and len(history) > 4:
+        # A summary of the head, committed in place.
+        split = rng.randrange(1, len(history) - 1)
+        record = CompactionRecord(split, "summary", {}, {}, CompactionReport("done", "manual"))
+        history[:] = apply_compaction(history, [], record)[0]
+    elif what < 0.85:
+        # A reload (or a reset): another list, with equal or other messages.
+        history = [Message(m.role, list(m.parts), m.interrupted) for m in history]
+        if rng.random() < 0.5:
+            history = history[: rng.randrange(0, len(history) + 1)]
+    else:
+        history.append(Message("assistant", [TextPart("answer " * rng.randrange(1, 300))]))
+    return history
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_index_kept_up_to_date_reads_as_a_fresh_one(seed: int) -> None:
+    rng = random.Random(seed)
+    cal = Calibration()
+    history: list[Message] = []
+    index = HistoryIndex()
+    for n in range(120):
+        history = _step(rng, history, n)
+        index.sync(history)
+        assert _fields(index) == _fields(HistoryIndex.of(history))
+        for keep in (0, 50, 400, 10**6):
+            assert choose_split(history, keep, cal, index) == reference_split(history, keep, cal)
+        for keep_results, keep_tokens in ((1, 10), (3, 2000), (5, 10**6)):
+            assert plan_clearing(
+                history, keep_results, keep_tokens, cal, index
+            ) == reference_clearing(history, keep_results, keep_tokens, cal)
+
+
+def _big_restored_session(n: int) -> Session:
+    """A restored session of one long tool-using turn: too long for a
+    32k-token window, and nothing a summary could take (one turn)."""
+    s = Session("s1", Path("/w"), AwaitClientResult([]))
+    s.history.append(user_text("Walk through every module."))
+    for i in range(n):
+        call = ToolCall(f"c{i}", "read_file", {"path": f"m{i}.py"})
+        s.history.append(Message("assistant", [TextPart(f"Reading {i}."), ToolCallPart(call)]))
+        s.history.append(Message("user", [ToolResultPart(call.id, "x" * 2000)]))
+    return s
+
+
+class _NoModel:
+    name = "none"
+
+    def stream(self, request: ModelRequest) -> object:
+        raise AssertionError("no side query is expected")
+
+    def warm(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_the_checks_before_a_request_measure_only_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    measured: list[Message] = []
+
+    def counting(message: Message) -> int:
+        measured.append(message)
+        return message_bytes(message)
+
+    monkeypatch.setattr(history_index, "message_bytes", counting)
+    sup = Supervisor()
+    c = Compactor(
+        _NoModel(),  # type: ignore[arg-type]
+        sup,
+        ContextWindow("unknown-model"),  # the 32k guess: checked, never held back
+        options=CompactionOptions(),
+        max_output=8192,
+    )
+    s = _big_restored_session(500)
+    seen: list[Update] = []
+    await c.before_request(s, "system", [], seen.append)  # clears the old output
+    c.after_reply(s)
+    assert [u for u in seen if isinstance(u, CompactionReport) and u.status == "done"]
+    for i in range(3):
+        s.history.append(user_text(f"And module {i}?"))
+        s.history.append(Message("assistant", [TextPart("Done.")]))
+        measured.clear()
+        await c.before_request(s, "system", [], seen.append)
+        c.after_reply(s)
+        # The two new messages and the one before them (a reminder may have
+        # been attached to it; each check measures it again), not the 1,000 before.
+        newest = s.history[-3:]
+        assert measured and all(any(m is x for x in newest) for m in measured), len(measured)
+    await sup.aclose()
