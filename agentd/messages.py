@@ -171,6 +171,11 @@ class Message:
     wire_cache: dict[Hashable, tuple[list[Part], bool, Any]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # A request's assembly over the history up to this message, while it is
+    # the newest one sent (`find_prefix`): not part of the message's value.
+    wire_prefix: dict[Hashable, tuple[list[Message], Any]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def text(self) -> str:
@@ -217,6 +222,52 @@ def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable
     text = encode(msg, key)
     msg.wire_cache[key] = (list(msg.parts), msg.interrupted, text)
     return text
+
+
+# How far back from the newest message `find_prefix` looks for the last
+# request's assembly: a step adds a few messages (a reply, its tool results).
+PREFIX_LOOKBACK = 32
+
+
+def find_prefix(messages: list[Message], key: Hashable) -> tuple[int, Any] | None:
+    """The assembly a provider kept (`keep_prefix`) for a request over
+    `messages[:k]`, taken off the message that held it, and that `k`; None
+    when `messages` does not continue the history of that request.
+
+    Reusing it makes a step's cost grow with the messages it adds, not with
+    the history's length: checking every message's `cached_wire` costs about
+    a microsecond a message in a daemon's heap (1 ms at 1,000 messages, the
+    most of a step's encoding). The check here is that the first `k`
+    messages are the same objects (a comparison of two pointer lists, in C;
+    other objects are compared by value). The messages before the last of
+    them are trusted as they were encoded: a message is changed in place
+    only while it is the newest one (a reminder attached at a delivery
+    point, `agent/turn.py`), and everything else that changes a history
+    builds new messages or a new list (compaction, a reload). The caller
+    encodes `messages[k - 1]` again, through `cached_wire`, which sees such
+    a change.
+    """
+    for i in range(len(messages) - 1, max(len(messages) - PREFIX_LOOKBACK, 0) - 1, -1):
+        kept = messages[i].wire_prefix
+        entry = kept.pop(key, None) if kept else None
+        if entry is None:
+            continue
+        snapshot, state = entry
+        if len(snapshot) == i + 1 and messages[: i + 1] == snapshot:
+            return i + 1, state
+        return None
+    return None
+
+
+def keep_prefix(messages: list[Message], key: Hashable, state: Any) -> None:
+    """Keep a request's assembly over `messages` on the newest of them, for
+    the next request over this history (`find_prefix`)."""
+    if not messages:
+        return
+    newest = messages[-1]
+    if newest.wire_prefix is None:
+        newest.wire_prefix = {}
+    newest.wire_prefix[key] = (list(messages), state)
 
 
 def user_text(text: str) -> Message:

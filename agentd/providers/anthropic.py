@@ -34,6 +34,8 @@ from agentd.messages import (
     ToolCallPart,
     ToolResultPart,
     cached_wire,
+    find_prefix,
+    keep_prefix,
     render_reminder,
 )
 from agentd.providers.base import (
@@ -114,25 +116,78 @@ def request_content(
 ) -> bytes:
     """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
     for it, built from each history message's cached blocks: a step encodes
-    only the messages it has not sent before. Merging same-role neighbours and
-    placing the cache breakpoints, which change from step to step, happen
-    here on the cached bytes, never in the cache."""
+    only the messages it has not sent before, and takes the request messages
+    of the last step over as far as they still hold (`find_prefix`), so it
+    walks only what it added. Merging same-role neighbours and placing the
+    cache breakpoints, which move from step to step, happen here on the
+    cached bytes, never in the per-message cache."""
     body, thinking, cache = _request_head(request, model, config)
     key = ("anthropic", thinking)
-    turns: list[list[_Blocks]] = []
-    for msg in request.messages:
-        blocks = cached_wire(msg, key, _message_blocks)
-        if not blocks.whole:
-            continue  # the API rejects empty content
-        if turns and turns[-1][0].role == msg.role:
-            turns[-1].append(blocks)  # roles must alternate: merged
-        else:
-            turns.append([blocks])
-    marks = _breakpoints([t[0].role for t in turns]) if cache else set()
+    turns = _Turns.of(request.messages, key)
     pieces = [json_bytes(body)[:-1], b',"messages":[']
-    for i, turn in enumerate(turns):
-        pieces += (_turn_json(turn, i in marks), b",")
+    if not cache:
+        return join_array(pieces + turns.plain)
+    # Roles alternate once merged, so both breakpoints are among the last
+    # three messages: only those are encoded again with them.
+    last = max(len(turns.turns) - 3, 0)
+    marks = {last + i for i in _breakpoints([t[0].role for t in turns.turns[last:]])}
+    pieces += turns.plain[: 2 * last]
+    for i in range(last, len(turns.turns)):
+        pieces += (_turn_json(turns.turns[i], i in marks), b",")
     return join_array(pieces)
+
+
+class _Turns:
+    """The request messages of a history (same-role neighbours merged), kept
+    with the newest history message for the next step (`find_prefix`)."""
+
+    __slots__ = ("count", "first", "plain", "turns")
+
+    def __init__(self) -> None:
+        # The request messages, each as the blocks of the history messages in it.
+        self.turns: list[list[_Blocks]] = []
+        # first[t]: the index of the history message request message t starts with.
+        self.first: list[int] = []
+        # count[i]: len(turns) once history message i is in.
+        self.count: list[int] = []
+        # Each request message's JSON without a breakpoint, then a comma.
+        self.plain: list[bytes] = []
+
+    @classmethod
+    def of(cls, messages: list[Message], key: Hashable) -> _Turns:
+        out = cls()
+        start = 0
+        found = find_prefix(messages, key)
+        if found is not None:
+            k, kept = found
+            # Again from the request message the newest one sent went into
+            # (it may have changed in place), from that one's start.
+            redo = kept.count[k - 1] - 1
+            if redo >= 0:
+                start = kept.first[redo]
+                out.turns = kept.turns[:redo]
+                out.first = kept.first[:redo]
+                out.count = kept.count[:start]
+                out.plain = kept.plain[: 2 * redo]
+        dirty = len(out.turns)
+        turns = out.turns
+        for i in range(start, len(messages)):
+            msg = messages[i]
+            blocks = cached_wire(msg, key, _message_blocks)
+            if not blocks.whole:
+                pass  # the API rejects empty content
+            elif turns and turns[-1][0].role == msg.role:
+                turns[-1].append(blocks)  # roles must alternate: merged
+                dirty = min(dirty, len(turns) - 1)
+            else:
+                turns.append([blocks])
+                out.first.append(i)
+            out.count.append(len(turns))
+        del out.plain[2 * dirty :]
+        for turn in turns[dirty:]:
+            out.plain += (_turn_json(turn, False), b",")
+        keep_prefix(messages, key, out)
+        return out
 
 
 def _request_head(

@@ -25,6 +25,8 @@ from agentd.messages import (
     ToolCall,
     ToolResultPart,
     cached_wire,
+    find_prefix,
+    keep_prefix,
     render_reminder,
 )
 from agentd.providers.base import (
@@ -153,17 +155,37 @@ def request_content(
 ) -> bytes:
     """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
     for it, built from each history message's cached encoding: a step encodes
-    only the messages it has not sent before, and the rest is one copy."""
+    only the messages it has not sent before, walks only those (the last
+    step's pieces are taken over, `find_prefix`), and the rest is one copy."""
     body, traits = _request_head(request, model, config)
     key = ("openai", traits.replay_reasoning)
-    pieces = [json_bytes(body)[:-1], b',"messages":[']
+    head = [json_bytes(body)[:-1], b',"messages":[']
     if request.system:
-        pieces += (json_bytes({"role": "system", "content": request.system}), b",")
-    for msg in request.messages:
+        head += (json_bytes({"role": "system", "content": request.system}), b",")
+    return join_array(head + _message_pieces(request.messages, key))
+
+
+def _message_pieces(messages: list[Message], key: Hashable) -> list[bytes]:
+    """Each message's JSON followed by a comma (none for a message that sends
+    nothing), taken over from the last request on this history as far as it
+    still holds (`find_prefix`): a step encodes and walks only what it added."""
+    pieces: list[bytes] = []
+    # ends[i]: len(pieces) once messages[i] is in.
+    ends: list[int] = []
+    redo = 0
+    found = find_prefix(messages, key)
+    if found is not None:
+        k, (kept_pieces, kept_ends) = found
+        redo = k - 1  # the newest message sent may have changed in place
+        pieces = kept_pieces[: kept_ends[redo - 1]] if redo else []
+        ends = kept_ends[:redo]
+    for msg in messages[redo:]:
         text = cached_wire(msg, key, _message_json)
         if text:
             pieces += (text, b",")
-    return join_array(pieces)
+        ends.append(len(pieces))
+    keep_prefix(messages, key, (pieces, ends))
+    return pieces
 
 
 def _message_json(msg: Message, key: Hashable) -> bytes:

@@ -7,6 +7,7 @@ same-role merging and cache breakpoints are placed on each request)."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -108,14 +109,22 @@ def test_the_bytes_are_those_of_the_whole_request_encoded_afresh(wire: Wire) -> 
 
 
 def test_a_reminder_attached_after_a_send_is_sent(wire: Wire) -> None:
-    # The turn engine inserts memory at the user query and appends it after
-    # tool results (`agentd.agent.turn._attach_reminder`), in place.
+    # The turn engine attaches memory to the newest message, in place
+    # (`agentd.agent.turn._attach_reminder`): first among the reminders of a
+    # prompt's message, after the results of a tool step; a step retried
+    # after an overflow sends that message again with the reminder.
     history = _history()
     _sent(wire, _request(history))
-    history[0].parts.insert(0, ReminderPart("remember this", "memory"))
-    history[2].parts.append(ReminderPart("and this", "memory"))
+    history[-1].parts.append(ReminderPart("and this", "memory"))
     sent = _sent(wire, _request(history))
-    assert b"remember this" in sent and b"and this" in sent
+    assert b"and this" in sent
+    assert sent == _fresh(wire, _request(history))
+    history.append(Message("assistant", [TextPart("ok")]))
+    history.append(user_text("next"))
+    _sent(wire, _request(history))
+    history[-1].parts.insert(0, ReminderPart("remember this", "memory"))
+    sent = _sent(wire, _request(history))
+    assert b"remember this" in sent
     assert sent == _fresh(wire, _request(history))
 
 
@@ -127,14 +136,29 @@ def test_a_part_replaced_in_place_is_sent(wire: Wire) -> None:
 
 
 def test_parts_reassigned_and_interrupted_are_sent(wire: Wire) -> None:
-    # A cancel keeps the partial assistant message: new parts, interrupted.
+    # The newest message's parts replaced and marked interrupted after a send.
     history = _history()
+    history.append(Message("assistant", [TextPart("an answer")]))
     _sent(wire, _request(history))
-    history[3].parts = [TextPart("partial answer")]
-    history[3].interrupted = True
+    history[-1].parts = [TextPart("partial answer")]
+    history[-1].interrupted = True
     sent = _sent(wire, _request(history))
     assert b"partial answer" in sent
     assert sent == _fresh(wire, _request(history))
+
+
+def test_a_history_rebuilt_with_changed_messages_is_sent(wire: Wire) -> None:
+    # Older messages change only as new objects (a reload, compaction): the
+    # last request's assembly is not reused past the first one that differs.
+    history = _history()
+    _sent(wire, _request(history))
+    copy = [Message(m.role, list(m.parts), m.interrupted) for m in history]
+    copy[0] = user_text("another start")
+    copy[2] = Message("user", [ToolResultPart("c1", "other output")])
+    sent = _sent(wire, _request(copy))
+    assert b"another start" in sent and b"other output" in sent
+    assert sent == _fresh(wire, _request(copy))
+    assert _sent(wire, _request(history)) == _fresh(wire, _request(history))
 
 
 def test_compaction_cleared_output_is_sent(wire: Wire) -> None:
@@ -237,3 +261,87 @@ def test_each_message_is_encoded_once(wire: Wire) -> None:
     _sent(wire, _request(history))
     calls = _count_encodings(wire, history, lambda: history.append(user_text("next")))
     assert calls == [history[-1]]
+
+
+def test_a_step_reads_only_the_messages_it_added(wire: Wire) -> None:
+    # The last request's assembly is taken over: the cache of every older
+    # message is not even looked at, only the newest one sent (which may have
+    # changed in place) and the new ones.
+    module: Any = openai_wire if wire.name == "openai" else anthropic_wire
+    history = [m for _ in range(40) for m in _history()]
+    history.append(Message("assistant", [TextPart("end")]))
+    _sent(wire, _request(history))
+    looked: list[Message] = []
+    real = module.cached_wire
+
+    def counting(msg: Message, key: Any, encode: Any) -> Any:
+        looked.append(msg)
+        return real(msg, key, encode)
+
+    module.cached_wire = counting
+    try:
+        for n in range(3):
+            looked.clear()
+            history += [user_text(f"u{n}"), Message("assistant", [TextPart(f"a{n}")])]
+            sent = _sent(wire, _request(history))
+            newest = history[-3:]
+            assert looked and all(any(m is x for x in newest) for m in looked), len(looked)
+    finally:
+        module.cached_wire = real
+    assert sent == _fresh(wire, _request(history))
+
+
+def _change(rng: random.Random, history: list[Message], n: int) -> list[Message]:
+    """One change of the kinds a session's history goes through between two
+    requests (a new list when the change builds one, as a reload does)."""
+    what = rng.random()
+    if what < 0.2:
+        history.append(user_text(f"prompt {n}"))
+    elif what < 0.4:
+        call = ToolCall(f"c{n}", "read_file", {"path": f"f{n}.py"})
+        parts: list[Any] = [ToolCallPart(call)]
+        if rng.random() < 0.5:
+            parts.insert(0, ThinkingPart("hm", signature="sig"))
+        if rng.random() < 0.5:
+            parts.insert(0, TextPart("reading"))
+        history.append(Message("assistant", parts))
+        history.append(Message("user", [ToolResultPart(call.id, f"out {n}")]))
+    elif what < 0.5 and history:
+        # A reminder attached in place to the newest message.
+        history[-1].parts.insert(rng.randrange(len(history[-1].parts) + 1), ReminderPart("memo"))
+    elif what < 0.55 and history:
+        # The newest message's parts replaced (a partial answer), or emptied.
+        history[-1].parts = [TextPart(f"partial {n}")] if rng.random() < 0.5 else []
+        history[-1].interrupted = True
+    elif what < 0.65:
+        history.append(Message("assistant", []))  # cancelled before any output
+    elif what < 0.7:
+        history.append(Message("user", [TextPart(f"more {n}")]))  # same role again
+    elif what < 0.78 and len(history) > 3:
+        record = CompactionRecord(
+            rng.randrange(1, len(history) - 1),
+            "summary",
+            {},
+            {},
+            CompactionReport("done", "manual"),
+        )
+        history[:] = apply_compaction(history, [], record)[0]
+    elif what < 0.85:
+        history = [Message(m.role, list(m.parts), m.interrupted) for m in history]
+        if rng.random() < 0.5:
+            history = history[: rng.randrange(0, len(history) + 1)]
+    else:
+        history.append(Message("assistant", [TextPart(f"answer {n}")]))
+    return history
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_step_of_a_changing_history_is_sent_as_encoded_afresh(wire: Wire, seed: int) -> None:
+    rng = random.Random(seed)
+    history: list[Message] = []
+    for n in range(150):
+        history = _change(rng, history, n)
+        config = rng.choice(wire.configs)
+        cache = rng.random() < 0.8
+        request = ModelRequest("m", "sys", history, cache=cache)
+        assert _sent(wire, request, config) == _fresh(wire, request, config), n
