@@ -289,7 +289,10 @@ def _date_reminder(session: Session) -> list[ReminderPart]:
 
 def _attach_reminder(message: Message, reminder: ReminderPart, point: str, position: int) -> None:
     """Memory goes first among the reminders at the user query, and after the
-    tool results at a tool-result point (providers keep results first)."""
+    tool results at a tool-result point (providers keep results first).
+    `message` is the newest of the history: the only message ever changed in
+    place, which request assembly (`messages.find_prefix`) and compaction's
+    index (`history_index`) rely on."""
     if point == "user_query":
         message.parts.insert(position, reminder)
     else:
