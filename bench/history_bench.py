@@ -1,13 +1,13 @@
 """Prompt -> first model request against the length of the history (issue 20).
 
     python bench/history_bench.py [--runs 10] [--sizes 10,100,1000]
+                                  [--apis openai,anthropic] [--windows default,2000000]
                                   [--baseline-src DIR] [--json FILE] [--table]
 
 For each size N a transcript of N history messages is written (tool-using
 steps: an assistant message with text and a read_file call, then a user
 message with a 2 KB tool result; about 1 KB of text per message on average),
-the daemon (LSP, memory off, a context window of 2M tokens so that no
-row compacts) restores it with `agent/loadSession`, and
+the daemon (LSP, memory off) restores it with `agent/loadSession`, and
 `--runs` prompts are timed from writing `agent/prompt` to the first bytes of
 the main request at the bundled model server (the `arrivedTs` of its
 `request` log entry: before the server reads and parses a body that grows
@@ -15,6 +15,15 @@ with the history; one clock, time.time(), in this process), after
 one warm-up prompt. Each prompt adds two messages, so the size grows by
 2 x runs over a row. Goal: the median at 1,000 messages within 10 % of the
 median at 10.
+
+Rows for each wire (`--apis`: the OpenAI one, and Anthropic's, which the
+model server also speaks) and each context window (`--windows`): `default`
+sets none, so the daemon guesses 32k tokens for the model server's
+`test-model`; a 1,000-message history (about 280k tokens) is then over the
+threshold: the warm-up prompt clears its old tool output (to about 170 KB)
+and every request after it runs compaction's checks (nothing left to clear,
+one long turn that no summary could split). A number (2,000,000) is a
+window in which no row compacts: the whole history is sent.
 
 With `--baseline-src DIR` (another commit's `agentd/`, e.g. `git archive main
 agentd | tar -x -C DIR`) the same rows are run against that code's daemon,
@@ -58,9 +67,10 @@ from agentd.transcript import TranscriptWriter, sessions_dir
 
 GOAL_GROWTH = 0.10
 REPLY = {"chunks": ["Done."]}
-# Room for the largest history without compaction: the rows measure a step's
-# cost, not compaction's (`bench/compaction_bench.py` measures that).
-WINDOW = 2_000_000
+# Room for the largest history without compaction (`bench/compaction_bench.py`
+# measures compaction itself); "default" sets no window.
+WINDOWS = "default,2000000"
+APIS = ("openai", "anthropic")
 
 
 def history(n: int) -> list[Message]:
@@ -91,19 +101,28 @@ def _main_request_after(after: int) -> Callable[[dict[str, Any]], bool]:
 
 
 async def one_row(
-    server: ModelServer, tmp: Path, n: int, runs: int, src: Path | None
+    server: ModelServer,
+    tmp: Path,
+    n: int,
+    runs: int,
+    src: Path | None,
+    api: str = "openai",
+    window: str = "2000000",
 ) -> list[float]:
-    home = tmp / f"{'base' if src else 'head'}-{n}"
+    home = tmp / f"{'base' if src else 'head'}-{api}-{window}-{n}"
     ws = home / "ws"
     ws.mkdir(parents=True)
     sid = write_transcript(ws, home, n)
     env = bench_env(server.openai_base_url, home)
+    if api == "anthropic":
+        env.update(AGENTD_PROVIDER="anthropic", AGENTD_BASE_URL=server.base_url)
     args = AGENTD_ARGS
     if src is not None:
         args, env = baseline_daemon(env, src)
-    client: StdioClient = await start_agentd(
-        env, {"memory": {"enabled": False}, "contextWindow": WINDOW}, Updates(), args=args
-    )
+    options: dict[str, Any] = {"memory": {"enabled": False}}
+    if window != "default":
+        options["contextWindow"] = int(window)
+    client: StdioClient = await start_agentd(env, options, Updates(), args=args)
     try:
         await client.request("agent/loadSession", {"sessionId": sid, "workspaceRoot": str(ws)})
         out: list[float] = []
@@ -124,48 +143,70 @@ async def one_row(
         await client.shutdown()
 
 
-def encoding_ms(sizes: list[int], rounds: int = 20) -> dict[str, dict[str, float]]:
-    """In process: building a step's request bytes from the per-message caches
-    (`request_content`, after one build fills them) against encoding the
-    whole body afresh (`request_body` + `json.dumps`, as before issue 20)."""
-    from agentd.providers import ModelRequest
-    from agentd.providers import openai as wire
+def encoding_ms(sizes: list[int], rounds: int = 20) -> dict[str, dict[str, dict[str, float]]]:
+    """In process, for each wire: building a step's request bytes from the
+    per-message caches (`request_content`, after one build filled them)
+    against encoding the whole body afresh (`request_body` + `json.dumps`,
+    as before issue 20)."""
+    from agentd.providers import ModelRequest, ProviderConfig
+    from agentd.providers import anthropic as anthropic_wire
+    from agentd.providers import openai as openai_wire
 
-    out: dict[str, dict[str, float]] = {}
-    for n in sizes:
-        req = ModelRequest(model="m", system="You are a coding agent.", messages=history(n))
-        wire.request_content(req, "m")
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            wire.request_content(req, "m")
-        cached = (time.perf_counter() - t0) / rounds * 1000
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            body = wire.request_body(req, "m")
-            json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        fresh = (time.perf_counter() - t0) / rounds * 1000
-        out[str(n)] = {"cached_ms": round(cached, 3), "fresh_ms": round(fresh, 3)}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for api, wire in (("openai", openai_wire), ("anthropic", anthropic_wire)):
+        config = ProviderConfig(kind=api, model="m")  # type: ignore[arg-type]
+        for n in sizes:
+            req = ModelRequest(
+                model="m", system="You are a coding agent.", messages=history(n), cache=True
+            )
+            wire.request_content(req, "m", config)
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                wire.request_content(req, "m", config)
+            cached = (time.perf_counter() - t0) / rounds * 1000
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                body = wire.request_body(req, "m", config)
+                json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            fresh = (time.perf_counter() - t0) / rounds * 1000
+            out.setdefault(api, {})[str(n)] = {
+                "cached_ms": round(cached, 3),
+                "fresh_ms": round(fresh, 3),
+            }
     return out
 
 
-async def run(runs: int, sizes: list[int], src: Path | None) -> dict[str, Any]:
+async def run(
+    runs: int, sizes: list[int], src: Path | None, apis: list[str], windows: list[str]
+) -> dict[str, Any]:
     started = time.perf_counter()
     load0 = [round(x, 2) for x in os.getloadavg()]
     daemons: list[Path | None] = [None] if src is None else [None, src]
-    rows: dict[str, dict[str, Any]] = {}
+    # rows[f"{api} {window}"][daemon][size]
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="agentd-history-bench-") as tmp_s:
         async with ModelServer() as server:
-            for i, n in enumerate(sizes):
-                for d in daemons if i % 2 == 0 else daemons[::-1]:
-                    key = "baseline" if d else "agentd"
-                    times = await one_row(server, Path(tmp_s), n, runs, d)
-                    rows.setdefault(key, {})[str(n)] = summary(times)
-    for r in rows.values():
-        lo, hi = r[str(sizes[0])]["median"], r[str(sizes[-1])]["median"]
-        r["growth"] = round(hi / lo - 1, 3) if lo else None
+            turn = 0
+            for api in apis:
+                for window in windows:
+                    row = rows.setdefault(f"{api} {window}", {})
+                    for n in sizes:
+                        # Alternating which daemon goes first, so that machine
+                        # noise hits them alike.
+                        for d in daemons if turn % 2 == 0 else daemons[::-1]:
+                            key = "baseline" if d else "agentd"
+                            times = await one_row(server, Path(tmp_s), n, runs, d, api, window)
+                            row.setdefault(key, {})[str(n)] = summary(times)
+                        turn += 1
+    for row in rows.values():
+        for r in row.values():
+            lo, hi = r[str(sizes[0])]["median"], r[str(sizes[-1])]["median"]
+            r["growth"] = round(hi / lo - 1, 3) if lo else None
     return {
         "runs": runs,
         "sizes": sizes,
+        "apis": apis,
+        "windows": windows,
         "baseline_src": str(src) if src else None,
         "machine": {
             "python": platform.python_version(),
@@ -181,19 +222,21 @@ async def run(runs: int, sizes: list[int], src: Path | None) -> dict[str, Any]:
 
 
 def build_table(r: dict[str, Any]) -> str:
-    head = ["daemon", *(f"{n} msgs median / p90 ms" for n in r["sizes"]), "growth"]
+    head = ["wire, window", "daemon", *(f"{n} msgs median / p90 ms" for n in r["sizes"])]
+    head.append("growth")
     rows = []
-    for key, row in r["rows"].items():
-        cells = [f"{row[str(n)]['median']:.2f} / {row[str(n)]['p90']:.2f}" for n in r["sizes"]]
-        growth = row["growth"]
-        ok = growth is not None and growth <= GOAL_GROWTH
-        cells.append(f"{growth:+.0%} {'ok' if ok else 'MISSED'}" if growth is not None else "-")
-        rows.append([key, *cells])
-    enc = r["encoding_in_process"]
-    cached = [f"{enc[str(n)]['cached_ms']:.2f}" for n in r["sizes"]]
-    fresh = [f"{enc[str(n)]['fresh_ms']:.2f}" for n in r["sizes"]]
-    rows.append(["request bytes in process, cached ms", *cached, "-"])
-    rows.append(["request bytes in process, whole body ms", *fresh, "-"])
+    for label, by_daemon in r["rows"].items():
+        for key, row in by_daemon.items():
+            cells = [f"{row[str(n)]['median']:.2f} / {row[str(n)]['p90']:.2f}" for n in r["sizes"]]
+            growth = row["growth"]
+            ok = growth is not None and growth <= GOAL_GROWTH
+            cells.append(f"{growth:+.0%} {'ok' if ok else 'MISSED'}" if growth is not None else "-")
+            rows.append([label, key, *cells])
+    for api, enc in r["encoding_in_process"].items():
+        cached = [f"{enc[str(n)]['cached_ms']:.2f}" for n in r["sizes"]]
+        fresh = [f"{enc[str(n)]['fresh_ms']:.2f}" for n in r["sizes"]]
+        rows.append([f"{api}, in process", "request bytes, cached ms", *cached, "-"])
+        rows.append([f"{api}, in process", "request bytes, whole body ms", *fresh, "-"])
     note = (
         f"\n{r['runs']} prompts per cell; load average at start "
         f"{r['machine']['loadavg_start']}, at end {r['machine']['loadavg_end']}; "
@@ -208,6 +251,10 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=10, help="prompts per cell (default 10)")
     parser.add_argument("--sizes", default="10,100,1000", help="history sizes")
+    parser.add_argument("--apis", default=",".join(APIS), help="wires: openai, anthropic")
+    parser.add_argument(
+        "--windows", default=WINDOWS, help="context windows: default (none set) or tokens"
+    )
     parser.add_argument("--baseline-src", type=Path, metavar="DIR")
     add_output_args(parser)
     args = parser.parse_args()
@@ -216,7 +263,13 @@ def main() -> int:
         parser.error("--runs must be >= 1 and --sizes name one size at least")
     if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
         parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
-    result = asyncio.run(run(args.runs, sizes, args.baseline_src))
+    apis = [a.strip() for a in args.apis.split(",") if a.strip()]
+    windows = [w.strip() for w in args.windows.split(",") if w.strip()]
+    if not apis or set(apis) - set(APIS):
+        parser.error(f"--apis names some of {', '.join(APIS)}")
+    if not windows or not all(w == "default" or w.isdigit() for w in windows):
+        parser.error("--windows lists `default` or numbers of tokens")
+    result = asyncio.run(run(args.runs, sizes, args.baseline_src, apis, windows))
     emit(args, result, build_table(result))
     return 0
 
