@@ -23,6 +23,7 @@ output, stored transcripts), so nothing later fails to encode it as UTF-8.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -229,17 +230,29 @@ def cached_wire(msg: Message, key: Hashable, encode: Callable[[Message, Hashable
 PREFIX_LOOKBACK = 32
 
 
-def find_prefix(messages: list[Message], key: Hashable) -> tuple[int, Any] | None:
+@dataclass(slots=True)
+class Prefix:
+    """What `find_prefix` found: the assembly a provider kept (`state`) for a
+    request over `messages[:k]`, now the caller's to change in place and to
+    keep again with `keep_prefix`."""
+
+    k: int
+    messages: list[Message]
+    state: Any
+
+
+def find_prefix(messages: list[Message], key: Hashable) -> Prefix | None:
     """The assembly a provider kept (`keep_prefix`) for a request over
-    `messages[:k]`, taken off the message that held it, and that `k`; None
-    when `messages` does not continue the history of that request.
+    `messages[:k]`, taken off the message that held it; None when
+    `messages` does not continue the history of that request.
 
     Reusing it makes a step's cost grow with the messages it adds, not with
     the history's length: checking every message's `cached_wire` costs about
     a microsecond a message in a daemon's heap (1 ms at 1,000 messages, the
     most of a step's encoding). The check here is that the first `k`
-    messages are the same objects (a comparison of two pointer lists, in C;
-    other objects are compared by value). The messages before the last of
+    messages are the same objects (pointers compared, no object touched).
+    Nothing here copies the history either: the kept lists are handed over
+    and changed in place, and `keep_prefix` extends them. The messages before the last of
     them are trusted as they were encoded: a message is changed in place
     only while it is the newest one (a reminder attached at a delivery
     point, `agent/turn.py`), and everything else that changes a history
@@ -253,21 +266,29 @@ def find_prefix(messages: list[Message], key: Hashable) -> tuple[int, Any] | Non
         if entry is None:
             continue
         snapshot, state = entry
-        if len(snapshot) == i + 1 and messages[: i + 1] == snapshot:
-            return i + 1, state
+        if len(snapshot) == i + 1 and all(map(operator.is_, messages, snapshot)):
+            return Prefix(i + 1, snapshot, state)
         return None
     return None
 
 
-def keep_prefix(messages: list[Message], key: Hashable, state: Any) -> None:
+def keep_prefix(
+    messages: list[Message], key: Hashable, state: Any, found: Prefix | None = None
+) -> None:
     """Keep a request's assembly over `messages` on the newest of them, for
-    the next request over this history (`find_prefix`)."""
+    the next request over this history (`find_prefix`); `found`: what this
+    request took over, whose list of messages is extended, not copied."""
     if not messages:
         return
+    if found is not None:
+        snapshot = found.messages
+        snapshot += messages[len(snapshot) :]
+    else:
+        snapshot = list(messages)
     newest = messages[-1]
     if newest.wire_prefix is None:
         newest.wire_prefix = {}
-    newest.wire_prefix[key] = (list(messages), state)
+    newest.wire_prefix[key] = (snapshot, state)
 
 
 def user_text(text: str) -> Message:

@@ -159,16 +159,15 @@ class _Turns:
         start = 0
         found = find_prefix(messages, key)
         if found is not None:
-            k, kept = found
+            kept: _Turns = found.state  # ours now: shortened in place, never copied
             # Again from the request message the newest one sent went into
             # (it may have changed in place), from that one's start.
-            redo = kept.count[k - 1] - 1
+            redo = kept.count[found.k - 1] - 1
             if redo >= 0:
-                start = kept.first[redo]
-                out.turns = kept.turns[:redo]
-                out.first = kept.first[:redo]
-                out.count = kept.count[:start]
-                out.plain = kept.plain[: 2 * redo]
+                out = kept
+                start = out.first[redo]
+                del out.turns[redo:], out.first[redo:], out.count[start:]
+                del out.plain[2 * redo :]
         dirty = len(out.turns)
         turns = out.turns
         for i in range(start, len(messages)):
@@ -186,7 +185,7 @@ class _Turns:
         del out.plain[2 * dirty :]
         for turn in turns[dirty:]:
             out.plain += (_turn_json(turn, False), b",")
-        keep_prefix(messages, key, out)
+        keep_prefix(messages, key, out, found)
         return out
 
 

@@ -175,16 +175,16 @@ def _message_pieces(messages: list[Message], key: Hashable) -> list[bytes]:
     redo = 0
     found = find_prefix(messages, key)
     if found is not None:
-        k, (kept_pieces, kept_ends) = found
-        redo = k - 1  # the newest message sent may have changed in place
-        pieces = kept_pieces[: kept_ends[redo - 1]] if redo else []
-        ends = kept_ends[:redo]
+        pieces, ends = found.state  # ours now: shortened in place, never copied
+        redo = found.k - 1  # the newest message sent may have changed in place
+        del pieces[ends[redo - 1] if redo else 0 :]
+        del ends[redo:]
     for msg in messages[redo:]:
         text = cached_wire(msg, key, _message_json)
         if text:
             pieces += (text, b",")
         ends.append(len(pieces))
-    keep_prefix(messages, key, (pieces, ends))
+    keep_prefix(messages, key, (pieces, ends), found)
     return pieces
 
 
