@@ -252,13 +252,13 @@ def find_prefix(messages: list[Message], key: Hashable) -> Prefix | None:
     most of a step's encoding). The check here is that the first `k`
     messages are the same objects (pointers compared, no object touched).
     Nothing here copies the history either: the kept lists are handed over
-    and changed in place, and `keep_prefix` extends them. The messages before the last of
-    them are trusted as they were encoded: a message is changed in place
-    only while it is the newest one (a reminder attached at a delivery
-    point, `agent/turn.py`), and everything else that changes a history
-    builds new messages or a new list (compaction, a reload). The caller
-    encodes `messages[k - 1]` again, through `cached_wire`, which sees such
-    a change.
+    and changed in place, and `keep_prefix` extends them. The messages
+    before the last of them are trusted as they were encoded: a message is
+    changed in place only while it is the newest one (a reminder attached
+    at a delivery point, `agent/turn.py`), and everything else that changes
+    a history builds new messages or a new list (compaction, a reload). The
+    caller encodes `messages[k - 1]` again, through `cached_wire`, which
+    sees such a change.
     """
     for i in range(len(messages) - 1, max(len(messages) - PREFIX_LOOKBACK, 0) - 1, -1):
         kept = messages[i].wire_prefix
