@@ -69,10 +69,15 @@ class App:
     _listing: tuple[Path | None, float, list[TranscriptInfo]] | None = None
 
     @classmethod
-    def create(cls, init_options: dict[str, Any] | None = None) -> App:
+    def create(
+        cls, init_options: dict[str, Any] | None = None, settings: Settings | None = None
+    ) -> App:
+        """The App for the editor's options; `settings`: those options' settings
+        if already loaded (the warm-up loads them first, for new sessions)."""
         options = dict(init_options or {})
         declared = options.pop("clientTools", None) or []
-        settings = load_settings(options)
+        if settings is None:
+            settings = load_settings(options)
         for problem in settings.problems:
             log.warning("configuration: %s", problem)
         supervisor = Supervisor()

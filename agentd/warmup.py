@@ -1,22 +1,39 @@
 """The App, built off the event loop right after `initialize` is answered.
 
 Both front ends answer `initialize` with nothing but the stdlib (and, for LSP,
-pygls) imported; `Warmup.start` then runs a thread that imports pydantic,
-httpx and the core, builds the App (settings, provider, memory) and the
-provider's HTTP client with its TLS context (about 100 ms the first prompt
-would otherwise pay), and hands the result back on the loop. This module
-stays light on purpose: the heavy imports happen inside the thread.
+pygls) imported; `Warmup.start` then runs a thread that builds, in two
+stages, what requests need:
+
+1. the settings: the front end's params models (pydantic) imported and the
+   configuration loaded. A new session needs no more: its reply (the
+   session's id, modes and models) comes from the settings, and the session
+   itself is created in the core once the App exists (`when_built`), before
+   any request that could name it runs.
+2. the App: the core imported and built (provider, memory, supervisor), the
+   provider's HTTP client with its TLS context (about 100 ms the first
+   prompt would otherwise pay), start-up garbage collection.
+
+Each stage is handed back on the loop. This module stays light on purpose:
+the heavy imports happen inside the thread.
 
 One `Warmup` per front-end connection:
 
     options          the editor's settings (set when `initialize` arrives)
     start()          begin building from them (once; later calls do nothing)
     get()            the App if it is built, else None (never waits)
-    wait()           the App, once built (starts the build if needed); raises
-                     what the build raised, so every request reports a failed start
+    wait_settings()  the settings, once loaded (stage 1; starts the build)
+    wait(waiter)     the App, once built (starts the build if needed); raises
+                     what the build raised, so every request reports a failed
+                     start. A wait is logged with its length and `waiter`.
+    when_built(f)    f(App) now if built, else as soon as it is, before any
+                     `wait()` returns
     listeners        called on the loop with the new App before any `wait()`
                      returns: where a front end wires its notifications
     aclose()         at shutdown: let the thread finish, then close the App
+
+`AGENTD_TEST_WARMUP_HOLD=<fifo>` (tests only) holds the thread between the
+stages until a writer opens and closes that FIFO: how the e2e tests prove
+that a session is answered while the App is still being built.
 """
 
 from __future__ import annotations
@@ -25,14 +42,19 @@ import asyncio
 import concurrent.futures
 import importlib
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from agentd.app import App
+    from agentd.config import Settings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # What httpx imports on its first request.
 _HTTP_BACKENDS = ("anyio._backends._asyncio", "h11", "httpcore")
@@ -40,6 +62,7 @@ _HTTP_BACKENDS = ("anyio._backends._asyncio", "h11", "httpcore")
 # process: shutdown waits this long for it.
 BUILD_WAIT = 15.0
 CLOSE_TIMEOUT = 10.0
+HOLD_ENV = "AGENTD_TEST_WARMUP_HOLD"
 
 
 class Warmup:
@@ -49,22 +72,36 @@ class Warmup:
         self.options: dict[str, Any] = {}
         self.listeners: list[Callable[[App], None]] = []
         self._app: App | None = None
+        self._settings: asyncio.Future[Settings] | None = None
         self._result: asyncio.Future[App] | None = None
+        self._started_at = 0.0
 
     def start(self) -> None:
-        """Build the App from `options` in a thread (once)."""
+        """Build the settings, then the App, from `options` in a thread (once)."""
         if self._result is not None:
             return
         loop = asyncio.get_running_loop()
+        self._settings = loop.create_future()
         self._result = loop.create_future()
+        self._started_at = time.perf_counter()
         imports, options = self._imports, dict(self.options)
+        hold = os.environ.get(HOLD_ENV)
 
-        def build() -> App:
+        def configure() -> Settings:
             for module in imports:
                 importlib.import_module(module)
+            from agentd.config import load_settings
+
+            return load_settings({k: v for k, v in options.items() if k != "clientTools"})
+
+        def build(settings: Settings) -> App:
+            if hold:
+                # Until the test opens and closes the FIFO's other end.
+                with open(hold, "rb") as gate:
+                    gate.read()
             from agentd.app import App
 
-            app = App.create(options)
+            app = App.create(options, settings)
             app.provider.warm()
             # Start-up garbage collection, here in the warm-up thread: one
             # listing per project, no prompt can be answered before it is done.
@@ -78,18 +115,35 @@ class Warmup:
                     pass
             return app
 
-        def run() -> None:
-            fut: concurrent.futures.Future[App] = concurrent.futures.Future()
+        def send(
+            callback: Callable[[concurrent.futures.Future[T]], None], step: Callable[[], T]
+        ) -> None:
             try:
-                fut.set_result(build())
-            except BaseException as exc:
-                fut.set_exception(exc)
-            try:
-                loop.call_soon_threadsafe(self._finish, fut)
+                loop.call_soon_threadsafe(callback, _outcome(step))
             except RuntimeError:
                 pass  # the loop closed first (stdin ended during the warm-up)
 
+        def run() -> None:
+            settings = _outcome(configure)
+            send(self._configured, settings.result)
+            # A failed stage 1 fails the App's future too: that is what requests report.
+            send(self._finish, lambda: build(settings.result()))
+
         threading.Thread(target=run, name="agentd-warmup", daemon=True).start()
+
+    def _configured(self, fut: concurrent.futures.Future[Settings]) -> None:
+        result = self._settings
+        if result is None or result.done():
+            return
+        try:
+            settings = fut.result()
+        except Exception as exc:
+            result.set_exception(exc)
+            # Reported (and logged) by the App's future; this one may never be awaited.
+            result.exception()
+            return
+        log.info("warm-up: settings loaded after %.1f ms", self._elapsed_ms())
+        result.set_result(settings)
 
     def _finish(self, fut: concurrent.futures.Future[App]) -> None:
         result = self._result
@@ -101,20 +155,54 @@ class Warmup:
             log.exception("start-up failed")
             result.set_exception(exc)
             return
-        for listener in self.listeners:
-            listener(app)
+        log.info("warm-up: App built after %.1f ms", self._elapsed_ms())
+        listeners, self.listeners = self.listeners, []
+        for listener in listeners:
+            try:
+                listener(app)
+            except Exception:
+                # One bad listener must not keep every request waiting.
+                log.exception("warm-up listener failed")
         self._app = app
         result.set_result(app)
+
+    def _elapsed_ms(self) -> float:
+        return (time.perf_counter() - self._started_at) * 1000
 
     def get(self) -> App | None:
         return self._app
 
-    async def wait(self) -> App:
+    def when_built(self, callback: Callable[[App], None]) -> None:
+        """`callback(app)` now if the App is built, else on the loop as soon as
+        it is, after the front end's listeners and before any `wait()` returns:
+        a session answered before the App existed is created before a request
+        can name it. Never called if the build fails (every request reports that)."""
+        if self._app is not None:
+            callback(self._app)
+        else:
+            self.listeners.append(callback)
+
+    async def wait_settings(self) -> Settings:
+        """The settings (the params models imported with them), once loaded."""
+        if self._app is not None:
+            return self._app.settings
+        self.start()
+        assert self._settings is not None
+        return await asyncio.shield(self._settings)
+
+    async def wait(self, waiter: str = "a request") -> App:
         if self._app is not None:
             return self._app
         self.start()
         assert self._result is not None
-        return await asyncio.shield(self._result)
+        began = time.perf_counter()
+        try:
+            return await asyncio.shield(self._result)
+        finally:
+            # What the warm-up costs the requests that come early (first prompts among them).
+            log.info(
+                "%s waited %.1f ms for the warm-up", waiter, (time.perf_counter() - began) * 1000
+            )
 
     async def aclose(self) -> None:
         if self._result is not None and not self._result.done():
@@ -124,3 +212,13 @@ class Warmup:
                 await asyncio.wait_for(self._app.aclose(), timeout=CLOSE_TIMEOUT)
             except TimeoutError:
                 log.warning("shutdown did not finish within %s s", CLOSE_TIMEOUT)
+
+
+def _outcome(step: Callable[[], T]) -> concurrent.futures.Future[T]:
+    """`step()`'s result or exception, to be handed over to the loop."""
+    fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+    try:
+        fut.set_result(step())
+    except BaseException as exc:
+        fut.set_exception(exc)
+    return fut

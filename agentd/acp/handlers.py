@@ -6,14 +6,20 @@ extension methods), so adding a method is a function here, a line in the
 table and a params model in `params.py`.
 
 Each handler takes `(server, app, request, p)`, `p` annotated with its params
-model; `dispatch` validates the params against that model (`agentd.params`)
-and is the one place that maps agentd's `ProtocolError`s to ACP error codes:
+model; `dispatch` waits for the App (`server.warmup`), validates the params
+against that model (`agentd.params`) and is the one place that maps agentd's
+`ProtocolError`s to ACP error codes:
 
 | agentd            | ACP                                   |
 | ----------------- | ------------------------------------- |
 | `InvalidParams`   | `-32602`, naming the field            |
 | `SessionNotFound` | `-32002` (ACP's "resource not found") |
 | `SessionBusy`     | `-32003` (agentd's, as over LSP)      |
+
+`session/new` (in `FROM_SETTINGS`) takes the settings instead of the App: it
+is answered as soon as they are loaded, while the warm-up still builds the
+App, and the session is created in the core once the App exists
+(`Warmup.when_built`), before any request that names it runs.
 
 Some replies are followed by notifications the client needs the reply's
 result to read (`available_commands_update` after `session/new`): they are
@@ -32,6 +38,7 @@ import asyncio
 import importlib
 import logging
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,11 +84,12 @@ if TYPE_CHECKING:
     from agentd.agent.session import Session
     from agentd.agent.turn import UserInput
     from agentd.app import App
-    from agentd.config import McpServerSettings
+    from agentd.config import McpServerSettings, Settings
 
 log = logging.getLogger("agentd.acp")
 
-Handler = Callable[["AcpServer", "App", "Request", Any], Awaitable[Any]]
+# The second argument is the App, or the Settings for the methods in `FROM_SETTINGS`.
+Handler = Callable[["AcpServer", Any, "Request", Any], Awaitable[Any]]
 # Where the params models live; imported by the warm-up thread.
 MODELS = "agentd.acp.params"
 
@@ -95,12 +103,17 @@ STOP_REASONS = {
 }
 
 
-async def dispatch(server: AcpServer, app: App, request: Request) -> Any:
+async def dispatch(server: AcpServer, request: Request) -> Any:
     handler = HANDLERS[request.method]
     try:
+        target: App | Settings
+        if request.method in FROM_SETTINGS:
+            target = await server.warmup.wait_settings()
+        else:
+            target = await server.warmup.wait(request.method)
         model = params_model(handler, importlib.import_module(MODELS))
         p = validate_params(request.method, model, request.params)
-        return await handler(server, app, request, p)
+        return await handler(server, target, request, p)
     except ProtocolError as exc:
         code = RESOURCE_NOT_FOUND if isinstance(exc, SessionNotFound) else exc.code
         raise RpcError(code, exc.message, exc.data) from None
@@ -146,15 +159,22 @@ def mcp_servers(entries: list[McpServer]) -> dict[str, McpServerSettings]:
 
 
 async def new_session(
-    server: AcpServer, app: App, request: Request, p: NewSessionParams
+    server: AcpServer, settings: Settings, request: Request, p: NewSessionParams
 ) -> dict[str, Any]:
+    """Answered from the settings; the session is made in the core as soon as
+    the App exists (at once if it does), before a request can name it."""
     root = workspace_path(p.cwd, "cwd")
     servers = mcp_servers(p.mcp_servers)
-    session = app.core.new_session(root, server.runner)
-    app.start_memory(root)
-    app.attach_tools(session, server.runner, servers)
-    _after(server, request, options.commands_update(session.id))
-    return {"sessionId": session.id, **options.session_setup(app.core, session)}
+    sid = uuid.uuid4().hex
+
+    def create(app: App) -> None:
+        session = app.core.new_session(root, server.runner, sid)
+        app.start_memory(root)
+        app.attach_tools(session, server.runner, servers)
+
+    server.warmup.when_built(create)
+    _after(server, request, options.commands_update(sid))
+    return {"sessionId": sid, **options.new_session_setup(settings)}
 
 
 async def load_session(
@@ -394,6 +414,9 @@ HANDLERS: dict[str, Handler] = {
     "_agentd/memory/recall": memory_recall,
     "_agentd/mcp/status": mcp_status,
 }
+
+# Answered from the settings, before the App is built (see the module docstring).
+FROM_SETTINGS = frozenset({"session/new"})
 
 if os.environ.get("AGENTD_TEST_FAULTS") == "1":
     # A handler that always raises, so tests can prove -32603 and survival.

@@ -17,19 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.acp.updates import SESSION_UPDATE, Outgoing
 from agentd.agent.commands import COMMANDS
-from agentd.agent.modes import MODES
+from agentd.agent.modes import DEFAULT_MODE, MODES
 
 if TYPE_CHECKING:
     from agentd.agent.core import AgentCore
     from agentd.agent.session import Session
+    from agentd.config import Settings
 
 MODE_OPTION = "mode"
 MODEL_OPTION = "model"
 
 
-def modes_state(session: Session) -> dict[str, Any]:
+def modes_state(mode: str) -> dict[str, Any]:
     return {
-        "currentModeId": session.mode,
+        "currentModeId": mode,
         "availableModes": [
             {"id": m.id, "name": m.name, "description": m.description} for m in MODES.values()
         ],
@@ -37,18 +38,21 @@ def modes_state(session: Session) -> dict[str, Any]:
 
 
 def config_options(core: AgentCore, session: Session) -> list[dict[str, Any]]:
+    return _options(core.settings, session.mode, core.model_of(session))
+
+
+def _options(settings: Settings, current_mode: str, current_model: str) -> list[dict[str, Any]]:
     mode = {
         "id": MODE_OPTION,
         "name": "Mode",
         "description": "What the agent may do without asking",
         "category": "mode",
         "type": "select",
-        "currentValue": session.mode,
+        "currentValue": current_mode,
         "options": [
             {"value": m.id, "name": m.name, "description": m.description} for m in MODES.values()
         ],
     }
-    settings = core.settings
     models = []
     for model_id, takes_images in settings.model_choices():
         entry: dict[str, Any] = {"value": model_id, "name": settings.model_name(model_id)}
@@ -60,15 +64,26 @@ def config_options(core: AgentCore, session: Session) -> list[dict[str, Any]]:
         "name": "Model",
         "category": "model",
         "type": "select",
-        "currentValue": core.model_of(session),
+        "currentValue": current_model,
         "options": models,
     }
     return [mode, model_option]
 
 
 def session_setup(core: AgentCore, session: Session) -> dict[str, Any]:
-    """What `session/new`, `session/load` and `session/resume` answer besides the id."""
-    return {"modes": modes_state(session), "configOptions": config_options(core, session)}
+    """What `session/load` and `session/resume` answer."""
+    return _setup(core.settings, session.mode, core.model_of(session))
+
+
+def new_session_setup(settings: Settings) -> dict[str, Any]:
+    """What `session/new` answers besides the id, from the settings alone (it is
+    answered before the core exists): a new session starts in the default mode
+    on the configured model, as `AgentCore.new_session` makes it."""
+    return _setup(settings, DEFAULT_MODE, settings.effective_model())
+
+
+def _setup(settings: Settings, mode: str, model: str) -> dict[str, Any]:
+    return {"modes": modes_state(mode), "configOptions": _options(settings, mode, model)}
 
 
 def commands_update(session_id: str) -> Outgoing:

@@ -5,7 +5,8 @@ Start-up is kept cheap: only the stdlib and agentd's light modules (`rpc`,
 The rest (pydantic, httpx, the turn engine) is imported, and the `App` built
 with its provider's HTTP client, by the shared `Warmup` right after that
 reply; the first request that needs it awaits the warm-up, as the LSP front
-end does.
+end does. `session/new` needs only its first stage (the settings): it is
+answered while the App is still being built.
 
 Routing: `handlers.HANDLERS` is the one table of methods; the server knows
 only `initialize` (it starts the warm-up) and the `session/cancel`
@@ -225,8 +226,7 @@ class AcpServer:
 
     async def _run_request(self, request: Request) -> None:
         try:
-            app = await self.warmup.wait()
-            result = await dispatch(self, app, request)
+            result = await dispatch(self, request)
         except RpcError as exc:
             self._reply_error(request, exc)
         except Exception as exc:

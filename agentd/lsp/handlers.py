@@ -8,6 +8,11 @@ annotated with its params model from `ext.py` (the models of the schema,
 Registered at start-up, but light: the models, pydantic and the core are
 imported for type checking only, and are in memory by the time a handler
 runs (after `await ls.warmup.wait()`, the warm-up has imported them).
+`agent/newSession` (in `FROM_SETTINGS`) takes the settings instead of the
+App: it is answered as soon as they are loaded (`ls.warmup.wait_settings()`),
+while the warm-up still builds the App, and the session is created in the
+core once the App exists (`Warmup.when_built`), before any request that
+names it runs.
 Each handler is wrapped by `_request` / `_notification`, the one place that
 validates params (`agentd.params`), maps validation errors to -32602 naming
 the fields, agentd's ProtocolErrors to their codes, and anything unexpected
@@ -20,6 +25,7 @@ import asyncio
 import importlib
 import logging
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +41,8 @@ from agentd.params import (
 )
 
 if TYPE_CHECKING:
-    from agentd.agent.session import Session
     from agentd.app import App
+    from agentd.config import Settings
     from agentd.events import Update
     from agentd.lsp.ext import (
         CompactParams,
@@ -57,7 +63,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentd.lsp")
 
-Handler = Callable[["AgentdServer", "App", Any], Awaitable[Any]]
+# The second argument is the App, or the Settings for the methods in `FROM_SETTINGS`.
+Handler = Callable[["AgentdServer", Any, Any], Awaitable[Any]]
 # Where the params models live; imported by the warm-up thread.
 MODELS = "agentd.lsp.ext"
 
@@ -78,8 +85,12 @@ def _map_error(method: str, exc: Exception) -> JsonRpcException:
 def _request(server: AgentdServer, method: str, impl: Handler) -> None:
     async def handler(ls: AgentdServer, params: Any) -> Any:
         try:
-            app = await ls.warmup.wait()
-            return await impl(ls, app, _validate(method, impl, params))
+            target: App | Settings
+            if method in FROM_SETTINGS:
+                target = await ls.warmup.wait_settings()
+            else:
+                target = await ls.warmup.wait(method)
+            return await impl(ls, target, _validate(method, impl, params))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -91,7 +102,7 @@ def _request(server: AgentdServer, method: str, impl: Handler) -> None:
 def _notification(server: AgentdServer, method: str, impl: Handler) -> None:
     async def handler(ls: AgentdServer, params: Any) -> None:
         try:
-            app = await ls.warmup.wait()
+            app = await ls.warmup.wait(method)
             await impl(ls, app, _validate(method, impl, params))
         except Exception as exc:
             # A notification has no reply; say what was wrong in the log.
@@ -103,27 +114,37 @@ def _notification(server: AgentdServer, method: str, impl: Handler) -> None:
 # --- agent/* -------------------------------------------------------------------------
 
 
-async def new_session(ls: AgentdServer, app: App, p: NewSessionParams) -> dict[str, Any]:
-    from agentd.agent.session import AwaitClientResult
+async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams) -> dict[str, Any]:
+    """Answered from the settings; the session is made in the core as soon as
+    the App exists (at once if it does), before a request can name it."""
+    from agentd.agent.modes import DEFAULT_MODE
 
     root = workspace_path(p.workspace_root)
-    session = app.core.new_session(root, AwaitClientResult(app.client_specs))
-    app.attach_tools(session, _permissions(ls))
-    app.start_memory(root)
-    return {"sessionId": session.id, **_setup(app, session)}
+    sid = uuid.uuid4().hex
+
+    def create(app: App) -> None:
+        from agentd.agent.session import AwaitClientResult
+
+        session = app.core.new_session(root, AwaitClientResult(app.client_specs), sid)
+        app.attach_tools(session, _permissions(ls))
+        app.start_memory(root)
+
+    ls.warmup.when_built(create)
+    # A new session starts in the default mode on the configured model, as
+    # `AgentCore.new_session` makes it.
+    return {"sessionId": sid, **_setup(settings, DEFAULT_MODE, settings.effective_model())}
 
 
-def _setup(app: App, session: Session) -> dict[str, Any]:
+def _setup(settings: Settings, mode: str, model: str) -> dict[str, Any]:
     """How the session runs, and the choices: `agent/newSession` and `agent/loadSession`."""
     from agentd.agent.modes import MODES
 
-    settings = app.settings
     return {
-        "mode": session.mode,
+        "mode": mode,
         "modes": [
             {"id": m.id, "name": m.name, "description": m.description} for m in MODES.values()
         ],
-        "model": app.core.model_of(session),
+        "model": model,
         "models": [
             {"id": m, "name": settings.model_name(m), "supportsImages": images}
             for m, images in settings.model_choices()
@@ -191,7 +212,8 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     root = workspace_path(p.workspace_root) if p.workspace_root else None
     session = await app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
     app.attach_tools(session, _permissions(ls))
-    return {**_setup(app, session), "plan": plan_to_wire(session.plan)}
+    setup = _setup(app.settings, session.mode, app.core.model_of(session))
+    return {**setup, "plan": plan_to_wire(session.plan)}
 
 
 async def set_mode(ls: AgentdServer, app: App, p: SetModeParams) -> dict[str, Any]:
@@ -289,6 +311,8 @@ REQUESTS: dict[str, Handler] = {
     "memory/status": memory_status,
     "mcp/status": mcp_status,
 }
+# Answered from the settings, before the App is built (see the module docstring).
+FROM_SETTINGS = frozenset({"agent/newSession"})
 NOTIFICATIONS: dict[str, Handler] = {
     "agent/cancel": cancel,
     "agent/toolResult": tool_result,

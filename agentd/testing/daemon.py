@@ -92,3 +92,30 @@ def rss_mib(pid: int) -> float:
     except OSError:
         pass
     return math.nan
+
+
+# --- holding the warm-up -------------------------------------------------------------
+
+
+def hold_warmup(fifo: Path) -> dict[str, str]:
+    """The environment that makes a daemon's warm-up stop after its settings
+    stage, before the App is built, until `release_warmup(fifo)`."""
+    from agentd.warmup import HOLD_ENV
+
+    os.mkfifo(fifo)
+    return {HOLD_ENV: str(fifo)}
+
+
+def release_warmup(fifo: Path) -> None:
+    """Let a held warm-up go on: open the FIFO's writing end (this waits for the
+    warm-up to reach the hold) and close it. Blocking: run it in a thread."""
+    fifo.open("wb").close()
+
+
+def release_warmup_nowait(fifo: Path) -> None:
+    """`release_warmup` if the warm-up is at the hold now, else nothing (for
+    clean-up after a failed test)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # no reader: released already, or not there yet

@@ -1,0 +1,68 @@
+"""`agent/newSession` does not wait for the warm-up: the real daemon, its
+warm-up held after the settings are loaded (`AGENTD_TEST_WARMUP_HOLD`, a FIFO
+the test opens to let it go on), so the App provably does not exist yet when
+the reply is read."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from agentd.agent.modes import DEFAULT_MODE
+from agentd.testing.daemon import (
+    TEST_MODEL,
+    daemon_env,
+    hold_warmup,
+    memory_folder,
+    release_warmup,
+    release_warmup_nowait,
+)
+from agentd.testing.model_server import ModelServer
+from tests.lsp_client import start_client
+
+pytestmark = pytest.mark.e2e
+
+# Not a speed bound: while the warm-up is held, a handler that waits for the
+# App never answers; this only turns that hang into a failure.
+NEVER = 60
+
+
+async def test_new_session_is_answered_while_the_app_is_built_and_a_prompt_waits_for_it(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    hold = tmp_path / "warmup-hold"
+    (memory_folder(workspace, tmp_path) / "deploy.md").write_text(
+        "---\nname: Deploy checklist\ndescription: How we ship releases to production\n"
+        "type: project\n---\n\ndeploy with make ship.\n"
+    )
+    env = daemon_env(model_server.openai_base_url, tmp_path, **hold_warmup(hold))
+    c = await start_client(env, {"memory": {"modelTier": False, "firstIndexWait": 60}})
+    try:
+        setup = await asyncio.wait_for(
+            c.request("agent/newSession", {"workspaceRoot": str(workspace)}), NEVER
+        )
+        # Answered from the settings while the App is not built: the reply is whole.
+        assert setup["mode"] == DEFAULT_MODE and setup["model"] == TEST_MODEL
+        assert [m["id"] for m in setup["models"]] == [TEST_MODEL]
+        sid = setup["sessionId"]
+        # Written the moment the reply is read; it waits for the App.
+        prompt = asyncio.ensure_future(c.prompt(sid, "how do we deploy a release?"))
+        # Parameter errors are answered as before, also during the warm-up.
+        with pytest.raises(JsonRpcException) as bad:
+            await c.request("agent/newSession", {"workspaceRoot": 7})
+        assert bad.value.code == -32602 and isinstance(bad.value.data, dict)
+        assert [f["field"] for f in bad.value.data["fields"]] == ["workspaceRoot"]
+        assert model_server.requests() == [] and not prompt.done()
+        await asyncio.to_thread(release_warmup, hold)
+        result = await prompt
+        assert result["stopReason"] == "end_turn"
+        (first,) = model_server.requests("main")
+        user = [m["content"] for m in first["body"]["messages"] if m["role"] == "user"][-1]
+        assert user.startswith("<system-reminder>") and "make ship" in user
+        assert c.text(sid)
+    finally:
+        release_warmup_nowait(hold)
+        await c.lsp.shutdown_session()
