@@ -12,13 +12,15 @@ The annotation is only a name at run time: the models (and pydantic) are
 imported for type checking only, so that importing the handlers before
 `initialize` is answered stays cheap. This module imports pydantic only
 inside `validate_params` (called after the warm-up), for the same reason.
+The models modules build their validators on demand (`defer_build`);
+`build_models` is how the warm-up builds them ahead of use.
 """
 
 from __future__ import annotations
 
 import binascii
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -69,6 +71,26 @@ def params_model(handler: Callable[..., Any], models: ModuleType) -> type[BaseMo
             f"{handler.__qualname__}: `p` must be annotated with a model of {models.__name__}"
         )
     return model
+
+
+def build_models(models: ModuleType, names: Iterable[str] | None = None) -> None:
+    """Build the validators of the pydantic models defined in `models` (those
+    in `names`, or all) that are not built yet. Called by the warm-up thread
+    only for models no request can use meanwhile, so no model is built twice
+    at once."""
+    from pydantic import BaseModel
+
+    wanted = None if names is None else set(names)
+    for name, value in list(vars(models).items()):
+        if wanted is not None and name not in wanted:
+            continue
+        if (
+            isinstance(value, type)
+            and issubclass(value, BaseModel)
+            and value.__module__ == models.__name__
+            and not value.__pydantic_complete__
+        ):
+            value.model_rebuild()
 
 
 def workspace_path(value: str, field: str = "workspaceRoot") -> Path:

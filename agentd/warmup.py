@@ -4,14 +4,16 @@ Both front ends answer `initialize` with nothing but the stdlib (and, for LSP,
 pygls) imported; `Warmup.start` then runs a thread that builds, in two
 stages, what requests need:
 
-1. the settings: the front end's params models (pydantic) imported and the
-   configuration loaded. A new session needs no more: its reply (the
+1. the settings: the front end's params models module imported (pydantic)
+   with the validators of the requests answered before the App exists, and
+   the configuration loaded. A new session needs no more: its reply (the
    session's id, modes and models) comes from the settings, and the session
    itself is created in the core once the App exists (`when_built`), before
    any request that could name it runs.
-2. the App: the core imported and built (provider, memory, supervisor), the
-   provider's HTTP client with its TLS context (about 100 ms the first
-   prompt would otherwise pay), start-up garbage collection.
+2. the App: the other validators built, the core imported and built
+   (provider, memory, supervisor), the provider's HTTP client with its TLS
+   context (about 100 ms the first prompt would otherwise pay), start-up
+   garbage collection.
 
 Each stage is handed back on the loop. This module stays light on purpose:
 the heavy imports happen inside the thread.
@@ -66,9 +68,19 @@ HOLD_ENV = "AGENTD_TEST_WARMUP_HOLD"
 
 
 class Warmup:
-    def __init__(self, imports: tuple[str, ...] = ()) -> None:
-        # The front end's own modules that need pydantic (its params models).
+    def __init__(
+        self,
+        imports: tuple[str, ...] = (),
+        first: tuple[str, ...] = (),
+        later: tuple[str, ...] = (),
+    ) -> None:
+        # The front end's params models modules (`imports`), the names of the
+        # models built in the settings stage (`first`: those of the requests
+        # answered before the App exists; the others are built with the App),
+        # and modules only the App's users need (`later`).
         self._imports = imports
+        self._first = first
+        self._later = later
         self.options: dict[str, Any] = {}
         self.listeners: list[Callable[[App], None]] = []
         self._app: App | None = None
@@ -84,12 +96,15 @@ class Warmup:
         self._settings = loop.create_future()
         self._result = loop.create_future()
         self._started_at = time.perf_counter()
-        imports, options = self._imports, dict(self.options)
+        imports, first, later = self._imports, self._first, self._later
+        options = dict(self.options)
         hold = os.environ.get(HOLD_ENV)
 
         def configure() -> Settings:
+            from agentd.params import build_models
+
             for module in imports:
-                importlib.import_module(module)
+                build_models(importlib.import_module(module), first)
             from agentd.config import load_settings
 
             return load_settings({k: v for k, v in options.items() if k != "clientTools"})
@@ -99,6 +114,12 @@ class Warmup:
                 # Until the test opens and closes the FIFO's other end.
                 with open(hold, "rb") as gate:
                     gate.read()
+            from agentd.params import build_models
+
+            for module in imports:
+                build_models(importlib.import_module(module))
+            for module in later:
+                importlib.import_module(module)
             from agentd.app import App
 
             app = App.create(options, settings)

@@ -102,7 +102,11 @@ class AcpServer:
         self.initialized = False
         self.caps = ClientCaps()
         # The App, built off the critical path; its params models are loaded with it.
-        self.warmup = Warmup(imports=("agentd.acp.params",))
+        self.warmup = Warmup(
+            imports=("agentd.acp.params",),
+            first=("NewSessionParams",),
+            later=("agentd.acp.tools",),
+        )
         self.warmup.listeners.append(self._attach)
         self.prompts: dict[str, PromptState] = {}
         # Set when the daemon stops: a cancel from then on is not the user's.

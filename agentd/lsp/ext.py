@@ -16,7 +16,12 @@ from pydantic.alias_generators import to_camel
 
 
 class WireModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # Validators are built when the warm-up asks (`agentd.params.build_models`:
+    # the new-session model first, the rest while the App is built), not at
+    # import: building them all would delay the new-session reply.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", defer_build=True
+    )
 
 
 class Empty(WireModel):

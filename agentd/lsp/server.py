@@ -116,7 +116,9 @@ class AgentdServer(LanguageServer):
         )
         # The App, built off the critical path, with the modules its handlers need.
         self.warmup = Warmup(
-            imports=("agentd.lsp.ext", "agentd.lsp.updates", "agentd.lsp.permission")
+            imports=("agentd.lsp.ext",),
+            first=("NewSessionParams",),
+            later=("agentd.lsp.updates", "agentd.lsp.permission"),
         )
         self.warmup.listeners.append(self._attach)
         self._stop: asyncio.Event | None = None

@@ -100,10 +100,9 @@ def rss_mib(pid: int) -> float:
 def hold_warmup(fifo: Path) -> dict[str, str]:
     """The environment that makes a daemon's warm-up stop after its settings
     stage, before the App is built, until `release_warmup(fifo)`."""
-    from agentd.warmup import HOLD_ENV
-
     os.mkfifo(fifo)
-    return {HOLD_ENV: str(fifo)}
+    # `agentd.warmup.HOLD_ENV` (that module is above this one in the layers).
+    return {"AGENTD_TEST_WARMUP_HOLD": str(fifo)}
 
 
 def release_warmup(fifo: Path) -> None:
