@@ -191,6 +191,7 @@ class EditorClient:
         # ("in", message) for what agentd sent, ("answered", toolCallId) for permissions.
         self.log: list[tuple[str, Any]] = []
         self._grew = asyncio.Event()
+        self._sent = asyncio.Event()
 
     # The observer sees every raw JSON-RPC message, before the package parses it.
     def observe(self, event: StreamEvent) -> None:
@@ -198,6 +199,8 @@ class EditorClient:
         if event.direction is StreamDirection.OUTGOING:
             if "method" in message and "id" in message:
                 self.sent_methods[message["id"]] = message["method"]
+                self._sent.set()
+                self._sent = asyncio.Event()
             return
         self.received.append(message)
         self.log.append(("in", message))
@@ -218,6 +221,12 @@ class EditorClient:
                         return message
                 checked = len(self.received)
                 await self._grew.wait()
+
+    async def wait_sent(self, method: str) -> None:
+        """Until a request of `method` was written to agentd (past or future)."""
+        async with asyncio.timeout(30):  # a hang guard, not a synchronisation
+            while method not in self.sent_methods.values():
+                await self._sent.wait()
 
     # --- views of what was received ---------------------------------------------------
 

@@ -66,12 +66,7 @@ async def test_session_new_is_answered_while_the_app_is_built_and_a_prompt_waits
             prompt = asyncio.ensure_future(
                 conn.prompt(session_id=sid, prompt=[text_block("how do we deploy a release?")])
             )
-            await editor.wait_for(
-                lambda m: (
-                    m.get("method") == "session/update"
-                    and m["params"]["update"]["sessionUpdate"] == "available_commands_update"
-                )
-            )
+            await editor.wait_sent("session/prompt")
             assert model_server.requests() == [] and not prompt.done()
             await asyncio.to_thread(release_warmup, hold)
             result = await prompt
@@ -80,6 +75,34 @@ async def test_session_new_is_answered_while_the_app_is_built_and_a_prompt_waits
             user = first["body"]["messages"][-1]["content"]
             assert user.startswith("<system-reminder>") and "make ship" in user
             assert editor.text(sid)
+        finally:
+            release_warmup_nowait(hold)
+    assert editor.schema_problems == []
+
+
+async def test_a_prompt_cancelled_while_the_app_is_built_ends_cancelled(
+    editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path
+) -> None:
+    hold = tmp_path / "warmup-hold"
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    async with connect_acp(editor, {**env, **hold_warmup(hold)}, tmp_path / "e.log") as conn:
+        try:
+            await conn.initialize(
+                protocol_version=1, client_capabilities=capabilities(), client_info=CLIENT_INFO
+            )
+            setup: Any = await asyncio.wait_for(
+                conn.new_session(cwd=str(workspace), mcp_servers=[]), NEVER
+            )
+            sid = setup.session_id
+            model_server.add_rule("long", {"chunks": ["x "] * 400, "chunkDelay": 0.05})
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("long")]))
+            await editor.wait_sent("session/prompt")
+            await conn.cancel(session_id=sid)
+            await asyncio.to_thread(release_warmup, hold)
+            assert (await prompt).stop_reason == "cancelled"
+            # The session takes the next prompt.
+            after = await conn.prompt(session_id=sid, prompt=[text_block("next")])
+            assert after.stop_reason == "end_turn"
         finally:
             release_warmup_nowait(hold)
     assert editor.schema_problems == []

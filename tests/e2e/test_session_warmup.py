@@ -20,7 +20,9 @@ from agentd.testing.daemon import (
     release_warmup,
     release_warmup_nowait,
 )
+from agentd.testing.framing import frame, notification, request
 from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
 from tests.lsp_client import start_client
 
 pytestmark = pytest.mark.e2e
@@ -66,3 +68,36 @@ async def test_new_session_is_answered_while_the_app_is_built_and_a_prompt_waits
     finally:
         release_warmup_nowait(hold)
         await c.lsp.shutdown_session()
+
+
+async def test_prompts_cancelled_while_the_app_is_built_are_answered_cancelled(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Sessions exist before the App does, so a prompt and its cancel can come
+    while the warm-up runs: both kinds of cancel still cancel it."""
+    hold = tmp_path / "warmup-hold"
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    raw = await RawDaemon.spawn({**env, **hold_warmup(hold)})
+    try:
+        await raw.initialize()
+        sids = []
+        for n in ("a", "b"):
+            raw.request(n, "agent/newSession", {"workspaceRoot": str(workspace)})
+            sids.append((await raw.response(n, timeout=NEVER))["result"]["sessionId"])
+        model_server.add_rule("long", {"chunks": ["x "] * 400, "chunkDelay": 0.05})
+        raw.write_raw(
+            frame(request("p", "agent/prompt", {"sessionId": sids[0], "prompt": "long"}))
+            + frame(notification("$/cancelRequest", {"id": "p"}))
+            + frame(request("q", "agent/prompt", {"sessionId": sids[1], "prompt": "long"}))
+            + frame(notification("agent/cancel", {"sessionId": sids[1]}))
+        )
+        await asyncio.to_thread(release_warmup, hold)
+        assert (await raw.response("p"))["error"]["code"] == -32800
+        assert (await raw.response("q"))["error"]["code"] == -32800
+        # The sessions take their next prompts.
+        for i, sid in enumerate(sids):
+            raw.request(i, "agent/prompt", {"sessionId": sid, "prompt": "next"})
+            assert (await raw.response(i))["result"]["stopReason"] == "end_turn"
+    finally:
+        release_warmup_nowait(hold)
+        await raw.close()
