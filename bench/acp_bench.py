@@ -5,9 +5,17 @@ For each run and each mode a fresh daemon is spawned over stdio and driven by
 the raw client of `agentd.testing` (no client library on the measured path):
 
 - spawn -> initialize reply      (`python -m agentd.acp` / `python -m agentd serve`)
-- spawn -> session ready         (the newSession reply: the warm-up is over)
+- spawn -> session ready         (the newSession reply)
+- initialize -> session ready    (newSession sent the moment the initialize
+                                  reply is read, as editors do: what it waits
+                                  for of the warm-up)
 - prompt -> first model request  (the prompt is sent after the session exists;
-                                  the end is the bundled model server's log `ts`)
+                                  the end is the bundled model server's log `ts`;
+                                  it waits for what is left of the warm-up)
+- spawn -> first model request   (the sum of the above, on the model server's clock)
+- session/new after the warm-up  (another daemon: initialize, a request that
+                                  needs the App (the session list), then the
+                                  first newSession, timed)
 
 Modes alternate within a run so that both see the same machine state. The
 medians (and p90) over `--runs` runs (default 20) are printed as JSON, then
@@ -56,7 +64,14 @@ from agentd.transcript import TranscriptWriter, sessions_dir
 
 # `--config-file`: the config.toml each daemon of the start-up runs finds.
 CONFIG_FILE = ""
-METRICS = ("spawn_to_initialize_ms", "spawn_to_session_ms", "prompt_to_model_request_ms")
+METRICS = (
+    "spawn_to_initialize_ms",
+    "spawn_to_session_ms",
+    "initialize_to_session_ms",
+    "prompt_to_model_request_ms",
+    "spawn_to_model_request_ms",
+    "session_new_after_warmup_ms",
+)
 LIST_METRICS = ("first_page_ms", "all_pages_ms", "whole_list_ms")
 
 
@@ -97,6 +112,7 @@ async def one_run(
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.toml").write_text(CONFIG_FILE)
     start = time.perf_counter()
+    spawned_at = time.time()  # the model server's clock, for spawn -> first request
     daemon = await spawn(env, mode == "acp", baseline)
     try:
         if mode == "acp":
@@ -132,8 +148,44 @@ async def one_run(
     return {
         "spawn_to_initialize_ms": (initialized - start) * 1000,
         "spawn_to_session_ms": (ready - start) * 1000,
+        "initialize_to_session_ms": (ready - initialized) * 1000,
         "prompt_to_model_request_ms": (request["ts"] - sent_at) * 1000,
+        "spawn_to_model_request_ms": (request["ts"] - spawned_at) * 1000,
     }
+
+
+async def settled_run(
+    mode: str, model: ModelServer, workspace: Path, home: Path, baseline: Path | None = None
+) -> float:
+    """The first newSession of a daemon whose warm-up has finished (a request
+    that needs the App was answered first), in ms."""
+    env = daemon_env(model.openai_base_url, home, AGENTD_LOG_LEVEL="warning")
+    daemon = await spawn(env, mode == "acp", baseline)
+    try:
+        if mode == "acp":
+            daemon.request(0, "initialize", {"protocolVersion": 1})
+            await reply(daemon, 0)
+            daemon.request(1, "session/list", {"cwd": str(workspace)})
+        else:
+            daemon.request(0, "initialize", initialize_params())
+            await reply(daemon, 0)
+            daemon.notify("initialized", {})
+            daemon.request(1, "agent/listSessions", {"workspaceRoot": str(workspace)})
+        await reply(daemon, 1)
+        start = time.perf_counter()
+        if mode == "acp":
+            daemon.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            daemon.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
+        await reply(daemon, 2)
+        elapsed = (time.perf_counter() - start) * 1000
+        if mode == "lsp":
+            daemon.request(3, "shutdown")
+            await reply(daemon, 3)
+            daemon.notify("exit")
+    finally:
+        await stop(daemon)
+    return elapsed
 
 
 async def stop(daemon: RawDaemon) -> None:
@@ -276,7 +328,11 @@ async def main(
                     order.reverse()
                 for (mode, base), name in order:
                     home = Path(tmp) / f"home-{name}-{i}"
-                    samples[name].append(await one_run(mode, model, workspace, home, base))
+                    sample = await one_run(mode, model, workspace, home, base)
+                    sample["session_new_after_warmup_ms"] = await settled_run(
+                        mode, model, workspace, Path(tmp) / f"settled-{name}-{i}", base
+                    )
+                    samples[name].append(sample)
             for name in names:
                 result[name] = summarize(samples[name])
             if sessions:
