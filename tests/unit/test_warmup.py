@@ -1,0 +1,58 @@
+"""The warm-up's two stages, in process: the settings come before the App,
+`when_built` callbacks run before any `wait()` returns, and a failed first
+stage fails both waits with its error."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agentd.testing.daemon import hold_warmup, release_warmup, release_warmup_nowait
+from agentd.warmup import Warmup
+
+
+@pytest.fixture(autouse=True)
+def daemon_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENTD_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("AGENTD_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("AGENTD_MODEL", "stage-model")
+
+
+async def test_settings_first_then_the_app_with_its_callbacks_before_any_wait_returns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    for name, value in hold_warmup(hold).items():
+        monkeypatch.setenv(name, value)
+    warmup = Warmup(imports=("agentd.lsp.ext",), first=("NewSessionParams",))
+    warmup.options = {"models": ["other-model"]}
+    try:
+        warmup.start()
+        settings = await warmup.wait_settings()
+        assert [m for m, _ in settings.model_choices()] == ["stage-model", "other-model"]
+        assert warmup.get() is None  # held: the App cannot exist yet
+        built: list[object] = []
+        warmup.when_built(built.append)
+        waiting = asyncio.ensure_future(warmup.wait("the test"))
+        await asyncio.to_thread(release_warmup, hold)
+        app = await waiting
+        assert built == [app] and app.settings is settings
+        warmup.when_built(built.append)  # built: called at once
+        assert built == [app, app]
+        assert await warmup.wait_settings() is settings
+    finally:
+        release_warmup_nowait(hold)
+        await warmup.aclose()
+
+
+async def test_a_failed_settings_stage_fails_both_waits() -> None:
+    warmup = Warmup(imports=("agentd.no_such_module",))
+    warmup.start()
+    with pytest.raises(ModuleNotFoundError):
+        await warmup.wait_settings()
+    with pytest.raises(ModuleNotFoundError):
+        await warmup.wait()
+    await warmup.aclose()
