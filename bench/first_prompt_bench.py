@@ -14,8 +14,9 @@ prompt written the moment the new-session reply has been read. Measured per
 run, against the bundled model server on this process's event loop (one
 clock):
 
-- new-session request -> its reply (the warm-up is part of it: the request is
-  written right after the `initialize` reply), and the same for a second
+- new-session request -> its reply (written right after the `initialize`
+  reply: it waits for the warm-up's settings stage; the prompt then waits
+  for the rest, which lands in prompt -> first request), and the same for a second
   session, on another root, once the first prompt is answered (the warm-up
   over: what the request itself costs);
 - prompt written -> the first main request at the model server;
@@ -295,7 +296,7 @@ def build_table(r: dict[str, Any]) -> str:
         "baseline",
         "prompt -> first request p50 / p99 ms",
         "baseline",
-        "new session (with warm-up) p50 / p99 ms",
+        "new session (right after initialize) p50 / p99 ms",
         "baseline",
         "new session, warm, p50 / p99 ms",
         "baseline",
