@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import importlib
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.agent.core import AgentCore
 from agentd.agent.permission import PermissionAsker
@@ -30,12 +31,14 @@ from agentd.config import McpServerSettings, Settings, load_settings
 from agentd.errors import InvalidParams
 from agentd.mcp.manager import McpManager
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
-from agentd.memory.extraction import ExtractionService
 from agentd.messages import ToolSpec
 from agentd.providers import make_provider
 from agentd.providers.base import ModelProvider
 from agentd.tasks import Supervisor
 from agentd.transcript import TranscriptInfo
+
+if TYPE_CHECKING:
+    from agentd.memory.extraction import ExtractionService
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,15 @@ class App:
     memory: MemoryManager
     recall: MemoryRecall | None
     mcp: McpManager
+    # Built at its first use (`_extraction_service`), not at start-up: it is
+    # first needed after a reply, and resident from the warm-up it would cost
+    # about a megabyte and tens of milliseconds of imports for nothing.
     extraction: ExtractionService | None = None
+    # ExtractionService's arguments when extraction is on, else None.
+    _extraction_args: dict[str, Any] | None = None
+    _extraction_import: asyncio.Future[Any] | None = None
+    # Projects whose leftover turns await the service's first use.
+    _resume_pending: set[Path] = field(default_factory=set)
     client_specs: list[ToolSpec] = field(default_factory=list)
     # Front ends subscribe here to forward `memory/changed` to the editor.
     memory_listeners: list[MemoryListener] = field(default_factory=list)
@@ -91,16 +102,16 @@ class App:
             settings, supervisor, provider, core, memory, recall=None, mcp=mcp, client_specs=specs
         )
         if settings.memory.enabled and settings.memory.extraction:
-            app.extraction = ExtractionService(
-                memory,
-                provider,
-                supervisor,
-                fast_model=settings.provider_config().fast_model,
-                transcripts=core.finished_extent,
-                home=home,
-                grace=settings.memory.shutdown_grace,
-                progress=app._extraction_progress,
-            )
+            app._extraction_args = {
+                "manager": memory,
+                "provider": provider,
+                "supervisor": supervisor,
+                "fast_model": settings.provider_config().fast_model,
+                "transcripts": core.finished_extent,
+                "home": home,
+                "grace": settings.memory.shutdown_grace,
+                "progress": app._extraction_progress,
+            }
         if settings.memory.enabled:
             app.recall = MemoryRecall(
                 memory,
@@ -261,9 +272,35 @@ class App:
         }
 
     async def extraction_status(self, root: Path) -> dict[str, Any]:
-        if self.extraction is None:
+        extraction = await self._extraction_service()
+        if extraction is None:
             return {"state": "idle", "trailingPending": False, "cursors": []}
-        return await self.extraction.status_async(root)
+        return await extraction.status_async(root)
+
+    async def _extraction_service(self) -> ExtractionService | None:
+        """The extraction service (None when extraction is off), built at its
+        first use: the first reply, or the first status asked. Its import runs
+        in a worker thread, off the event loop; the projects seen before then
+        have their leftover turns resumed now."""
+        if self.extraction is not None or self._extraction_args is None:
+            return self.extraction
+        if self._extraction_import is None:
+            self._extraction_import = asyncio.ensure_future(
+                asyncio.to_thread(importlib.import_module, "agentd.memory.extraction")
+            )
+        module = await asyncio.shield(self._extraction_import)
+        if self.extraction is None:
+            self.extraction = module.ExtractionService(**self._extraction_args)
+            for root in sorted(self._resume_pending):
+                self._resume(self.extraction, root)
+            self._resume_pending.clear()
+        return self.extraction
+
+    def _resume(self, extraction: ExtractionService, root: Path) -> None:
+        # Turns a previous run left unprocessed (its cursor is behind its
+        # transcript) are extracted now; live sessions' running turns are
+        # not (they are extracted whole, after their reply).
+        self.supervisor.spawn(extraction.resume(root), name="extraction-resume")
 
     def _extraction_progress(self, root: Path) -> Progress | None:
         if self.progress_factory is None:
@@ -274,18 +311,24 @@ class App:
         # The prompt's reply is already written: extraction never delays it.
         if self.extraction is not None:
             self.extraction.schedule(session.workspace_root, session.id)
+        elif self._extraction_args is not None:
+            self.supervisor.spawn(self._schedule(session), name="extraction-start")
+
+    async def _schedule(self, session: Session) -> None:
+        extraction = await self._extraction_service()
+        if extraction is not None:
+            extraction.schedule(session.workspace_root, session.id)
 
     def _watch_project(self, pm: ProjectMemory) -> None:
         if pm.workspace_root in self._watched:
             return
         self._watched.add(pm.workspace_root)
         if self.extraction is not None:
-            # Turns a previous run left unprocessed (its cursor is behind its
-            # transcript) are extracted now; live sessions' running turns are
-            # not (they are extracted whole, after their reply).
-            self.supervisor.spawn(
-                self.extraction.resume(pm.workspace_root), name="extraction-resume"
-            )
+            self._resume(self.extraction, pm.workspace_root)
+        elif self._extraction_args is not None:
+            # Not now: a project is first seen as its first session starts, and
+            # the leftovers' scan and imports would compete with its first prompt.
+            self._resume_pending.add(pm.workspace_root)
         root = pm.workspace_root
 
         def changed(paths: list[Path]) -> None:
@@ -300,6 +343,9 @@ class App:
         grace = self.settings.memory.shutdown_grace
         # MCP servers stop while extraction drains: both within the shutdown grace.
         stopping = asyncio.ensure_future(self.mcp.aclose(grace))
+        if self._extraction_import is not None and not self._extraction_import.done():
+            # No import thread left running at exit; the service may appear with it.
+            await asyncio.wait([self._extraction_import], timeout=grace)
         if self.extraction is not None:
             # A running or pending extraction gets a bounded grace period; the
             # cursor guarantees the rest is done on the next start.
