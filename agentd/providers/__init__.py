@@ -7,6 +7,8 @@ builds one.
 
 from __future__ import annotations
 
+import sys
+
 from agentd.errors import ConfigError
 from agentd.providers.base import (
     ModelProvider,
@@ -24,6 +26,14 @@ from agentd.providers.base import (
     Usage,
 )
 from agentd.providers.config import ProviderConfig
+
+# httpx imports its command-line client (`httpx._main`: click, pygments and
+# more) whenever click is installed, and mcp's uvicorn installs it: about 2 MB
+# resident and 15 ms of imports for a command the daemon never runs. A None in
+# sys.modules makes that import fail, and httpx then defines a stub `main`
+# (its own fallback for installs without its `cli` extra). Here, because every
+# provider module (the only importers of httpx in the core) is in this package.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 __all__ = [
     "ModelProvider",
