@@ -138,8 +138,12 @@ class App:
     def start_memory(self, root: Path) -> None:
         """Index the project's memory in the background, so that it is ready by
         the first prompt: called as soon as a workspace root is known (a new
-        session, or an LSP `initialize` that names its roots). Never waits."""
-        if self.recall is None or self.memory.get_nowait(root) is not None:
+        session, or an LSP `initialize` that names its roots); its instruction
+        files are read ahead too. Never waits."""
+        if self.recall is None:
+            return
+        self.recall.prepare(root)
+        if self.memory.get_nowait(root) is not None:
             return
         title = "agentd: indexing memory"
         progress = self.progress_factory(title) if self.progress_factory is not None else None

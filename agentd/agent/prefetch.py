@@ -155,6 +155,8 @@ class MemoryRecall:
         self.after_reply_hook = after_reply_hook
         self.stats = RecallStats()
         self._instructions: dict[Path, InstructionFiles] = {}
+        # Roots whose instruction files are being read ahead (`prepare`).
+        self._preparing: dict[Path, asyncio.Task[None]] = {}
         self._seen_projects: set[Path] = set()
         self._sessions: dict[str, SessionRecall] = {}
 
@@ -262,7 +264,40 @@ class MemoryRecall:
         if state is not None:
             state.surfaced &= kept_docs
 
+    def prepare(self, root: Path) -> asyncio.Task[None] | None:
+        """Read the root's instruction files ahead, in a worker thread, as soon as a
+        session names the root: finding them stats every directory up to the
+        repository root, and the first read needs a thread hop; both would
+        otherwise fall between the first prompt and its request. Once per root:
+        the reading task, None when the files were read already."""
+        if root in self._instructions:
+            return None
+        if root not in self._preparing:
+            self._preparing[root] = self.supervisor.spawn(
+                self._prepare(root), name=f"instructions:{root.name}"
+            )
+        return self._preparing[root]
+
+    async def _prepare(self, root: Path) -> None:
+        config_dir = self.config_dir or user_config_dir()
+
+        def read() -> InstructionFiles:
+            files = InstructionFiles(root, config_dir)
+            files.render()
+            return files
+
+        try:
+            files = await asyncio.to_thread(read)
+            # A prompt that did not wait for this one may have made its own.
+            self._instructions.setdefault(root, files)
+        finally:
+            self._preparing.pop(root, None)
+
     async def system_context(self, session: Session) -> str:
+        pending = self._preparing.get(session.workspace_root)
+        if pending is not None:
+            # Already under way: waiting for it is never slower than starting over.
+            await asyncio.wait([pending])
         files = self._instruction_files(session.workspace_root)
         text = files.cached()
         # Reading happens off the loop, and only when a file changed.

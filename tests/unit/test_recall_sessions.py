@@ -203,3 +203,41 @@ async def test_an_index_installed_during_the_prompt_start_is_still_waited_for(
         await supervisor.aclose()
         await manager.aclose()
         await provider.aclose()
+
+
+async def test_instruction_files_are_read_ahead_of_the_first_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`prepare` (called when a session names its root) finds and reads the
+    instruction files in a worker thread, so the first prompt's system prompt
+    needs no thread hop and no read; an edit made after that is still seen."""
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / ".git").mkdir()
+    (workspace / "AGENTS.md").write_text("Run make check before committing.\n")
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(
+        manager, provider, supervisor, fast_model="m", config_dir=tmp_path / "config"
+    )
+    session = Session("one", workspace, AwaitClientResult([]))
+    try:
+        reading = recall.prepare(workspace)
+        assert reading is not None and recall.prepare(workspace) is reading  # once per root
+        await reading
+        assert recall.prepare(workspace) is None
+
+        async def no_thread(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the first prompt read the instruction files itself")
+
+        with monkeypatch.context() as patched:
+            patched.setattr("agentd.agent.prefetch.asyncio.to_thread", no_thread)
+            text = await recall.system_context(session)
+        assert "Run make check before committing." in text
+        (workspace / "AGENTS.md").write_text("Run make lint first.\n")
+        assert "Run make lint first." in await recall.system_context(session)
+    finally:
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
