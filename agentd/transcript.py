@@ -339,6 +339,8 @@ class TranscriptWriter:
         # Settings chosen before anything was written: a session that never
         # gets a prompt leaves no file behind.
         self._pending_config: dict[str, str] = {}
+        # A title chosen before the first line: `_start` writes the meta file once.
+        self._meta_due = False
         # Image files written since the last sync (made durable with it).
         self._unsynced: list[Path] = []
 
@@ -363,8 +365,9 @@ class TranscriptWriter:
                     }
                 )
             )
-        if new or not meta_path(self.path).exists():
+        if new or self._meta_due or not meta_path(self.path).exists():
             self._write_meta()
+        self._meta_due = False
         if self._pending_config:
             self._pending.append(
                 _encode({"type": "config", "ts": time.time(), **self._pending_config})
@@ -418,7 +421,11 @@ class TranscriptWriter:
             title = _title(message)
             if title:
                 self.title = title
-                self._write_meta()
+                if self._started:
+                    self._write_meta()
+                else:
+                    # The first prompt's path: one meta file write, not two.
+                    self._meta_due = True
         self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
         return offset
 

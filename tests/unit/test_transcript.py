@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart
 from agentd.transcript import TranscriptWriter, load, read_from, read_slice
@@ -211,3 +216,34 @@ def test_thinking_keeps_its_signature_redacted_data_and_source(tmp_path: Path) -
     # Lines written before thinking had these fields still load.
     old = {"role": "assistant", "parts": [{"type": "thinking", "text": "t"}]}
     assert message_from_json(old) == Message("assistant", [ThinkingPart("t")])
+
+
+def test_a_new_sessions_first_prompt_writes_its_meta_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first message of a new session creates the transcript and its meta
+    file with the title in one write (it is on the first prompt's path to its
+    model request); a later title change is written when it happens."""
+    import agentd.transcript as transcript
+
+    replaced: list[str] = []
+    real_replace = os.replace
+
+    def counting(src: Any, dst: Any) -> None:
+        replaced.append(Path(dst).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(transcript.os, "replace", counting)
+    path = tmp_path / "sessions" / "s1.jsonl"
+    w = TranscriptWriter(path, "s1", tmp_path)
+    w.append(Message("user", [TextPart("why does the build fail?")]))
+    assert replaced == ["s1.meta.json"]
+    assert json.loads((tmp_path / "sessions" / "s1.meta.json").read_text())["title"] == (
+        "why does the build fail?"
+    )
+    w.reset()
+    w.append(Message("user", [TextPart("second question")]))
+    assert json.loads((tmp_path / "sessions" / "s1.meta.json").read_text())["title"] == (
+        "second question"
+    )
+    w.close()
