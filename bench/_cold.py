@@ -1,0 +1,188 @@
+"""Cold and warm prompt -> first request bytes, agentd beside bare baselines
+(issue 20), shared by `core_bench.py` (LSP) and `acp_bench.py` (ACP).
+
+One run spawns a fresh process, answers its handshake (LSP `initialize` +
+`initialized`; ACP `initialize`), asks for a session and writes the prompt
+the moment the session's reply has been read (the cold prompt), then asks
+for a second session and prompts again once the daemon is idle (the warm
+prompt: `WARM_SETTLE` after that session's reply, so the first prompt's
+after-reply work, such as memory extraction starting, is over). The figure is
+prompt written -> `arrivedTs` of that prompt's main request at the bundled
+model server: when the request's first bytes reached the server's socket
+(before the body was read or parsed), on the same clock (`time.time()`).
+
+Targets, alternated within a run so load drift hits all alike:
+- `agentd`: this tree's daemon (`python -m agentd serve` / `python -m agentd.acp`),
+  default settings (memory on, an empty project memory);
+- `baseline`: another checkout's daemon (`--baseline-src DIR`), the same way;
+- `bare`: `bare_pygls_server.py --model` (LSP) or `bare_acp_agent.py` (ACP), which
+  send agentd's own first request (`_bare_model.py`; the body is recorded from an
+  unmeasured agentd run first) with httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import BENCH_DIR, summary
+
+from agentd.testing.daemon import daemon_command, daemon_env
+from agentd.testing.framing import initialize_params
+from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
+
+COLD_METRICS = ("cold_ms", "warm_ms")
+WARM_SETTLE = 0.5
+
+
+def command(target: str, mode: str, body: Path | None, base_url: str) -> list[str]:
+    if target == "bare":
+        script = "bare_acp_agent.py" if mode == "acp" else "bare_pygls_server.py"
+        assert body is not None
+        return [sys.executable, str(BENCH_DIR / script), "--model", base_url, "--body", str(body)]
+    cmd = daemon_command(acp=mode == "acp")
+    return [sys.executable, "-P", *cmd[1:]] if target == "baseline" else cmd
+
+
+async def _reply(daemon: RawDaemon, msg_id: int) -> dict[str, Any]:
+    message = await daemon.response(msg_id, timeout=60)
+    if "error" in message:
+        raise RuntimeError(f"{daemon.framing}: {message['error']}")
+    return dict(message["result"])
+
+
+async def _prompt(
+    daemon: RawDaemon, model: ModelServer, mode: str, msg_id: int, ws: Path, settle: float = 0.0
+) -> dict[str, Any]:
+    """A new session, then a prompt written at once (or `settle` s later); its main
+    request's log entry and the time the prompt was written."""
+    if mode == "acp":
+        daemon.request(msg_id, "session/new", {"cwd": str(ws), "mcpServers": []})
+    else:
+        daemon.request(msg_id, "agent/newSession", {"workspaceRoot": str(ws)})
+    sid = (await _reply(daemon, msg_id))["sessionId"]
+    if settle:
+        await asyncio.sleep(settle)
+    last = max((e["id"] for e in model.requests()), default=-1)
+    sent_at = time.time()  # the model server's log uses wall-clock time
+    if mode == "acp":
+        prompt = [{"type": "text", "text": "hello"}]
+        daemon.request(msg_id + 1, "session/prompt", {"sessionId": sid, "prompt": prompt})
+    else:
+        daemon.request(msg_id + 1, "agent/prompt", {"sessionId": sid, "prompt": "hello"})
+    request = await model.wait_for(
+        lambda e: e["type"] == "request" and e["purpose"] == "main" and e["id"] > last, timeout=60
+    )
+    await _reply(daemon, msg_id + 1)
+    return {"sent_at": sent_at, "request": request}
+
+
+async def cold_run(
+    target: str,
+    mode: str,
+    model: ModelServer,
+    home: Path,
+    ws: Path,
+    body: Path | None = None,
+    baseline: Path | None = None,
+) -> dict[str, Any]:
+    """One fresh process: its cold and its warm prompt -> first request bytes (ms)."""
+    env = daemon_env(model.openai_base_url, home, AGENTD_LOG_LEVEL="warning")
+    if target == "baseline":
+        assert baseline is not None
+        env["PYTHONPATH"] = str(baseline.resolve())
+    proc = await asyncio.create_subprocess_exec(
+        *command(target, mode, body, model.openai_base_url),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    daemon = RawDaemon(proc, "acp" if mode == "acp" else "lsp")
+    try:
+        if mode == "acp":
+            daemon.request(0, "initialize", {"protocolVersion": 1})
+        else:
+            daemon.request(0, "initialize", initialize_params())
+        await _reply(daemon, 0)
+        if mode == "lsp":
+            daemon.notify("initialized", {})
+        cold = await _prompt(daemon, model, mode, 1, ws)
+        warm = await _prompt(daemon, model, mode, 3, ws, WARM_SETTLE)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            await daemon.wait_exit(10)
+        if proc.returncode is None:
+            proc.kill()
+        await daemon.close()
+    return {
+        "cold_ms": (cold["request"]["arrivedTs"] - cold["sent_at"]) * 1000,
+        "warm_ms": (warm["request"]["arrivedTs"] - warm["sent_at"]) * 1000,
+        "body": cold["request"]["body"],
+    }
+
+
+async def bench_cold(
+    mode: str, model: ModelServer, tmp: Path, runs: int, baseline: Path | None
+) -> dict[str, Any]:
+    """`runs` fresh processes of each target, alternating; medians, p90, min."""
+    ws = tmp / f"cold-{mode}-ws"
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "README.md").write_text("# bench\n")
+    targets = ["agentd", "bare"] + (["baseline"] if baseline is not None else [])
+    # Unmeasured: cold disk caches; agentd's first request becomes the bare body.
+    first = await cold_run("agentd", mode, model, tmp / f"cold-{mode}-calibrate", ws)
+    body = tmp / f"cold-{mode}-body.json"
+    body.write_text(json.dumps(first["body"], ensure_ascii=False), encoding="utf-8")
+    for target in targets[1:]:
+        await cold_run(target, mode, model, tmp / f"cold-{mode}-warm-{target}", ws, body, baseline)
+    samples: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
+    for i in range(runs):
+        for target in targets if i % 2 == 0 else targets[::-1]:
+            home = tmp / f"cold-{mode}-{target}-{i}"
+            samples[target].append(await cold_run(target, mode, model, home, ws, body, baseline))
+    out: dict[str, Any] = {}
+    for target, rows in samples.items():
+        out[target] = {m: summary((r[m] for r in rows), 2) for m in COLD_METRICS}
+    bare = out["bare"]["cold_ms"]["median"]
+    out["cold_ratio_to_bare"] = round(out["agentd"]["cold_ms"]["median"] / bare, 2)
+    if baseline is not None:
+        out["baseline_cold_ratio_to_bare"] = round(out["baseline"]["cold_ms"]["median"] / bare, 2)
+    return out
+
+
+def cold_rows(res: dict[str, Any], front: str) -> list[list[str]]:
+    """Table rows: metric, agentd, baseline checkout, bare, verdict."""
+
+    def cell(target: str, metric: str) -> str:
+        s = res.get(target, {}).get(metric)
+        if not s:
+            return "-"
+        return f"{s['median']:.2f} ms (p90 {s['p90']:.2f}, min {s['min']:.2f})"
+
+    cold, warm = res["agentd"]["cold_ms"]["median"], res["agentd"]["warm_ms"]["median"]
+    ratio = cold / res["bare"]["cold_ms"]["median"]
+    return [
+        [
+            f"cold first prompt -> first request bytes ({front})",
+            cell("agentd", "cold_ms"),
+            cell("baseline", "cold_ms"),
+            cell("bare", "cold_ms"),
+            f"{ratio:.2f}x bare {'PASS' if ratio <= 2 else 'FAIL'} (goal <= 2x)",
+        ],
+        [
+            f"warm prompt -> first request bytes ({front})",
+            cell("agentd", "warm_ms"),
+            cell("baseline", "warm_ms"),
+            cell("bare", "warm_ms"),
+            f"{'PASS' if warm <= 2 else 'FAIL'} (goal <= 2 ms)",
+        ],
+    ]
