@@ -35,6 +35,13 @@ followed to the end, and the whole list at once (`_agentd/session/list`,
 what the baseline also has: without `session/list`, its figure is that one).
 The first request of each is reported apart (nothing cached yet).
 
+Cold and warm prompt -> first request bytes (`--cold-runs N`, default
+`--runs`; 0 skips): the ACP rows of `_cold.py`: a fresh `python -m agentd.acp`
+per run against `bare_acp_agent.py` (a minimal agent on the ACP Python SDK that
+sends agentd's own request with httpx), and the baseline checkout's daemon,
+measured to the model server's `arrivedTs` (goals: cold within 2x the bare
+agent, warm <= 2 ms).
+
     /work/venv/bin/python bench/acp_bench.py --runs 20 [--baseline-src DIR] [--sessions 1000]
 """
 
@@ -54,6 +61,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _cold import bench_cold, cold_rows
+from _common import markdown_table
 
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.testing.daemon import agentd_home, daemon_command, daemon_env
@@ -301,7 +312,7 @@ def summarize(samples: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 
 async def main(
-    runs: int, baseline: Path | None, sessions: int, list_requests: int
+    runs: int, baseline: Path | None, sessions: int, list_requests: int, cold_runs: int = 0
 ) -> dict[str, Any]:
     configs = [("acp", None), ("lsp", None)]
     if baseline is not None:
@@ -335,6 +346,8 @@ async def main(
                     samples[name].append(sample)
             for name in names:
                 result[name] = summarize(samples[name])
+            if cold_runs:
+                result["cold"] = await bench_cold("acp", model, Path(tmp), cold_runs, baseline)
             if sessions:
                 home = Path(tmp) / "sessions-home"
                 size = write_sessions(home, workspace, sessions)
@@ -353,6 +366,14 @@ def table(result: dict[str, Any]) -> str:
     for metric in METRICS:
         cells = [f"{result[n][metric]['median']:>7} / {result[n][metric]['p90']:<6}" for n in names]
         rows.append(f"{metric:<32} " + " ".join(f"{c:>16}" for c in cells))
+    if "cold" in result:
+        rows.append("")
+        rows.append(
+            markdown_table(
+                ["metric", "agentd", "baseline checkout", "bare ACP SDK agent + httpx", "verdict"],
+                cold_rows(result["cold"], "ACP"),
+            )
+        )
     listing = result.get("session_list")
     if listing:
         rows.append("")
@@ -379,6 +400,12 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--list-requests", type=int, default=200)
     parser.add_argument(
+        "--cold-runs",
+        type=int,
+        default=None,
+        help="cold/warm prompt rows (default --runs; 0 skips)",
+    )
+    parser.add_argument(
         "--config-file",
         action="store_true",
         help="give each start-up run's daemon a config.toml with a model list",
@@ -393,7 +420,13 @@ if __name__ == "__main__":
     if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
         parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
     result = asyncio.run(
-        main(max(1, args.runs), args.baseline_src, max(0, args.sessions), args.list_requests)
+        main(
+            max(1, args.runs),
+            args.baseline_src,
+            max(0, args.sessions),
+            args.list_requests,
+            max(0, args.runs if args.cold_runs is None else args.cold_runs),
+        )
     )
     print(json.dumps(result, indent=2))
     print()

@@ -1,6 +1,6 @@
 """Daemon core benchmark (issue 2): start-up, RSS, prompt path, streaming, cancel.
 
-    python bench/core_bench.py [--runs 20] [--json FILE] [--table]
+    python bench/core_bench.py [--runs 20] [--baseline-src DIR] [--json FILE] [--table]
 
 Measured side by side in one run, medians and p90 over `--runs` runs each:
 
@@ -17,7 +17,14 @@ Measured side by side in one run, medians and p90 over `--runs` runs each:
 - model first token -> chunk at the client: the server's `first_chunk` ts to
   the arrival of the first `agent/update` message_chunk (goal <= 1 ms);
 - cancel: `$/cancelRequest` mid-stream -> the -32800 reply, and -> the
-  model server's `disconnect` entry (goal <= 10 ms each).
+  model server's `disconnect` entry (goal <= 10 ms each);
+- cold first prompt -> first request bytes (the model server's `arrivedTs`), a
+  fresh daemon per run, against the bare pygls server sending agentd's request
+  with httpx (goal: within 2x), and a warm prompt in the same daemon (goal
+  <= 2 ms): `_cold.py`.
+
+With `--baseline-src DIR` (a checkout of another commit, `git archive main | tar
+-x -C DIR`) the spawn / RSS runs and the cold rows also run that code's daemon.
 
 JSON goes to stdout (or --json FILE), the markdown table to stderr (or stdout
 with --table).
@@ -37,12 +44,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _cold import bench_cold, cold_rows
 from _common import (
     AGENTD_ARGS,
     BARE_ARGS,
     PROMPT_WORDS,
     Updates,
     add_output_args,
+    baseline_daemon,
     bench_env,
     emit,
     fmt,
@@ -97,20 +106,32 @@ async def spawn_once(args: list[str], env: dict[str, str], warmup_probe: bool) -
         await client.shutdown()
 
 
-async def bench_spawn(runs: int, env: dict[str, str]) -> dict[str, Any]:
+async def bench_spawn(
+    runs: int, env: dict[str, str], baseline: Path | None = None
+) -> dict[str, Any]:
     agentd: list[dict[str, float]] = []
     bare: list[dict[str, float]] = []
+    base: list[dict[str, float]] = []
+    order = [("agentd", AGENTD_ARGS, env), ("bare", BARE_ARGS, env)]
+    if baseline is not None:
+        order.append(("baseline", *baseline_daemon(env, baseline)))
     # One untimed spawn of each first: the OS file cache, .pyc files.
-    await spawn_once(AGENTD_ARGS, env, False)
-    await spawn_once(BARE_ARGS, env, False)
+    for _, args, run_env in order:
+        await spawn_once(args, run_env, False)
     for i in range(runs):
         # Alternate which goes first, so that drift in machine load hits both.
-        order = [("agentd", AGENTD_ARGS), ("bare", BARE_ARGS)]
-        for name, args in order if i % 2 == 0 else order[::-1]:
-            res = await spawn_once(args, env, warmup_probe=name == "agentd")
-            (agentd if name == "agentd" else bare).append(res)
+        for name, args, run_env in order if i % 2 == 0 else order[::-1]:
+            res = await spawn_once(args, run_env, warmup_probe=name != "bare")
+            {"agentd": agentd, "bare": bare, "baseline": base}[name].append(res)
     a, b = summary(r["init_ms"] for r in agentd), summary(r["init_ms"] for r in bare)
+    extra: dict[str, Any] = {}
+    if base:
+        extra = {
+            "baseline_ms": summary(r["init_ms"] for r in base),
+            "baseline_rss_after_warmup_mb": summary((r["rss_warm_mb"] for r in base), 1),
+        }
     return {
+        **extra,
         "agentd_ms": a,
         "bare_pygls_ms": b,
         "ratio_median": round(a["median"] / b["median"], 3),
@@ -301,10 +322,21 @@ def build_table(r: dict[str, Any]) -> str:
             f"{sp['ratio_median']:.2f} (p90 {sp['ratio_p90']:.2f}) "
             f"{verdict(sp['ratio_median'], GOALS['spawn_ratio'])} (goal <= {GOALS['spawn_ratio']})",
         ],
+    ]
+    if "baseline_ms" in sp:
+        rows.append(
+            ["spawn -> initialize reply (baseline checkout)", ms(sp["baseline_ms"]), "-", "info"]
+        )
+    rows += [
         [
             "RSS after initialize + warm-up",
             f"{fmt(sp['agentd_rss_after_warmup_mb']['median'], ' MB', 1)}",
-            f"goal <= {GOALS['rss_mb']:.0f} MB",
+            f"goal <= {GOALS['rss_mb']:.0f} MB"
+            + (
+                f"; baseline checkout {fmt(sp['baseline_rss_after_warmup_mb']['median'], ' MB', 1)}"
+                if "baseline_rss_after_warmup_mb" in sp
+                else ""
+            ),
             verdict(sp["agentd_rss_after_warmup_mb"]["median"], GOALS["rss_mb"]),
         ],
         [
@@ -363,23 +395,30 @@ def build_table(r: dict[str, Any]) -> str:
                 ]
             )
     head = ["metric", "agentd", "baseline/goal", "ratio/verdict"]
+    table = markdown_table(head, rows)
+    cold = r["cold"]
+    table += "\n\n" + markdown_table(
+        ["metric", "agentd", "baseline checkout", "bare pygls + httpx", "verdict"],
+        cold_rows(cold, "LSP"),
+    )
     note = (
         f"\n{r['runs']} runs per figure; verdicts on medians; load average at start "
         f"{r['machine']['loadavg_start']}, at end {r['machine']['loadavg_end']}; "
         f"{r['elapsed_s']} s."
     )
-    return markdown_table(head, rows) + note
+    return table + note
 
 
-async def run(runs: int) -> dict[str, Any]:
+async def run(runs: int, baseline: Path | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     load0 = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="agentd-core-bench-") as tmp_s:
         tmp = Path(tmp_s)
         async with ModelServer() as server:
             env = bench_env(server.openai_base_url, tmp / "spawn")
-            spawn = await bench_spawn(runs, env)
+            spawn = await bench_spawn(runs, env, baseline)
             prompts = await bench_prompts(server, tmp, runs)
+            cold = await bench_cold("lsp", server, tmp, runs, baseline)
             off, on = prompts["memory_off"], prompts["memory_on"]
     return {
         "runs": runs,
@@ -393,6 +432,8 @@ async def run(runs: int) -> dict[str, Any]:
         "spawn": spawn,
         "memory_off": off,
         "memory_on": on,
+        "cold": cold,
+        "baseline_src": str(baseline) if baseline is not None else None,
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
 
@@ -402,11 +443,19 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=20, help="runs per figure (default 20)")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        metavar="DIR",
+        help="also run the daemon of this checkout (spawn, RSS, cold rows)",
+    )
     add_output_args(parser)
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be >= 1")
-    result = asyncio.run(run(args.runs))
+    if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
+        parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
+    result = asyncio.run(run(args.runs, args.baseline_src))
     emit(args, result, build_table(result))
     return 0
 
