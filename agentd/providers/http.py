@@ -35,9 +35,11 @@ import json
 import math
 import random
 import re
+import ssl
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -109,6 +111,7 @@ class ModelHTTP:
             c = self.config
             self._client = httpx.AsyncClient(
                 transport=self._transport,
+                verify=_tls_context(c.effective_base_url()),
                 timeout=httpx.Timeout(
                     connect=c.connect_timeout,
                     read=c.read_idle_timeout,
@@ -312,6 +315,20 @@ def join_array(pieces: list[bytes]) -> bytes:
     else:
         pieces.append(b"]}")
     return b"".join(pieces)
+
+
+def _tls_context(base_url: str) -> ssl.SSLContext | bool:
+    """What the client verifies TLS with. An `https` endpoint gets httpx's
+    default (the certifi bundle, verified). A plain `http` one (Ollama, vLLM,
+    llama.cpp on the machine or the LAN) never makes a TLS connection: the
+    client talks to no other host and follows no redirect. It gets a context
+    that still verifies but trusts no certificate, so a TLS connection would
+    fail closed, without loading the CA bundle (about 2.5 MB resident and
+    tens of milliseconds of the warm-up, for nothing).
+    """
+    if urlsplit(base_url).scheme.lower() == "https":
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class _Once:

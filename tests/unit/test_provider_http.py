@@ -647,3 +647,19 @@ def test_sse_line_limit() -> None:
     decoder.feed(b"data: " + b"a" * 90)
     with pytest.raises(SSEError):
         decoder.feed(b"a" * 20)
+
+
+def test_a_plain_http_endpoint_loads_no_ca_bundle_and_tls_still_fails_closed() -> None:
+    """Local servers (Ollama, vLLM) are plain http: the client then skips the CA
+    bundle (megabytes resident for nothing) with a context that verifies and
+    trusts nothing, so no TLS connection could ever pass unverified; an https
+    endpoint keeps httpx's verified default."""
+    import ssl
+
+    from agentd.providers.http import _tls_context
+
+    local = _tls_context("http://127.0.0.1:11434/v1")
+    assert isinstance(local, ssl.SSLContext)
+    assert local.verify_mode == ssl.CERT_REQUIRED and local.check_hostname
+    assert local.get_ca_certs() == []
+    assert _tls_context("HTTPS://api.openai.com/v1") is True
