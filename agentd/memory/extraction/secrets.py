@@ -219,11 +219,6 @@ def _build_finders() -> list[tuple[str, Finder]]:
     return finders
 
 
-def warm() -> None:
-    """Import and build the rule set now (call it off the event loop)."""
-    _load_finders()
-
-
 def _entropy(token: str) -> float:
     n = len(token)
     return -sum(c / n * math.log2(c / n) for c in Counter(token).values())

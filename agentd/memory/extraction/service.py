@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from agentd.errors import AgentdError
 from agentd.layout import canonical_root
-from agentd.memory.extraction import extractor, secrets
+from agentd.memory.extraction import extractor
 from agentd.memory.extraction.apply import (
     FileVersion,
     FolderSnapshot,
@@ -269,10 +269,9 @@ class ExtractionService:
         if behind and not self._closed:
             project.dirty.update(behind)
             self._request(project)
-        # The secret rules' import (a few hundred ms, once) happens now, while
-        # the first prompt of the project runs, not after its reply, where it
-        # would hold back the first extraction.
-        await _in_thread(secrets.warm)
+        # The secret rules are not imported here: a few hundred ms of a thread
+        # holding the GIL beside whatever prompt runs now. The first run that
+        # redacts imports them (in its worker thread), after a reply.
 
     async def drain(self, timeout: float) -> None:
         """Give running and pending runs `timeout` seconds, then cancel them."""
