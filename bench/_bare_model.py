@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 
-
 # What httpx imports on its first request (agentd.warmup imports the same).
 HTTP_BACKENDS = ("anyio._backends._asyncio", "h11", "httpcore")
 
