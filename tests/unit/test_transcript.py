@@ -224,8 +224,6 @@ def test_a_new_sessions_first_prompt_writes_its_meta_file_once(
     """The first message of a new session creates the transcript and its meta
     file with the title in one write (it is on the first prompt's path to its
     model request); a later title change is written when it happens."""
-    import agentd.transcript as transcript
-
     replaced: list[str] = []
     real_replace = os.replace
 
@@ -233,7 +231,8 @@ def test_a_new_sessions_first_prompt_writes_its_meta_file_once(
         replaced.append(Path(dst).name)
         real_replace(src, dst)
 
-    monkeypatch.setattr(transcript.os, "replace", counting)
+    # agentd.transcript calls os.replace through the os module: patch it there.
+    monkeypatch.setattr(os, "replace", counting)
     path = tmp_path / "sessions" / "s1.jsonl"
     w = TranscriptWriter(path, "s1", tmp_path)
     w.append(Message("user", [TextPart("why does the build fail?")]))
