@@ -2,8 +2,10 @@
 (issue 20), shared by `core_bench.py` (LSP) and `acp_bench.py` (ACP).
 
 One run spawns a fresh process, answers its handshake (LSP `initialize` +
-`initialized`; ACP `initialize`), asks for a session and writes the prompt
-the moment the session's reply has been read (the cold prompt), then asks
+`initialized`; ACP `initialize`), waits for agentd's warm-up to end (a session
+listing, which needs it; a prompt sent before that waits for the rest of the
+warm-up, measured by `acp_bench.py`), asks for a session and writes the
+prompt the moment the session's reply has been read (the cold prompt), then asks
 for a second session and prompts again once the daemon is idle (the warm
 prompt: `WARM_SETTLE` after that session's reply, so the first prompt's
 after-reply work, such as memory extraction starting, is over). The figure is
@@ -113,6 +115,16 @@ async def cold_run(
         await _reply(daemon, 0)
         if mode == "lsp":
             daemon.notify("initialized", {})
+        if target != "bare":
+            # The warm-up over first: a new session no longer waits for it, and a
+            # prompt written before its end waits for the rest (acp_bench's "prompt
+            # right after the session" row); the bare baselines have no warm-up.
+            # Listing sessions needs the App and changes nothing.
+            if mode == "acp":
+                daemon.request(90, "session/list", {"cwd": str(ws)})
+            else:
+                daemon.request(90, "agent/listSessions", {"workspaceRoot": str(ws)})
+            await _reply(daemon, 90)
         cold = await _prompt(daemon, model, mode, 1, ws)
         warm = await _prompt(daemon, model, mode, 3, ws, WARM_SETTLE)
     finally:
