@@ -11,10 +11,12 @@ the daemon (LSP, memory off) restores it with `agent/loadSession`, and
 `--runs` prompts are timed from writing `agent/prompt` to the first bytes of
 the main request at the bundled model server (the `arrivedTs` of its
 `request` log entry: before the server reads and parses a body that grows
-with the history; one clock, time.time(), in this process), after
-one warm-up prompt. Each prompt adds two messages, so the size grows by
-2 x runs over a row. Goal: the median at 1,000 messages within 10 % of the
-median at 10.
+with the history; one clock, time.time(), in this process), and to the
+whole body in the server's hands (`completeTs`: a model can start on its
+answer only then, so a client that sends its head early and its body late
+gains nothing), after one warm-up prompt. Each prompt adds two messages, so
+the size grows by 2 x runs over a row. Goal: the median at 1,000 messages
+within 10 % of the median at 10, on both times.
 
 Rows for each wire (`--apis`: the OpenAI one, and Anthropic's, which the
 model server also speaks) and each context window (`--windows`): `default`
@@ -108,7 +110,8 @@ async def one_row(
     src: Path | None,
     api: str = "openai",
     window: str = "2000000",
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
+    """Prompt -> first request bytes, and -> whole body, in ms, for each run."""
     home = tmp / f"{'base' if src else 'head'}-{api}-{window}-{n}"
     ws = home / "ws"
     ws.mkdir(parents=True)
@@ -125,7 +128,8 @@ async def one_row(
     client: StdioClient = await start_agentd(env, options, Updates(), args=args)
     try:
         await client.request("agent/loadSession", {"sessionId": sid, "workspaceRoot": str(ws)})
-        out: list[float] = []
+        first: list[float] = []
+        whole: list[float] = []
         for i in range(runs + 1):
             server.enqueue(REPLY)
             after = max((e["id"] for e in server.log if "id" in e), default=0)
@@ -137,8 +141,9 @@ async def one_row(
             result = await asyncio.wait_for(fut, 30)
             assert result["stopReason"] == "end_turn", result
             if i:  # the first is the warm-up
-                out.append((req["arrivedTs"] - t0) * 1000)
-        return out
+                first.append((req["arrivedTs"] - t0) * 1000)
+                whole.append((req["completeTs"] - t0) * 1000)
+        return first, whole
     finally:
         await client.shutdown()
 
@@ -182,21 +187,25 @@ async def run(
     started = time.perf_counter()
     load0 = [round(x, 2) for x in os.getloadavg()]
     daemons: list[Path | None] = [None] if src is None else [None, src]
-    # rows[f"{api} {window}"][daemon][size]
+    # rows[f"{api} {window} {measure}"][daemon][size]
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="agentd-history-bench-") as tmp_s:
         async with ModelServer() as server:
             turn = 0
             for api in apis:
                 for window in windows:
-                    row = rows.setdefault(f"{api} {window}", {})
+                    row = rows.setdefault(f"{api} {window} first bytes", {})
+                    row_whole = rows.setdefault(f"{api} {window} whole body", {})
                     for n in sizes:
                         # Alternating which daemon goes first, so that machine
                         # noise hits them alike.
                         for d in daemons if turn % 2 == 0 else daemons[::-1]:
                             key = "baseline" if d else "agentd"
-                            times = await one_row(server, Path(tmp_s), n, runs, d, api, window)
-                            row.setdefault(key, {})[str(n)] = summary(times)
+                            first, whole = await one_row(
+                                server, Path(tmp_s), n, runs, d, api, window
+                            )
+                            row.setdefault(key, {})[str(n)] = summary(first)
+                            row_whole.setdefault(key, {})[str(n)] = summary(whole)
                         turn += 1
     for row in rows.values():
         for r in row.values():
@@ -222,7 +231,11 @@ async def run(
 
 
 def build_table(r: dict[str, Any]) -> str:
-    head = ["wire, window", "daemon", *(f"{n} msgs median / p90 ms" for n in r["sizes"])]
+    head = [
+        "wire, window, request at the server",
+        "daemon",
+        *(f"{n} msgs median / p90 ms" for n in r["sizes"]),
+    ]
     head.append("growth")
     rows = []
     for label, by_daemon in r["rows"].items():

@@ -51,6 +51,9 @@ class Request:
     # time.time() when the request's first bytes were in hand: what a
     # benchmark of the client's side times, before the server reads the body.
     arrived: float = 0.0
+    # time.time() when the whole body was in hand: what a model needs before
+    # it can start on its answer, so a benchmark of a large body times both.
+    complete: float = 0.0
 
     @property
     def keep_alive(self) -> bool:
@@ -157,10 +160,11 @@ class Connection:
         while len(self._buf) < length:
             if not await self._fill():
                 raise ClientGone("connection closed inside a request body")
+        complete = time.time()
         body = bytes(self._buf[:length])
         del self._buf[:length]
         path, _, query = target.partition("?")
-        return Request(method, target, path, query, version, headers, body, arrived)
+        return Request(method, target, path, query, version, headers, body, arrived, complete)
 
     # --- noticing a client that goes away ------------------------------------------
 

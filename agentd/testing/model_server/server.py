@@ -176,6 +176,11 @@ class ModelServer:
         self.context_window: int | None = None
         self.set_context_window(context_window)
         self.log: list[dict[str, Any]] = []
+        # With `keep_raw_bodies` set, the raw body of each model request by its
+        # log entry's id, for a test that compares the bytes a client sent
+        # (the log has them parsed).
+        self.keep_raw_bodies = False
+        self.raw_bodies: dict[int, bytes] = {}
         self._log_path = Path(log_path) if log_path is not None else None
         self._log_file: IO[str] | None = None
         self._queues: dict[str, deque[Reply]] = {}
@@ -333,6 +338,7 @@ class ModelServer:
         self.models = ModelRules()
         self.cache = PromptCache()
         self.log.clear()
+        self.raw_bodies.clear()
         self._write_log_line({"type": "reset", "ts": time.time()})
 
     def _choose(self, purpose: str, view: RequestView) -> tuple[Reply, str]:
@@ -613,6 +619,8 @@ class ModelServer:
             reply = dataclasses.replace(reply, thinking="Thinking about the request.")
         self._next_id += 1
         rid = self._next_id
+        if self.keep_raw_bodies:
+            self.raw_bodies[rid] = request.body
         headers = {
             k: "<redacted>" if k in _SECRET_HEADERS else v for k, v in request.headers.items()
         }
@@ -622,6 +630,7 @@ class ModelServer:
                 "id": rid,
                 "ts": time.time(),
                 "arrivedTs": request.arrived,
+                "completeTs": request.complete,
                 "purpose": purpose,
                 "api": api,
                 "path": request.path,
