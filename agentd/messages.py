@@ -173,7 +173,8 @@ class Message:
         default_factory=dict, compare=False, repr=False
     )
     # A request's assembly over the history up to this message, while it is
-    # the newest one sent (`find_prefix`): not part of the message's value.
+    # the newest one sent (`find_prefix`), with the messages before this one:
+    # not part of the message's value.
     wire_prefix: dict[Hashable, tuple[list[Message], Any]] | None = field(
         default=None, compare=False, repr=False
     )
@@ -234,7 +235,8 @@ PREFIX_LOOKBACK = 32
 class Prefix:
     """What `find_prefix` found: the assembly a provider kept (`state`) for a
     request over `messages[:k]`, now the caller's to change in place and to
-    keep again with `keep_prefix`."""
+    keep again with `keep_prefix`; `messages`: the kept list of the first
+    `k - 1` of them."""
 
     k: int
     messages: list[Message]
@@ -266,7 +268,7 @@ def find_prefix(messages: list[Message], key: Hashable) -> Prefix | None:
         if entry is None:
             continue
         snapshot, state = entry
-        if len(snapshot) == i + 1 and all(map(operator.is_, messages, snapshot)):
+        if len(snapshot) == i and all(map(operator.is_, messages, snapshot)):
             return Prefix(i + 1, snapshot, state)
         return None
     return None
@@ -277,14 +279,18 @@ def keep_prefix(
 ) -> None:
     """Keep a request's assembly over `messages` on the newest of them, for
     the next request over this history (`find_prefix`); `found`: what this
-    request took over, whose list of messages is extended, not copied."""
+    request took over, whose list of messages is extended, not copied.
+
+    The newest message is left out of the list it holds: a message holding
+    itself would be a reference cycle, and a history dropped (a reset, a
+    closed session) would wait for the garbage collector, megabytes of it."""
     if not messages:
         return
     if found is not None:
         snapshot = found.messages
-        snapshot += messages[len(snapshot) :]
+        snapshot += messages[len(snapshot) : len(messages) - 1]
     else:
-        snapshot = list(messages)
+        snapshot = messages[:-1]
     newest = messages[-1]
     if newest.wire_prefix is None:
         newest.wire_prefix = {}

@@ -6,6 +6,7 @@ same-role merging and cache breakpoints are placed on each request)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 from collections.abc import Callable
@@ -345,3 +346,29 @@ def test_every_step_of_a_changing_history_is_sent_as_encoded_afresh(wire: Wire, 
         cache = rng.random() < 0.8
         request = ModelRequest("m", "sys", history, cache=cache)
         assert _sent(wire, request, config) == _fresh(wire, request, config), n
+
+
+def _long_history(n: int) -> list[Message]:
+    out: list[Message] = [user_text("go")]
+    for i in range(n):
+        call = ToolCall(f"c{i}", "read_file", {"path": f"f{i}.py"})
+        out.append(Message("assistant", [TextPart(f"reading {i}"), ToolCallPart(call)]))
+        out.append(Message("user", [ToolResultPart(call.id, f"line {i}\n" * 40)]))
+    return out
+
+
+def test_a_dropped_history_is_freed_without_the_garbage_collector(wire: Wire) -> None:
+    """The assembly kept on the newest message (`messages.keep_prefix`) holds
+    the messages before it, never itself: no reference cycle keeps a dropped
+    history (a reset, a closed session) alive until the collector runs."""
+    history = _long_history(20)
+    wire.content(_request(history), "m", wire.configs[0])
+    history.append(user_text("more"))
+    wire.content(_request(history), "m", wire.configs[0])
+    gc.collect()
+    gc.disable()
+    try:
+        del history
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
