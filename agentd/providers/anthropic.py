@@ -51,12 +51,12 @@ from agentd.providers.base import (
     ToolCallStarted,
     Usage,
 )
+from agentd.providers.body import RequestBody, SealedChunks
 from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
     HTTPProvider,
     ModelHTTP,
     as_int,
-    join_array,
     json_bytes,
     parse_tool_arguments,
     provider_message,
@@ -90,7 +90,7 @@ class AnthropicProvider(HTTPProvider):
         model = request.model or self.config.model_for(request.purpose)
         return self._http.stream(
             self._url,
-            request_content(request, model, self.config),
+            request_parts(request, model, self.config),
             headers=headers,
             purpose=request.purpose,
             on_sent=request.on_sent,
@@ -115,33 +115,46 @@ def request_content(
     request: ModelRequest, model: str, config: ProviderConfig | None = None
 ) -> bytes:
     """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
-    for it, built from each history message's cached blocks: a step encodes
-    only the messages it has not sent before, and takes the request messages
-    of the last step over as far as they still hold (`find_prefix`), so it
-    walks only what it added. Merging same-role neighbours and placing the
-    cache breakpoints, which move from step to step, happen here on the
-    cached bytes, never in the per-message cache."""
+    for it: `request_parts` joined."""
+    return bytes(request_parts(request, model, config))
+
+
+def request_parts(
+    request: ModelRequest, model: str, config: ProviderConfig | None = None
+) -> RequestBody:
+    """The request's bytes as sent, in parts, built from each history
+    message's cached blocks: a step encodes only the messages it has not
+    sent before, and takes the request messages of the last step over as far
+    as they still hold (`find_prefix`), so it walks only what it added, and
+    joins only what no kept chunk holds (`body.SealedChunks`). Merging
+    same-role neighbours and placing the cache breakpoints, which move from
+    step to step, happen here on the cached bytes, never in the per-message
+    cache."""
     body, thinking, cache = _request_head(request, model, config)
     key = ("anthropic", thinking)
     turns = _Turns.of(request.messages, key)
-    pieces = [json_bytes(body)[:-1], b',"messages":[']
+    head = [json_bytes(body)[:-1], b',"messages":[']
+    plain, sealed, same = turns.plain, turns.sealed, 2 * turns.dirty
     if not cache:
-        return join_array(pieces + turns.plain)
+        # The last piece (the comma the body's end replaces) stays out of chunks.
+        start = sealed.update(plain, same, len(plain) - 1)
+        return RequestBody.of(head, sealed.chunks, plain[start:])
     # Roles alternate once merged, so both breakpoints are among the last
     # three messages: only those are encoded again with them.
     last = max(len(turns.turns) - 3, 0)
     marks = {last + i for i in _breakpoints([t[0].role for t in turns.turns[last:]])}
-    pieces += turns.plain[: 2 * last]
+    start = sealed.update(plain, same, 2 * last)
+    tail = plain[start : 2 * last]
     for i in range(last, len(turns.turns)):
-        pieces += (_turn_json(turns.turns[i], i in marks), b",")
-    return join_array(pieces)
+        tail += (_turn_json(turns.turns[i], i in marks), b",")
+    return RequestBody.of(head, sealed.chunks, tail)
 
 
 class _Turns:
     """The request messages of a history (same-role neighbours merged), kept
     with the newest history message for the next step (`find_prefix`)."""
 
-    __slots__ = ("count", "first", "plain", "turns")
+    __slots__ = ("count", "dirty", "first", "plain", "sealed", "turns")
 
     def __init__(self) -> None:
         # The request messages, each as the blocks of the history messages in it.
@@ -152,6 +165,10 @@ class _Turns:
         self.count: list[int] = []
         # Each request message's JSON without a breakpoint, then a comma.
         self.plain: list[bytes] = []
+        # plain[: 2 * dirty] is as it was at the last request over this history.
+        self.dirty = 0
+        # plain joined into chunks, for as long as it stays as it was.
+        self.sealed = SealedChunks()
 
     @classmethod
     def of(cls, messages: list[Message], key: Hashable) -> _Turns:
@@ -183,6 +200,7 @@ class _Turns:
                 out.first.append(i)
             out.count.append(len(turns))
         del out.plain[2 * dirty :]
+        out.dirty = dirty
         for turn in turns[dirty:]:
             out.plain += (_turn_json(turn, False), b",")
         keep_prefix(messages, key, out, found)

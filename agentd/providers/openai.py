@@ -40,12 +40,12 @@ from agentd.providers.base import (
     ToolCallStarted,
     Usage,
 )
+from agentd.providers.body import RequestBody, SealedChunks
 from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
     HTTPProvider,
     ModelHTTP,
     as_int,
-    join_array,
     json_bytes,
     parse_tool_arguments,
     provider_message,
@@ -71,7 +71,7 @@ class OpenAIProvider(HTTPProvider):
         model = request.model or self.config.model_for(request.purpose)
         return self._http.stream(
             self._url,
-            request_content(request, model, self.config),
+            request_parts(request, model, self.config),
             headers=headers,
             purpose=request.purpose,
             on_sent=request.on_sent,
@@ -154,38 +154,56 @@ def request_content(
     request: ModelRequest, model: str, config: ProviderConfig | None = None
 ) -> bytes:
     """`request_body` as the JSON bytes sent, the same bytes `json.dumps` gives
-    for it, built from each history message's cached encoding: a step encodes
-    only the messages it has not sent before, walks only those (the last
-    step's pieces are taken over, `find_prefix`), and the rest is one copy."""
+    for it: `request_parts` joined."""
+    return bytes(request_parts(request, model, config))
+
+
+def request_parts(
+    request: ModelRequest, model: str, config: ProviderConfig | None = None
+) -> RequestBody:
+    """The request's bytes as sent, in parts, built from each history
+    message's cached encoding: a step encodes only the messages it has not
+    sent before, walks only those (the last step's pieces are taken over,
+    `find_prefix`), and joins only the pieces that no kept chunk holds
+    (`body.SealedChunks`)."""
     body, traits = _request_head(request, model, config)
     key = ("openai", traits.replay_reasoning)
     head = [json_bytes(body)[:-1], b',"messages":[']
     if request.system:
         head += (json_bytes({"role": "system", "content": request.system}), b",")
-    return join_array(head + _message_pieces(request.messages, key))
+    pieces, sealed, same = _message_pieces(request.messages, key)
+    # The last piece (the comma the body's end replaces) stays out of chunks.
+    start = sealed.update(pieces, same, len(pieces) - 1)
+    return RequestBody.of(head, sealed.chunks, pieces[start:])
 
 
-def _message_pieces(messages: list[Message], key: Hashable) -> list[bytes]:
+def _message_pieces(
+    messages: list[Message], key: Hashable
+) -> tuple[list[bytes], SealedChunks, int]:
     """Each message's JSON followed by a comma (none for a message that sends
     nothing), taken over from the last request on this history as far as it
-    still holds (`find_prefix`): a step encodes and walks only what it added."""
+    still holds (`find_prefix`): a step encodes and walks only what it added.
+    With the pieces: their kept chunks, and how many pieces are as they were
+    when those were made."""
     pieces: list[bytes] = []
     # ends[i]: len(pieces) once messages[i] is in.
     ends: list[int] = []
-    redo = 0
+    sealed = SealedChunks()
+    redo = same = 0
     found = find_prefix(messages, key)
     if found is not None:
-        pieces, ends = found.state  # ours now: shortened in place, never copied
+        pieces, ends, sealed = found.state  # ours now: changed in place, never copied
         redo = found.k - 1  # the newest message sent may have changed in place
-        del pieces[ends[redo - 1] if redo else 0 :]
+        same = ends[redo - 1] if redo else 0
+        del pieces[same:]
         del ends[redo:]
     for msg in messages[redo:]:
         text = cached_wire(msg, key, _message_json)
         if text:
             pieces += (text, b",")
         ends.append(len(pieces))
-    keep_prefix(messages, key, (pieces, ends), found)
-    return pieces
+    keep_prefix(messages, key, (pieces, ends, sealed), found)
+    return pieces, sealed, same
 
 
 def _message_json(msg: Message, key: Hashable) -> bytes:

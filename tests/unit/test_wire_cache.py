@@ -30,6 +30,7 @@ from agentd.messages import (
 )
 from agentd.providers import ModelRequest, ProviderConfig
 from agentd.providers import anthropic as anthropic_wire
+from agentd.providers import body as body_module
 from agentd.providers import openai as openai_wire
 from agentd.transcript import CompactionRecord, apply_compaction
 
@@ -336,8 +337,17 @@ def _change(rng: random.Random, history: list[Message], n: int) -> list[Message]
     return history
 
 
+# A body's history is sent in kept chunks of CHUNK_BYTES (`providers/body.py`):
+# small ones here, so that a short history spans many and each change meets one.
+CHUNK_SIZES = [body_module.CHUNK_BYTES, 1, 97]
+
+
+@pytest.mark.parametrize("chunk", CHUNK_SIZES)
 @pytest.mark.parametrize("seed", range(10))
-def test_every_step_of_a_changing_history_is_sent_as_encoded_afresh(wire: Wire, seed: int) -> None:
+def test_every_step_of_a_changing_history_is_sent_as_encoded_afresh(
+    wire: Wire, seed: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(body_module, "CHUNK_BYTES", chunk)
     rng = random.Random(seed)
     history: list[Message] = []
     for n in range(150):
@@ -357,6 +367,27 @@ def _long_history(n: int) -> list[Message]:
     return out
 
 
+def test_a_step_joins_only_what_no_kept_chunk_holds(
+    wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history's chunks of one request are the next step's, the very
+    objects: a step copies its head, the pieces after the last whole chunk
+    and what it added, not the whole body."""
+    monkeypatch.setattr(body_module, "CHUNK_BYTES", 4096)
+    parts = openai_wire.request_parts if wire.name == "openai" else anthropic_wire.request_parts
+    history = _long_history(60)
+    config = wire.configs[0]
+    first = parts(_request(history), "m", config)
+    assert len(first.parts) > 5
+    history.append(Message("assistant", [TextPart("done")]))
+    history.append(user_text("and now?"))
+    second = parts(_request(history), "m", config)
+    assert bytes(second) == _fresh(wire, _request(history), config)
+    assert second.length == len(bytes(second))
+    kept = first.parts[1:-2]  # the head, and the chunk the newest message ended, are redone
+    assert all(a is b for a, b in zip(kept, second.parts[1:], strict=False))
+
+
 def test_a_dropped_history_is_freed_without_the_garbage_collector(wire: Wire) -> None:
     """The assembly kept on the newest message (`messages.keep_prefix`) holds
     the messages before it, never itself: no reference cycle keeps a dropped
@@ -372,3 +403,62 @@ def test_a_dropped_history_is_freed_without_the_garbage_collector(wire: Wire) ->
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+async def test_the_bytes_sent_at_every_step_are_those_encoded_afresh(
+    wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the provider and real loopback HTTP to the bundled model server,
+    the history in many kept chunks: each step's body as the server read it
+    is the whole request encoded afresh, sent with a Content-Length (never
+    chunked), also after a compaction and when a 503 makes the provider send
+    the same body again."""
+    from agentd.providers.anthropic import AnthropicProvider
+    from agentd.providers.openai import OpenAIProvider
+    from agentd.testing.model_server import ModelServer
+
+    monkeypatch.setattr(body_module, "CHUNK_BYTES", 1000)
+
+    async def no_sleep(delay: float) -> None:
+        pass
+
+    async with ModelServer() as server:
+        server.keep_raw_bodies = True
+        config = wire.configs[0]
+        if wire.name == "openai":
+            provider: OpenAIProvider | AnthropicProvider = OpenAIProvider(
+                ProviderConfig(base_url=server.openai_base_url, model="m"), sleep=no_sleep
+            )
+        else:
+            provider = AnthropicProvider(
+                ProviderConfig(kind="anthropic", base_url=server.base_url, model="m"),
+                sleep=no_sleep,
+            )
+        history = _long_history(30)
+        try:
+            for step in range(8):
+                if step == 3:
+                    record = CompactionRecord(
+                        20, "summary", {}, {}, CompactionReport("done", "manual")
+                    )
+                    history[:] = apply_compaction(history, [], record)[0]
+                if step == 5:
+                    server.enqueue({"status": 503})  # the same body, sent again
+                if step == 6:
+                    history[-1].parts.append(ReminderPart("memo"))  # in place
+                server.enqueue({"text": f"answer {step}"})
+                seen = len(server.requests())
+                request = _request(history)
+                async for _ in provider.stream(request):
+                    pass
+                expected = _fresh(wire, request, config)
+                entries = server.requests()[seen:]
+                assert len(entries) == (2 if step == 5 else 1), step
+                for entry in entries:
+                    assert server.raw_bodies[entry["id"]] == expected, step
+                    assert entry["headers"]["content-length"] == str(len(expected))
+                    assert "transfer-encoding" not in entry["headers"]
+                history.append(Message("assistant", [TextPart(f"answer {step}")]))
+                history.append(user_text(f"next {step}"))
+        finally:
+            await provider.aclose()

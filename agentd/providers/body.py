@@ -1,0 +1,95 @@
+"""A request body handed to httpx as chunks, the history's built once (issue 20).
+
+A step's request is the whole history again. Its bytes come from
+per-message caches, but joining them into one `bytes` copied the whole body
+on every step: at a megabyte (a long session in a 2M-token window) the copy
+lands on pages fresh from the kernel, since each step's body is a little
+larger than the last one freed, about 0.75 ms a step and growing with the
+history. Here the history's pieces are joined into chunks of about
+`CHUNK_BYTES` once, and a chunk is kept (`SealedChunks`, in a provider's kept
+assembly, `messages.find_prefix`) for as long as the pieces in it stay
+unchanged: a step joins only the head, the pieces after the last whole chunk
+and what it added. httpcore writes each chunk as it comes (h11 passes a
+`bytes` chunk through uncopied), after one `Content-Length` header, so the
+bytes on the wire are those of the one joined body.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import AsyncIterator
+
+# Big enough that a megabyte is a handful of writes (each costs one turn of
+# the event loop in anyio), small enough that a step's re-joined tail is cheap.
+CHUNK_BYTES = 256 * 1024
+
+
+class SealedChunks:
+    """A list of pieces (`bytes`) joined into chunks of at least `CHUNK_BYTES`
+    (but the last pieces, short of one), kept across the steps of a history."""
+
+    __slots__ = ("chunks", "ends")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        # ends[c]: the index of the first piece after chunk c.
+        self.ends: list[int] = []
+
+    def update(self, pieces: list[bytes], same: int, limit: int | None = None) -> int:
+        """Chunk `pieces[:limit]`, keeping the chunks made of the first `same`
+        pieces (unchanged since the last call); the index of the first piece
+        that is in no chunk."""
+        stop = len(pieces) if limit is None else min(limit, len(pieces))
+        keep = bisect.bisect_right(self.ends, min(same, stop))
+        del self.chunks[keep:], self.ends[keep:]
+        start = self.ends[-1] if self.ends else 0
+        size = 0
+        for i in range(start, stop):
+            size += len(pieces[i])
+            if size >= CHUNK_BYTES:
+                self.chunks.append(b"".join(pieces[start : i + 1]))
+                self.ends.append(i + 1)
+                start, size = i + 1, 0
+        return start
+
+
+class RequestBody:
+    """A body of `bytes` parts whose length is known: sent with a
+    `Content-Length` (never chunked transfer coding), and read afresh by each
+    iteration, so a retry sends it again whole."""
+
+    __slots__ = ("length", "parts")
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+        self.length = sum(map(len, parts))
+
+    @classmethod
+    def of(cls, head: list[bytes], chunks: list[bytes], tail: list[bytes]) -> RequestBody:
+        """The body `head`, the kept `chunks`, then `tail`, closed as
+        `join_array` closes it; each run of small pieces is joined into one
+        part (without chunks, the whole body is one part). With chunks,
+        `tail` holds the last piece: chunks never take it."""
+        if not chunks:
+            return cls([join_array(head + tail)])
+        return cls([b"".join(head), *chunks, join_array(tail)])
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self.parts:
+            yield part
+
+
+def join_array(pieces: list[bytes]) -> bytes:
+    """A request body from `pieces`: its head (an object's JSON without the
+    closing brace), `,"key":[`, then each item of that last array followed
+    by a comma; the array and the object are closed here (`pieces` is
+    changed). One join, one allocation: joining the items first and then the
+    whole copies the body twice."""
+    if pieces[-1] == b",":
+        pieces[-1] = b"]}"
+    else:
+        pieces.append(b"]}")
+    return b"".join(pieces)
