@@ -297,6 +297,15 @@ def keep_prefix(
     newest.wire_prefix[key] = (snapshot, state)
 
 
+def forget_prefix(messages: list[Message]) -> None:
+    """Drop the assembly kept on the newest of `messages` (`keep_prefix`),
+    for a history that no longer continues the one it was kept for: it holds
+    that history's messages, which would otherwise stay alive until the
+    next request's `find_prefix` let them go."""
+    if messages:
+        messages[-1].wire_prefix = None
+
+
 def user_text(text: str) -> Message:
     return Message("user", [TextPart(text)])
 

@@ -89,6 +89,7 @@ from agentd.messages import (
     ReminderPart,
     TextPart,
     ToolResultPart,
+    forget_prefix,
     message_from_json,
     message_to_json,
 )
@@ -254,6 +255,9 @@ def apply_compaction(
     shift = len(head) - split
     kept = [(i + shift, n) for i, n in notes if split == 0 or i > split]
     new = head + tail
+    # The last request's assembly, kept on the newest message, holds the
+    # messages just replaced: a megabyte of a long session's, let go now.
+    forget_prefix(new)
     divider = (0, record.report) if head else (len(new), record.report)
     return new, [divider, *kept] if head else [*kept, divider]
 

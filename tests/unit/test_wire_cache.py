@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -462,3 +463,16 @@ async def test_the_bytes_sent_at_every_step_are_those_encoded_afresh(
                 history.append(user_text(f"next {step}"))
         finally:
             await provider.aclose()
+
+
+def test_a_compaction_lets_the_replaced_messages_go_at_once(wire: Wire) -> None:
+    """The messages a summary replaced are not kept alive, until the next
+    request, by the assembly kept on the newest message."""
+    history = _long_history(20)
+    wire.content(_request(history), "m", wire.configs[0])
+    replaced = history[5]
+    record = CompactionRecord(30, "summary", {}, {}, CompactionReport("done", "manual"))
+    compacted = apply_compaction(history, [], record)[0]
+    del history
+    assert sys.getrefcount(replaced) == 2  # `replaced` and the call's argument
+    assert _sent(wire, _request(compacted)) == _fresh(wire, _request(compacted))
