@@ -149,10 +149,10 @@ async def one_row(
 
 
 def encoding_ms(sizes: list[int], rounds: int = 20) -> dict[str, dict[str, dict[str, float]]]:
-    """In process, for each wire: building a step's request bytes from the
-    per-message caches (`request_content`, after one build filled them)
-    against encoding the whole body afresh (`request_body` + `json.dumps`,
-    as before issue 20)."""
+    """In process, for each wire: building a step's request as sent, from the
+    per-message caches and the kept chunks (`request_parts`, after one build
+    filled them), against encoding the whole body afresh (`request_body` +
+    `json.dumps`, as before issue 20)."""
     from agentd.providers import ModelRequest, ProviderConfig
     from agentd.providers import anthropic as anthropic_wire
     from agentd.providers import openai as openai_wire
@@ -164,10 +164,11 @@ def encoding_ms(sizes: list[int], rounds: int = 20) -> dict[str, dict[str, dict[
             req = ModelRequest(
                 model="m", system="You are a coding agent.", messages=history(n), cache=True
             )
-            wire.request_content(req, "m", config)
+            parts = getattr(wire, "request_parts", wire.request_content)  # a baseline's
+            parts(req, "m", config)
             t0 = time.perf_counter()
             for _ in range(rounds):
-                wire.request_content(req, "m", config)
+                parts(req, "m", config)
             cached = (time.perf_counter() - t0) / rounds * 1000
             t0 = time.perf_counter()
             for _ in range(rounds):
