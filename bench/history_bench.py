@@ -30,6 +30,12 @@ window in which no row compacts: the whole history is sent.
 With `--baseline-src DIR` (another commit's `agentd/`, e.g. `git archive main
 agentd | tar -x -C DIR`) the same rows are run against that code's daemon,
 alternating with this one's so that machine noise hits them alike.
+
+The `raw client` rows are the floor of the set-up: agentd's last request of
+each cell posted again, the same bytes, by a minimal client
+(`_raw_post.py`: one socket, the head and the body each one `sendall`).
+Its whole-body time grows with the body too: that is the bytes crossing
+loopback and the model server reading them (Python), which any client pays.
 """
 
 from __future__ import annotations
@@ -110,8 +116,9 @@ async def one_row(
     src: Path | None,
     api: str = "openai",
     window: str = "2000000",
-) -> tuple[list[float], list[float]]:
-    """Prompt -> first request bytes, and -> whole body, in ms, for each run."""
+) -> tuple[list[float], list[float], dict[str, Any]]:
+    """Prompt -> first request bytes, and -> whole body, in ms, for each run;
+    and the last request's log entry."""
     home = tmp / f"{'base' if src else 'head'}-{api}-{window}-{n}"
     ws = home / "ws"
     ws.mkdir(parents=True)
@@ -130,6 +137,7 @@ async def one_row(
         await client.request("agent/loadSession", {"sessionId": sid, "workspaceRoot": str(ws)})
         first: list[float] = []
         whole: list[float] = []
+        req: dict[str, Any] = {}
         for i in range(runs + 1):
             server.enqueue(REPLY)
             after = max((e["id"] for e in server.log if "id" in e), default=0)
@@ -143,9 +151,38 @@ async def one_row(
             if i:  # the first is the warm-up
                 first.append((req["arrivedTs"] - t0) * 1000)
                 whole.append((req["completeTs"] - t0) * 1000)
-        return first, whole
+        return first, whole, req
     finally:
         await client.shutdown()
+
+
+async def floor_row(
+    server: ModelServer, tmp: Path, api: str, body: dict[str, Any], runs: int
+) -> tuple[list[float], list[float]]:
+    """The same body posted by a minimal client (`_raw_post.py`): what the
+    transfer and the server's reading cost any client, in ms."""
+    path = tmp / "floor-body.json"
+    # The bytes agentd sent (`tests/unit/test_wire_cache.py` holds them to this).
+    path.write_bytes(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+    for _ in range(runs + 1):
+        server.enqueue(REPLY)
+    after = max((e["id"] for e in server.log if "id" in e), default=0)
+    url = "/v1/chat/completions" if api == "openai" else "/v1/messages"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).resolve().parent / "_raw_post.py"),
+        str(server.port),
+        url,
+        str(path),
+        str(runs + 1),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    starts = json.loads(out)[1:]  # the first is the warm-up
+    reqs = [e for e in server.log if e["type"] == "request" and e["id"] > after][1:]
+    first = [(r["arrivedTs"] - t0) * 1000 for r, t0 in zip(reqs, starts, strict=True)]
+    whole = [(r["completeTs"] - t0) * 1000 for r, t0 in zip(reqs, starts, strict=True)]
+    return first, whole
 
 
 def encoding_ms(sizes: list[int], rounds: int = 20) -> dict[str, dict[str, dict[str, float]]]:
@@ -202,11 +239,17 @@ async def run(
                         # noise hits them alike.
                         for d in daemons if turn % 2 == 0 else daemons[::-1]:
                             key = "baseline" if d else "agentd"
-                            first, whole = await one_row(
+                            first, whole, req = await one_row(
                                 server, Path(tmp_s), n, runs, d, api, window
                             )
                             row.setdefault(key, {})[str(n)] = summary(first)
                             row_whole.setdefault(key, {})[str(n)] = summary(whole)
+                            if d is None:
+                                first, whole = await floor_row(
+                                    server, Path(tmp_s), api, req["body"], runs
+                                )
+                                row.setdefault("raw client", {})[str(n)] = summary(first)
+                                row_whole.setdefault("raw client", {})[str(n)] = summary(whole)
                         turn += 1
     for row in rows.values():
         for r in row.values():
