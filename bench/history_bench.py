@@ -250,6 +250,11 @@ async def run(
                                 )
                                 row.setdefault("raw client", {})[str(n)] = summary(first)
                                 row_whole.setdefault("raw client", {})[str(n)] = summary(whole)
+                            # The log holds each request's body parsed (megabytes
+                            # at 1,000 messages): kept, they would slow this
+                            # process's garbage collector, which the server
+                            # shares, more with every row.
+                            server.reset()
                         turn += 1
     for row in rows.values():
         for r in row.values():
