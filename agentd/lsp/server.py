@@ -30,6 +30,7 @@ from agentd.errors import (
     SESSION_NOT_FOUND,
     short_text,
 )
+from agentd.lsp import attrs_globals
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
 from agentd.lsp.transport import read_frames
 from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
@@ -119,6 +120,7 @@ class AgentdServer(LanguageServer):
             imports=("agentd.lsp.ext",),
             first=("NewSessionParams",),
             later=("agentd.lsp.updates", "agentd.lsp.permission"),
+            release=attrs_globals.slim,
         )
         self.warmup.listeners.append(self._attach)
         self._stop: asyncio.Event | None = None
