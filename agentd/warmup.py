@@ -13,8 +13,10 @@ stages, what requests need:
 2. the App: the other validators built, the core imported and built
    (provider, memory, supervisor), the provider's HTTP client with its TLS
    context (about 100 ms the first prompt would otherwise pay), start-up
-   garbage collection, then the imports' leftovers released (`release`,
-   `agentd.heap.trim`): about 5 MB of RSS in LSP mode.
+   garbage collection, the threads of the loop's default executor
+   (`to_thread`), which a session's start-up would otherwise start on the
+   loop as its first prompt arrives, then the imports' leftovers released
+   (`release`, `agentd.heap.trim`): about 5 MB of RSS in LSP mode.
 
 Each stage is handed back on the loop. This module stays light on purpose:
 the heavy imports happen inside the thread.
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import importlib
 import logging
 import os
@@ -54,6 +57,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentd.heap import drop_generated_source, trim
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     from agentd.app import App
     from agentd.config import Settings
 
@@ -68,6 +73,11 @@ _HTTP_BACKENDS = ("anyio._backends._asyncio", "h11", "httpcore")
 BUILD_WAIT = 15.0
 CLOSE_TIMEOUT = 10.0
 HOLD_ENV = "AGENTD_TEST_WARMUP_HOLD"
+# Threads of the loop's default executor started by the warm-up: a new
+# session's instruction read, its project's first scan and the listing or
+# recall that may come with them run at once.
+WORKERS = 3
+WORKER_START_WAIT = 5.0
 
 
 class Warmup:
@@ -107,6 +117,7 @@ class Warmup:
         hold = os.environ.get(HOLD_ENV)
         # Before the thread starts: `linecache` is read on the loop thread.
         drop_generated_source()
+        executor = _default_executor(loop)
 
         def configure() -> Settings:
             from agentd.params import build_models
@@ -142,6 +153,8 @@ class Warmup:
                     importlib.import_module(module)
                 except ImportError:  # pragma: no cover - depends on httpx's backend
                     pass
+            if executor is not None:
+                _start_workers(executor, WORKERS)
             # Last: what the imports left behind, freed, then the C heap's free
             # pages (most of them freed by the loop thread, so never reused by
             # this one) given back.
@@ -247,6 +260,38 @@ class Warmup:
                 await asyncio.wait_for(self._app.aclose(), timeout=CLOSE_TIMEOUT)
             except TimeoutError:
                 log.warning("shutdown did not finish within %s s", CLOSE_TIMEOUT)
+
+
+def _default_executor(loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor | None:
+    """The loop's default executor (what `asyncio.to_thread` uses), made now
+    so that the warm-up can start its threads; None if the loop has one already
+    (its threads are not ours to start)."""
+    if getattr(loop, "_default_executor", None) is not None:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    executor = ThreadPoolExecutor(thread_name_prefix="asyncio")
+    loop.set_default_executor(executor)
+    return executor
+
+
+def _start_workers(executor: ThreadPoolExecutor, count: int) -> None:
+    """Make `executor` start `count` threads now (each job holds its thread
+    until all have one), so that a session's first `to_thread` calls find one
+    idle instead of starting it on the loop (`Thread.start` waits, under the
+    GIL and the machine's load, for the new thread to run: up to milliseconds)."""
+    barrier = threading.Barrier(count)
+
+    def hold() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(WORKER_START_WAIT)
+
+    for _ in range(count):
+        try:
+            executor.submit(hold)
+        except RuntimeError:
+            barrier.abort()  # shut down already (the daemon stops): release those started
+            return
 
 
 def _outcome(step: Callable[[], T]) -> concurrent.futures.Future[T]:

@@ -1,16 +1,18 @@
 """The warm-up's two stages, in process: the settings come before the App,
-`when_built` callbacks run before any `wait()` returns, and a failed first
-stage fails both waits with its error."""
+`when_built` callbacks run before any `wait()` returns, a failed first
+stage fails both waits with its error, and the App comes with the loop's
+default executor's threads started."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
 from agentd.testing.daemon import hold_warmup, release_warmup, release_warmup_nowait
-from agentd.warmup import Warmup
+from agentd.warmup import WORKERS, Warmup
 
 
 @pytest.fixture(autouse=True)
@@ -56,3 +58,23 @@ async def test_a_failed_settings_stage_fails_both_waits() -> None:
     with pytest.raises(ModuleNotFoundError):
         await warmup.wait()
     await warmup.aclose()
+
+
+async def test_the_app_comes_with_the_default_executors_threads_started() -> None:
+    # A session's first `to_thread` calls (its instruction files, its project's
+    # first scan) find idle threads: none is started on the loop as a prompt arrives.
+    def workers() -> set[str]:
+        return {t.name for t in threading.enumerate() if t.name.startswith("asyncio_")}
+
+    assert workers() == set()  # this test's loop has not used its executor yet
+    warmup = Warmup(imports=("agentd.lsp.ext",))
+    warmup.start()
+    try:
+        await warmup.wait()
+        started = workers()
+        assert len(started) == WORKERS
+        # They are the loop's default executor's, and one takes the next call.
+        assert (await asyncio.to_thread(threading.current_thread)).name in started
+        assert workers() == started
+    finally:
+        await warmup.aclose()
