@@ -78,6 +78,8 @@ class App:
     _watched: set[Path] = field(default_factory=set)
     # The listing the last first page of `session/list` was cut from.
     _listing: tuple[Path | None, float, list[TranscriptInfo]] | None = None
+    # The memory watchers' thread being started (`on_loop`).
+    watch_thread: asyncio.Task[None] | None = None
 
     @classmethod
     def create(
@@ -126,6 +128,18 @@ class App:
             )
             core.memory = app.recall
         return app
+
+    def on_loop(self) -> None:
+        """Once built, on the loop (the warm-up calls it before handing the App
+        over): with memory on, the memory watchers' thread is started now
+        rather than on the loop as a session's first prompt arrives
+        (`watch_thread`: that start, done once the thread waits idle)."""
+        if self.recall is not None and self.watch_thread is None:
+            from agentd.memory.watcher import start_wait_thread
+
+            self.watch_thread = self.supervisor.spawn(
+                start_wait_thread(), name="memory-watch-thread"
+            )
 
     async def project_memory(
         self, root: Path, progress: Callable[[int, int], None] | None = None

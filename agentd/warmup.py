@@ -204,6 +204,11 @@ class Warmup:
             result.set_exception(exc)
             return
         log.info("warm-up: App built after %.1f ms", self._elapsed_ms())
+        try:
+            app.on_loop()
+        except Exception:
+            # A head start only: the App works without it.
+            log.exception("warm-up: the App's start on the loop failed")
         listeners, self.listeners = self.listeners, []
         for listener in listeners:
             try:

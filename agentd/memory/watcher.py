@@ -31,6 +31,21 @@ WatchState = Literal["running", "stopped", "failed"]
 Changes = set[tuple[Change, str]]
 
 
+async def start_wait_thread() -> None:
+    """Start the thread a watcher's waits run in now: awatch blocks in one of
+    anyio's worker threads (a set per event loop), and the first watcher of a
+    loop would otherwise start it on the loop (`Thread.start` waits there for
+    the new thread to run) as its session's first prompt arrives. Idle, the
+    thread waits for the first watcher."""
+    import anyio.to_thread
+
+    await anyio.to_thread.run_sync(_nothing)
+
+
+def _nothing() -> None:
+    pass
+
+
 class _StopSignal:
     """What awatch polls (from its worker thread) to know when to return."""
 

@@ -1,7 +1,8 @@
 """The warm-up's two stages, in process: the settings come before the App,
 `when_built` callbacks run before any `wait()` returns, a failed first
-stage fails both waits with its error, and the App comes with the loop's
-default executor's threads started."""
+stage fails both waits with its error, and the App comes with the threads
+a session's start-up needs (the loop's default executor's, the memory
+watcher's) started."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agentd.memory.watcher import Changes, FolderWatcher
 from agentd.testing.daemon import hold_warmup, release_warmup, release_warmup_nowait
 from agentd.warmup import WORKERS, Warmup
 
@@ -76,5 +78,41 @@ async def test_the_app_comes_with_the_default_executors_threads_started() -> Non
         # They are the loop's default executor's, and one takes the next call.
         assert (await asyncio.to_thread(threading.current_thread)).name in started
         assert workers() == started
+    finally:
+        await warmup.aclose()
+
+
+async def test_the_app_comes_with_the_memory_watchers_thread_started(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A project's first watcher blocks in a worker thread of anyio's: the
+    # warm-up started it, so registering the watcher starts no thread on the loop.
+    warmup = Warmup(imports=("agentd.lsp.ext",))
+    warmup.start()
+    try:
+        app = await warmup.wait()
+        assert app.watch_thread is not None
+        await app.watch_thread
+        started: list[str] = []
+        start = threading.Thread.start
+
+        def recording(thread: threading.Thread) -> None:
+            started.append(thread.name)
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", recording)
+
+        async def nothing_changes(changes: Changes) -> bool:
+            return False
+
+        async def nothing_to_rescan() -> None:
+            pass
+
+        watcher = FolderWatcher(lambda: [tmp_path], nothing_changes, nothing_to_rescan)
+        await watcher.start()
+        assert watcher.state == "running"
+        await watcher.aclose()
+        monkeypatch.undo()
+        assert started == []
     finally:
         await warmup.aclose()
