@@ -343,7 +343,10 @@ class TranscriptWriter:
         # Settings chosen before anything was written: a session that never
         # gets a prompt leaves no file behind.
         self._pending_config: dict[str, str] = {}
-        # A title chosen before the first line: `_start` writes the meta file once.
+        # The meta file is to be written: before the first line if there is
+        # one (its title is out of date), else by `write_due_meta`, which the
+        # core calls once the prompt's model request is out (never on the
+        # prompt's path to it), after the reply, and at `close`.
         self._meta_due = False
         # Image files written since the last sync (made durable with it).
         self._unsynced: list[Path] = []
@@ -354,8 +357,8 @@ class TranscriptWriter:
         return len(self._pending)
 
     def _start(self) -> None:
-        """Before the first line: the session header of a new file, its meta
-        file, and the settings chosen before there was a file."""
+        """Before the first line: the session header of a new file, the
+        settings chosen before there was a file; its meta file is due."""
         self._started = True
         new = not self.path.exists()
         if new:
@@ -369,9 +372,15 @@ class TranscriptWriter:
                     }
                 )
             )
-        if new or self._meta_due or not meta_path(self.path).exists():
+        if not meta_path(self.path).exists():
+            # A listing reads the transcript instead, which has the title: the
+            # meta file waits until the prompt's request is out (`write_due_meta`).
+            self._meta_due = True
+        elif new or self._meta_due:
+            # A meta file that no longer says what the transcript does (a new
+            # title) is never left behind a line: a listing would believe it.
+            self._meta_due = False
             self._write_meta()
-        self._meta_due = False
         if self._pending_config:
             self._pending.append(
                 _encode({"type": "config", "ts": time.time(), **self._pending_config})
@@ -435,6 +444,7 @@ class TranscriptWriter:
 
     def reset(self) -> None:
         self.title = ""
+        self._meta_due = False
         self._write_meta()
         self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
 
@@ -464,6 +474,13 @@ class TranscriptWriter:
             os.replace(tmp, target)
             self._unsynced.append(target)
         return digest
+
+    def write_due_meta(self) -> None:
+        """Write the meta file of a new transcript. Until then there is none,
+        and a listing reads the transcript, which holds the same title."""
+        if self._meta_due:
+            self._meta_due = False
+            self._write_meta()
 
     def _write_meta(self) -> None:
         """The listing's summary of this session; a cache, so a failure only
@@ -512,6 +529,7 @@ class TranscriptWriter:
                 os.close(fd)
 
     def close(self) -> None:
+        self.write_due_meta()
         try:
             self.flush()
         except OSError as exc:

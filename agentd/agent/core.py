@@ -148,6 +148,8 @@ class AgentCore:
             _write(writer, lambda: writer.append(message))
 
         session.listeners.append(persist)
+        # The meta file (the listing's cache) once the request is out, not before it.
+        session.sent_listeners.append(lambda _: _write(writer, writer.write_due_meta))
 
     def transcript_path(self, session_id: str) -> Path | None:
         writer = self.writers.get(session_id)
@@ -471,6 +473,7 @@ class AgentCore:
         if writer is not None:
             if writer.pending:
                 _write(writer, writer.flush)  # lines a refused write left behind
+            _write(writer, writer.write_due_meta)  # a prompt that sent no request
             self.supervisor.spawn(_sync(writer), name=f"transcript-sync-{session_id[:8]}")
         session = self.sessions.get(session_id)
         if session is not None:

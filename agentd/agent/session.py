@@ -118,10 +118,19 @@ class Session:
     # wait for it so that they never delay the request the user waits on.
     request_sent: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: list[Callable[[Session, Message], None]] = field(default_factory=list)
+    # Called each time one of its prompts' model requests is out (`request_out`):
+    # for work that must not delay the request (the transcript's meta file).
+    sent_listeners: list[Callable[[Session], None]] = field(default_factory=list)
     # Tools the daemon runs for this session beyond its own (MCP servers).
     extra_tools: ExtraTools | None = None
     # How to ask the user before a daemon-run tool with side effects; None: nobody can be asked.
     permissions: PermissionAsker | None = None
+
+    def request_out(self) -> None:
+        """A model request of the current prompt has its body written."""
+        self.request_sent.set()
+        for listener in self.sent_listeners:
+            listener(self)
 
     def append(self, message: Message) -> None:
         self.history.append(message)

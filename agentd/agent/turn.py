@@ -197,7 +197,7 @@ async def run_prompt(
                 purpose="main",
                 max_tokens=room,
                 cache=True,
-                on_sent=session.request_sent.set,
+                on_sent=session.request_out,
             )
             try:
                 end, calls = await _stream_step(ctx, session, request, emit, usage)

@@ -512,3 +512,33 @@ async def test_replay_shows_what_the_live_view_showed_and_the_token_count_goes_o
         assert c3.text(sid) == "Echo: a fresh start"
     finally:
         await c3.lsp.shutdown_session()
+
+
+async def test_a_new_sessions_meta_file_is_written_once_its_request_is_out(
+    client: AgentdClient, model_server: ModelServer, workspace: Path, tmp_path: Path
+) -> None:
+    """The listing's meta file is kept off the first prompt's path to its model
+    request but written as soon as that request is out, not at the reply: here
+    the model never answers (the prompt is cancelled)."""
+    from agentd.testing.daemon import agentd_home
+    from agentd.transcript import meta_path, sessions_dir
+
+    model_server.enqueue({"text": "never", "ttft": 600})
+    sid = await client.new_session(workspace)
+    task = asyncio.ensure_future(client.prompt(sid, "a question\nmore", msg_id="p-meta"))
+    await model_server.wait_for(lambda e: e["type"] == "request")
+    meta = meta_path(sessions_dir(workspace, agentd_home(tmp_path)) / f"{sid}.jsonl")
+
+    async def written() -> None:
+        # No event says a file appeared: look until it has (the timeout turns
+        # a meta file that waits for the reply into a failure).
+        while not meta.exists():
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(written(), 20)
+        assert json.loads(meta.read_text())["title"] == "a question"
+    finally:
+        client.cancel("p-meta")
+        with pytest.raises(JsonRpcException):
+            await task

@@ -153,6 +153,7 @@ def test_settings_and_titles_go_through_the_shared_open_files(tmp_path: Path) ->
     loaded = load(a.path)
     assert loaded is not None
     assert (loaded.mode, loaded.model, loaded.title) == ("ask", "other-model", "the first question")
+    a.write_due_meta()  # what the core does once the prompt's request is out
     assert json.loads(meta_path(a.path).read_text())["title"] == "the first question"
     a.close()
     b.close()

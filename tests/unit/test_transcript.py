@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart
-from agentd.transcript import TranscriptWriter, load, read_from, read_slice
+from agentd.transcript import (
+    EMPTY_TITLE,
+    SessionCatalog,
+    TranscriptWriter,
+    load,
+    read_from,
+    read_slice,
+    sessions_dir,
+)
 
 
 def msg(role: str, text: str) -> Message:
@@ -218,12 +226,13 @@ def test_thinking_keeps_its_signature_redacted_data_and_source(tmp_path: Path) -
     assert message_from_json(old) == Message("assistant", [ThinkingPart("t")])
 
 
-def test_a_new_sessions_first_prompt_writes_its_meta_file_once(
+def test_a_new_sessions_meta_file_is_written_once_and_off_the_prompts_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first message of a new session creates the transcript and its meta
-    file with the title in one write (it is on the first prompt's path to its
-    model request); a later title change is written when it happens."""
+    """The first message of a new session creates the transcript; its meta
+    file (the listing's cache) is not written then, on the prompt's path to
+    its model request, but by `write_due_meta` (which the core calls once the
+    request is out), once, with the title."""
     replaced: list[str] = []
     real_replace = os.replace
 
@@ -233,16 +242,29 @@ def test_a_new_sessions_first_prompt_writes_its_meta_file_once(
 
     # agentd.transcript calls os.replace through the os module: patch it there.
     monkeypatch.setattr(os, "replace", counting)
-    path = tmp_path / "sessions" / "s1.jsonl"
-    w = TranscriptWriter(path, "s1", tmp_path)
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    path, meta = folder / "s1.jsonl", folder / "s1.meta.json"
+    w = TranscriptWriter(path, "s1", root)
     w.append(Message("user", [TextPart("why does the build fail?")]))
+    assert path.exists() and replaced == []
+    # Listed before the meta file is written: the title comes from the transcript.
+    listed = SessionCatalog(tmp_path).list(root)
+    assert [i.title for i in listed] == ["why does the build fail?"]
+    w.write_due_meta()
+    w.write_due_meta()
     assert replaced == ["s1.meta.json"]
-    assert json.loads((tmp_path / "sessions" / "s1.meta.json").read_text())["title"] == (
-        "why does the build fail?"
-    )
+    assert json.loads(meta.read_text())["title"] == "why does the build fail?"
+    # Once the meta file exists, a title change is written before its line:
+    # a listing would believe a meta file that the transcript contradicts.
     w.reset()
+    assert json.loads(meta.read_text())["title"] == EMPTY_TITLE
     w.append(Message("user", [TextPart("second question")]))
-    assert json.loads((tmp_path / "sessions" / "s1.meta.json").read_text())["title"] == (
-        "second question"
-    )
+    assert json.loads(meta.read_text())["title"] == "second question"
     w.close()
+    # A writer closed before its meta file was written writes it then.
+    w2 = TranscriptWriter(folder / "s2.jsonl", "s2", root)
+    w2.append(Message("user", [TextPart("never sent")]))
+    w2.close()
+    assert json.loads((folder / "s2.meta.json").read_text())["title"] == "never sent"
