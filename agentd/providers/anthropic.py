@@ -33,6 +33,7 @@ from agentd.messages import (
     ToolCall,
     ToolCallPart,
     ToolResultPart,
+    ToolSpec,
     cached_wire,
     find_prefix,
     keep_prefix,
@@ -58,8 +59,10 @@ from agentd.providers.http import (
     ModelHTTP,
     as_int,
     json_bytes,
+    json_with,
     parse_tool_arguments,
     provider_message,
+    tools_json,
 )
 from agentd.providers.models import DEFAULT_MAX_OUTPUT, THINKING_ANSWER_ROOM
 from agentd.providers.sse import SSEEvent
@@ -133,7 +136,7 @@ def request_parts(
     body, thinking, cache = _request_head(request, model, config)
     key = ("anthropic", thinking)
     turns = _Turns.of(request.messages, key)
-    head = [json_bytes(body)[:-1], b',"messages":[']
+    head = [_head_json(request, body, cache), b',"messages":[']
     plain, sealed, same = turns.plain, turns.sealed, 2 * turns.dirty
     if not cache:
         # The last piece (the comma the body's end replaces) stays out of chunks.
@@ -236,19 +239,32 @@ def _request_head(
         body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
     # The API caches in this order: tools, system, messages.
     if request.tools:
-        tools = [
-            {"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in request.tools
-        ]
-        if cache:
-            tools[-1] = {**tools[-1], "cache_control": EPHEMERAL}
-        body["tools"] = tools
+        shape = _cached_tool if cache else _tool
+        body["tools"] = [shape(t, i == len(request.tools) - 1) for i, t in enumerate(request.tools)]
     if request.system:
         if cache:
             body["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
         else:
             body["system"] = request.system
     return body, budget is not None, cache
+
+
+def _head_json(request: ModelRequest, body: dict[str, Any], cache: bool) -> bytes:
+    """The body's JSON without its closing brace; the tool definitions' JSON is
+    kept from step to step (`tools_json`)."""
+    if not request.tools:
+        return json_bytes(body)[:-1]
+    shape, kind = (_cached_tool, "anthropic/cache") if cache else (_tool, "anthropic")
+    return json_with(body, "tools", tools_json(request.tools, shape, kind))[:-1]
+
+
+def _tool(t: ToolSpec, last: bool = False) -> dict[str, Any]:
+    return {"name": t.name, "description": t.description, "input_schema": t.parameters}
+
+
+def _cached_tool(t: ToolSpec, last: bool = False) -> dict[str, Any]:
+    """The last tool carries the tools' cache breakpoint."""
+    return {**_tool(t), "cache_control": EPHEMERAL} if last else _tool(t)
 
 
 @dataclass(frozen=True, slots=True)

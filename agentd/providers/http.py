@@ -37,7 +37,7 @@ import random
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -53,6 +53,7 @@ from agentd.errors import (
     ModelTimeout,
     describe_os_error,
 )
+from agentd.messages import ToolSpec
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.body import RequestBody
 from agentd.providers.config import ProviderConfig
@@ -310,6 +311,45 @@ class ModelHTTP:
 def json_bytes(value: Any) -> bytes:
     """The one JSON form requests are sent in (compact, UTF-8 as is)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# Each tool definition's JSON, by ToolSpec object: tool sets are built once
+# (module constants, a client's declaration, an MCP server's listing per
+# generation) and never changed in place, and their definitions (several KB)
+# took about 0.1 ms to encode on every step. Holding the spec keeps its id
+# from being reused; cleared whole when full.
+_TOOL_JSON: dict[tuple[int, str], tuple[ToolSpec, bytes]] = {}
+_TOOL_JSON_MAX = 512
+
+
+def tools_json(
+    tools: Sequence[ToolSpec], shape: Callable[[ToolSpec, bool], dict[str, Any]], kind: str
+) -> bytes:
+    """`json_bytes([shape(t, t is the last) for t in tools])`, each tool's JSON
+    encoded once per spec object (`kind` names the shape)."""
+    out: list[bytes] = []
+    last = len(tools) - 1
+    for i, tool in enumerate(tools):
+        key = (id(tool), f"{kind}/last" if i == last else kind)
+        hit = _TOOL_JSON.get(key)
+        if hit is None:
+            if len(_TOOL_JSON) >= _TOOL_JSON_MAX:
+                _TOOL_JSON.clear()
+            hit = _TOOL_JSON[key] = (tool, json_bytes(shape(tool, i == last)))
+        out.append(hit[1])
+    return b"[" + b",".join(out) + b"]"
+
+
+def json_with(body: Mapping[str, Any], key: str, raw: bytes) -> bytes:
+    """`json_bytes(body)` with the JSON of `body[key]` given already encoded
+    (`raw`): the same bytes, the rest encoded as usual."""
+    keys = list(body)
+    at = keys.index(key)
+    before = json_bytes({k: body[k] for k in keys[:at]})[:-1]
+    out = [before, b"," if at else b"", json_bytes(key), b":", raw]
+    after = keys[at + 1 :]
+    out.append(b"," + json_bytes({k: body[k] for k in after})[1:] if after else b"}")
+    return b"".join(out)
 
 
 def _tls_context(base_url: str) -> ssl.SSLContext | bool:

@@ -24,6 +24,7 @@ from agentd.messages import (
     ThinkingPart,
     ToolCall,
     ToolResultPart,
+    ToolSpec,
     cached_wire,
     find_prefix,
     keep_prefix,
@@ -47,8 +48,10 @@ from agentd.providers.http import (
     ModelHTTP,
     as_int,
     json_bytes,
+    json_with,
     parse_tool_arguments,
     provider_message,
+    tools_json,
 )
 from agentd.providers.models import SIDE_QUERY_REASONING_ALLOWANCE, ModelTraits, openai_traits
 from agentd.providers.sse import SSEEvent
@@ -168,7 +171,7 @@ def request_parts(
     (`body.SealedChunks`)."""
     body, traits = _request_head(request, model, config)
     key = ("openai", traits.replay_reasoning)
-    head = [json_bytes(body)[:-1], b',"messages":[']
+    head = [_head_json(request, body), b',"messages":[']
     if request.system:
         head += (json_bytes({"role": "system", "content": request.system}), b",")
     pieces, sealed, same = _message_pieces(request.messages, key)
@@ -236,20 +239,25 @@ def _request_head(
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in request.tools
-        ]
+        body["tools"] = [_tool(t) for t in request.tools]
     if request.tool_choice:
         body["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
     return body, traits
+
+
+def _head_json(request: ModelRequest, body: dict[str, Any]) -> bytes:
+    """The body's JSON without its closing brace; the tool definitions' JSON is
+    kept from step to step (`tools_json`)."""
+    if not request.tools:
+        return json_bytes(body)[:-1]
+    return json_with(body, "tools", tools_json(request.tools, _tool, "openai"))[:-1]
+
+
+def _tool(t: ToolSpec, last: bool = False) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
 
 
 def to_chat_messages(

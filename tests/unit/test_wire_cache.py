@@ -476,3 +476,38 @@ def test_a_compaction_lets_the_replaced_messages_go_at_once(wire: Wire) -> None:
     del history
     assert sys.getrefcount(replaced) == 2  # `replaced` and the call's argument
     assert _sent(wire, _request(compacted)) == _fresh(wire, _request(compacted))
+
+
+def test_tool_definitions_are_encoded_once_per_spec_and_sent_as_afresh(wire: Wire) -> None:
+    """The tool definitions (several KB) are encoded once per ToolSpec object,
+    whatever list they come in, and the bytes stay those of the whole request
+    encoded afresh (the last tool carries Anthropic's cache breakpoint)."""
+    from agentd.providers import http
+
+    specs = [
+        ToolSpec(f"tool_{i}", f"Does thing {i} \u00e9\u2603", {"type": "object", "n": i})
+        for i in range(4)
+    ]
+    encoded: list[Any] = []
+    real = http.json_bytes
+
+    def counting(value: Any) -> bytes:
+        # A tool's definition, or a body that holds them.
+        if isinstance(value, dict) and value.keys() & {"tools", "input_schema", "function"}:
+            encoded.append(value)
+        return real(value)
+
+    history = _history()
+    for config in wire.configs:
+        for tools in (specs, specs[1:], [specs[2], specs[0]], []):
+            request = ModelRequest("m", "sys", history, tools=tools, cache=True)
+            assert _sent(wire, request, config) == _fresh(wire, request, config)
+    module = openai_wire if wire.name == "openai" else anthropic_wire
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(http, "json_bytes", counting)
+        patch.setattr(module, "json_bytes", counting)
+        for config in wire.configs:
+            for tools in (specs, specs[1:], [specs[2], specs[0]]):
+                request = ModelRequest("m", "sys", history, tools=tools, cache=True)
+                _sent(wire, request, config)
+    assert encoded == []
