@@ -107,6 +107,9 @@ class ModelHTTP:
         # Created on first use: building the SSL context costs tens of
         # milliseconds that the daemon's cold start should not pay.
         self._client: httpx.AsyncClient | None = None
+        # Each endpoint URL parsed once: httpx parses a `str` on every request
+        # (about half of `build_request`'s 0.17 ms), an `httpx.URL` it takes as is.
+        self._urls: dict[str, httpx.URL] = {}
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -264,7 +267,11 @@ class ModelHTTP:
             try:
                 async with asyncio.timeout_at(deadline):
                     request = client.build_request(
-                        "POST", url, content=content, headers=headers, extensions=extensions
+                        "POST",
+                        self._parsed(url),
+                        content=content,
+                        headers=headers,
+                        extensions=extensions,
                     )
                     response = await client.send(request, stream=True)
             except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
@@ -289,6 +296,14 @@ class ModelHTTP:
                 raise rebuild(error, note=note) from cause
             attempt += 1
             await self._sleep(delay)
+
+    def _parsed(self, url: str) -> httpx.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 16:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     async def _error_response(self, response: httpx.Response, deadline: float) -> ModelError:
         body = b""
