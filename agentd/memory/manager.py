@@ -22,6 +22,10 @@ class MemoryManager:
         self._projects: dict[Path, ProjectMemory] = {}
         self._starting: dict[Path, asyncio.Task[ProjectMemory]] = {}
         self._closed = False
+        # A workspace root as given -> its canonical form, found by `get` (a
+        # symlink-resolving walk, a `stat` per component): `get_nowait` runs
+        # on every prompt's path to its model request.
+        self._keys: dict[Path, Path] = {}
 
     @property
     def home(self) -> Path:
@@ -35,7 +39,9 @@ class MemoryManager:
         """The project's memory, indexed and watched; started on first use."""
         if self._closed:
             raise RuntimeError("memory manager is closed")
-        key = canonical_root(workspace_root)
+        key = self._keys.get(workspace_root) or canonical_root(workspace_root)
+        if len(self._keys) < 1024:
+            self._keys[workspace_root] = key
         ready = self._projects.get(key)
         if ready is not None:
             return ready
@@ -62,7 +68,8 @@ class MemoryManager:
 
     def get_nowait(self, workspace_root: Path) -> ProjectMemory | None:
         """The project's memory if it is already started, else None (never blocks)."""
-        return self._projects.get(canonical_root(workspace_root))
+        key = self._keys.get(workspace_root) or canonical_root(workspace_root)
+        return self._projects.get(key)
 
     def projects(self) -> list[ProjectMemory]:
         return list(self._projects.values())
