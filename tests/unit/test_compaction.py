@@ -534,3 +534,41 @@ def test_compaction_notes_round_trip() -> None:
         assert note_from_json(note_to_json(note)) == note
     with pytest.raises(ValueError):
         note_from_json({"kind": "compaction", "status": "odd", "trigger": "manual"})
+
+
+def test_the_request_overhead_counts_tool_definitions_encoded_once_per_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tool definitions' size is that of their JSON, as before, but each
+    spec is encoded once, not at every step."""
+    import json
+
+    from agentd.agent.context import overhead_bytes
+    from agentd.messages import ToolSpec
+
+    specs = [
+        ToolSpec(f"t{i}", f"does {i} \u00e9\u2603 " * i, {"type": "object", "n": [i] * i})
+        for i in range(4)
+    ]
+
+    def expected(system: str, tools: list[ToolSpec]) -> int:
+        listed = [
+            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in tools
+        ]
+        return len(system.encode()) + len(json.dumps(listed, ensure_ascii=False).encode())
+
+    cases = [specs, specs[1:], [specs[3], specs[0]], specs[:1], []]
+    for tools in cases:
+        assert overhead_bytes("sys \u00e9", tools) == expected("sys \u00e9", tools)
+    calls: list[object] = []
+    real = json.dumps
+
+    def counting(value: object, **kwargs: object) -> str:
+        calls.append(value)
+        return real(value, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(json, "dumps", counting)
+    for tools in cases:
+        overhead_bytes("sys", tools)
+    assert calls == []
