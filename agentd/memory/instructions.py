@@ -112,16 +112,22 @@ class InstructionFiles:
         self._signature: Signature | None = None
         self._watched: list[Path] = []
         self._text = ""
+        self._candidates: list[tuple[Path, str]] | None = None
         # Prompts of several sessions may render at once, each in a thread.
         self._lock = threading.Lock()
 
     def candidates(self) -> list[tuple[Path, str]]:
         """Top-level files that may exist, most general first, with their label."""
-        out = [(self.config_dir / USER_FILE, "user instructions, for all projects")]
-        between = [p for p in self.workspace_root.parents if p.is_relative_to(self.repo_root)]
-        for directory in [*reversed(between), self.workspace_root]:
-            out.extend((directory / name, "project instructions") for name in INSTRUCTION_NAMES)
-        return out
+        if self._candidates is None:
+            # Fixed by the roots; built once (pathlib's walk up the parents took
+            # 0.1-0.2 ms of every prompt's `cached`).
+            out = [(self.config_dir / USER_FILE, "user instructions, for all projects")]
+            parents = self.workspace_root.parents
+            between = [p for p in parents if p.is_relative_to(self.repo_root)]
+            for directory in [*reversed(between), self.workspace_root]:
+                out.extend((directory / name, "project instructions") for name in INSTRUCTION_NAMES)
+            self._candidates = out
+        return list(self._candidates)
 
     def cached(self) -> str | None:
         """The text of the last `render` if no file changed since (stats only, no
