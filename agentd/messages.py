@@ -109,7 +109,7 @@ class ReminderPart:
     source: str = ""  # e.g. "memory", "instructions"; for logs and tests
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class ToolSpec:
     name: str
     description: str

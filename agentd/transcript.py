@@ -940,7 +940,10 @@ class SessionCatalog:
     (its `.meta.json`: title, workspace) is read again only when its
     transcript's size or time changed, since the writer rewrites the meta
     file only beside a transcript write. A transcript without a readable
-    meta file is loaded whole instead (and cached the same way)."""
+    meta file is loaded whole instead (and cached the same way): so is a new
+    session's between its first line and its first request, whose meta file
+    is written once that request is out and says what the loaded
+    transcript does."""
 
     def __init__(self, home: Path | None = None) -> None:
         self.home = home
