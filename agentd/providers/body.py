@@ -12,6 +12,12 @@ unchanged: a step joins only the head, the pieces after the last whole chunk
 and what it added. httpcore writes each chunk as it comes (h11 passes a
 `bytes` chunk through uncopied), after one `Content-Length` header, so the
 bytes on the wire are those of the one joined body.
+
+The pieces after the last chunk are walked once too: their running size is
+kept (`SealedChunks._sizes`), so a step measures only the pieces it added.
+A history shorter than one chunk (170 KB after compaction has cleared old
+tool output, a default window's case) seals nothing, and walking all of its
+pieces again at every step cost about 0.25 ms at 1,000 messages.
 """
 
 from __future__ import annotations
@@ -28,28 +34,41 @@ class SealedChunks:
     """A list of pieces (`bytes`) joined into chunks of at least `CHUNK_BYTES`
     (but the last pieces, short of one), kept across the steps of a history."""
 
-    __slots__ = ("chunks", "ends")
+    __slots__ = ("_sizes", "chunks", "ends")
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         # ends[c]: the index of the first piece after chunk c.
         self.ends: list[int] = []
+        # _sizes[j]: the bytes of the pieces after the last chunk up to and
+        # including the j-th of them, for those the last call walked.
+        self._sizes: list[int] = []
 
     def update(self, pieces: list[bytes], same: int, limit: int | None = None) -> int:
         """Chunk `pieces[:limit]`, keeping the chunks made of the first `same`
         pieces (unchanged since the last call); the index of the first piece
-        that is in no chunk."""
+        that is in no chunk. Only the pieces from `same` on are read (and
+        those of a chunk that does not hold any more)."""
         stop = len(pieces) if limit is None else min(limit, len(pieces))
-        keep = bisect.bisect_right(self.ends, min(same, stop))
-        del self.chunks[keep:], self.ends[keep:]
+        valid = min(same, stop)
+        keep = bisect.bisect_right(self.ends, valid)
+        sizes = self._sizes
+        if keep < len(self.ends):
+            del self.chunks[keep:], self.ends[keep:]
+            sizes.clear()  # they were counted from a later chunk's end
         start = self.ends[-1] if self.ends else 0
-        size = 0
-        for i in range(start, stop):
+        # The running sizes of unchanged pieces hold: go on from the first changed one.
+        del sizes[valid - start :]
+        size = sizes[-1] if sizes else 0
+        for i in range(start + len(sizes), stop):
             size += len(pieces[i])
             if size >= CHUNK_BYTES:
                 self.chunks.append(b"".join(pieces[start : i + 1]))
                 self.ends.append(i + 1)
                 start, size = i + 1, 0
+                sizes.clear()
+            else:
+                sizes.append(size)
         return start
 
 

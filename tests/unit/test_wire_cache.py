@@ -389,6 +389,55 @@ def test_a_step_joins_only_what_no_kept_chunk_holds(
     assert all(a is b for a, b in zip(kept, second.parts[1:], strict=False))
 
 
+class _CountingPieces(list[bytes]):
+    """Pieces that count the ones read one by one (a chunk's join reads a slice)."""
+
+    read = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, int):
+            self.read += 1
+        return super().__getitem__(i)
+
+
+def test_a_step_below_one_chunk_measures_only_the_pieces_it_added() -> None:
+    """A history shorter than one chunk (a default window's, after old tool
+    output was cleared) seals nothing: its pieces' sizes are still kept, so
+    a step walks what it added and the piece it redoes, not the whole
+    history again (issue 20: 0.25 ms a step at 1,000 messages)."""
+    pieces = _CountingPieces([b"x" * 80, b","] * 1000)
+    sealed = body_module.SealedChunks()
+    assert sealed.update(pieces, 0, len(pieces) - 1) == 0  # 160 KB: no chunk
+    for _ in range(3):
+        # As a step does: the newest message is encoded again, two more added.
+        same = len(pieces) - 2
+        del pieces[same:]
+        pieces += [b"y" * 80, b",", b"z" * 80, b","]
+        pieces.read = 0
+        assert sealed.update(pieces, same, len(pieces) - 1) == 0
+        assert pieces.read == 3, pieces.read
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_kept_chunks_are_those_made_afresh(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever changes between two calls (pieces dropped, changed, added, a
+    lower limit), the chunks and the first piece in none are those a fresh
+    `SealedChunks` makes of the same pieces."""
+    monkeypatch.setattr(body_module, "CHUNK_BYTES", 50)
+    rng = random.Random(seed)
+    pieces: list[bytes] = []
+    sealed = body_module.SealedChunks()
+    for n in range(200):
+        same = rng.randrange(0, len(pieces) + 1) if rng.random() < 0.3 else len(pieces)
+        del pieces[same:]
+        pieces += [bytes([97 + n % 26]) * rng.randrange(0, 30) for _ in range(rng.randrange(4))]
+        limit = rng.choice([None, len(pieces), rng.randrange(0, len(pieces) + 1)])
+        fresh = body_module.SealedChunks()
+        expected = fresh.update(pieces, 0, limit)
+        assert sealed.update(pieces, same, limit) == expected, n
+        assert sealed.chunks == fresh.chunks and sealed.ends == fresh.ends, n
+
+
 def test_a_dropped_history_is_freed_without_the_garbage_collector(wire: Wire) -> None:
     """The assembly kept on the newest message (`messages.keep_prefix`) holds
     the messages before it, never itself: no reference cycle keeps a dropped
