@@ -28,8 +28,9 @@ NOT_RESIDENT = (
     "click",
 )
 
-SCRIPT = """
-import asyncio, sys
+# Both probes start the same way: the real LSP warm-up, memory on, to its end.
+WARM_UP = """
+import asyncio
 from agentd.lsp.server import AgentdServer
 
 async def main():
@@ -39,41 +40,51 @@ async def main():
     await app.aclose()
 
 asyncio.run(main())
+"""
+
+SCRIPT = (
+    WARM_UP
+    + """
+import sys
 names = sys.argv[1].split(",")
 loaded = [m for m, module in sys.modules.items() if module is not None]
 print(",".join(n for n in names if any(m == n or m.startswith(n + ".") for m in loaded)))
 """
+)
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {
+def _probe(tmp_path: Path, script: str, *args: str) -> str:
+    """`script`'s output, run in a fresh interpreter with a home of its own."""
+    env = {
         "AGENTD_HOME": str(tmp_path / "home"),
         "AGENTD_CONFIG_DIR": str(tmp_path / "config"),
         "AGENTD_API_KEY": "sk-test",
         "PATH": "/usr/bin:/bin",
     }
-
-
-def test_the_lsp_warm_up_leaves_later_work_unimported(tmp_path: Path) -> None:
-    env = _env(tmp_path)
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, ",".join(NOT_RESIDENT)],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ""
+    return out.stdout
+
+
+def test_the_lsp_warm_up_leaves_later_work_unimported(tmp_path: Path) -> None:
+    out = _probe(tmp_path, SCRIPT, ",".join(NOT_RESIDENT))
+    assert out.strip() == ""
 
 
 # After the warm-up: the globals of every method attrs generated for an
 # lsprotocol class, against the names its class's generated code loads; attrs' source lines in
 # linecache; and the classes still working as pygls uses them (the converter's
 # round trip, construction, equality, repr).
-LEFTOVERS = """
-import asyncio, json, linecache, sys, types
-from agentd.lsp.server import AgentdServer
+LEFTOVERS = (
+    WARM_UP
+    + """
+import json, linecache, types
 from agentd.lsp.protocol import agentd_converter
 
 def loaded(code):
@@ -83,13 +94,6 @@ def loaded(code):
             names |= loaded(const)
     return names
 
-async def main():
-    server = AgentdServer()
-    server.warmup.options = {"memory": {"enabled": True}}
-    app = await server.warmup.wait()
-    await app.aclose()
-
-asyncio.run(main())
 from lsprotocol import types as lsp
 extra = 0
 methods = 0
@@ -121,18 +125,11 @@ print(json.dumps({
     "repr": repr(lsp.Range(start=position, end=position)),
 }))
 """
+)
 
 
 def test_the_lsp_warm_up_frees_what_attrs_kept_for_lsprotocol(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", LEFTOVERS],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    found = json.loads(out.stdout)
+    found = json.loads(_probe(tmp_path, LEFTOVERS))
     assert found["methods"] > 1000  # every class's __init__, __repr__, __eq__
     assert found["extra_globals"] == 0
     assert found["attrs_source_lines"] == 0
