@@ -346,16 +346,21 @@ class Compactor:
         tokens = self.estimate(session)
         if tokens < limit:
             return
-        self._clear(session, st, "threshold" if tokens <= budget else "window", emit)
+        # The index is brought up to date once for both checks: read again
+        # only if clearing changed the history.
+        index: HistoryIndex | None = self._index(session, st)
+        trigger: CompactionTrigger = "threshold" if tokens <= budget else "window"
+        if self._clear(session, st, trigger, emit, index) is not None:
+            index = None
         tokens = self.estimate(session)
         if tokens < limit:
             return
         if tokens <= budget or not self.window.known:
             # It fits (or the window is a guess): summarise in the background.
             if st.pending is None and st.failed_turn != session.turns:
-                self._start(session, st, "threshold")
+                self._start(session, st, "threshold", index=index)
             return
-        pending = st.pending or self._start(session, st, "window")
+        pending = st.pending or self._start(session, st, "window", index=index)
         if pending is not None:
             emit(CompactionReport("started", pending.trigger, tokens_before=tokens))
             await self._wait(session, st, pending, emit)
@@ -400,15 +405,12 @@ class Compactor:
         tokens = self.estimate(session)
         if tokens < limit:
             return
+        index = self._index(session, st)
         cleared = plan_clearing(
-            session.history,
-            self.options.keep_tool_results,
-            budget // 2,
-            self.calibration,
-            self._index(session, st),
+            session.history, self.options.keep_tool_results, budget // 2, self.calibration, index
         )
         if tokens - self._saved_tokens(session.history, cleared) >= limit:
-            self._start(session, st, "threshold")
+            self._start(session, st, "threshold", index=index)
 
     async def compact(
         self, session: Session, instructions: str | None, emit: Emit
@@ -457,15 +459,21 @@ class Compactor:
         return self.calibration.tokens(saved)
 
     def _clear(
-        self, session: Session, st: SessionContext, trigger: CompactionTrigger, emit: Emit
+        self,
+        session: Session,
+        st: SessionContext,
+        trigger: CompactionTrigger,
+        emit: Emit,
+        index: HistoryIndex | None = None,
     ) -> CompactionReport | None:
-        """Replace old tool output by stubs (None: there was none to clear)."""
+        """Replace old tool output by stubs (None: there was none to clear).
+        `index`: the history's, already brought up to date."""
         cleared = plan_clearing(
             session.history,
             self.options.keep_tool_results,
             self.budget() // 2,
             self.calibration,
-            self._index(session, st),
+            index if index is not None else self._index(session, st),
         )
         if not cleared:
             return None
@@ -493,9 +501,12 @@ class Compactor:
         *,
         keep_tokens: int | None = None,
         instructions: str | None = None,
+        index: HistoryIndex | None = None,
     ) -> Pending | None:
         keep = int(self.options.keep_recent * self.budget()) if keep_tokens is None else keep_tokens
-        split = choose_split(session.history, keep, self.calibration, self._index(session, st))
+        if index is None:
+            index = self._index(session, st)
+        split = choose_split(session.history, keep, self.calibration, index)
         if split <= 0:
             return None
         head = list(session.history[:split])
