@@ -23,7 +23,6 @@ output, stored transcripts), so nothing later fails to encode it as UTF-8.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -252,7 +251,8 @@ def find_prefix(messages: list[Message], key: Hashable) -> Prefix | None:
     the history's length: checking every message's `cached_wire` costs about
     a microsecond a message in a daemon's heap (1 ms at 1,000 messages, the
     most of a step's encoding). The check here is that the first `k`
-    messages are the same objects (pointers compared, no object touched).
+    messages are the same objects (pointers compared, no object touched;
+    one that is not the same must be equal, `_starts_with`).
     Nothing here copies the history either: the kept lists are handed over
     and changed in place, and `keep_prefix` extends them. The messages
     before the last of them are trusted as they were encoded: a message is
@@ -268,10 +268,25 @@ def find_prefix(messages: list[Message], key: Hashable) -> Prefix | None:
         if entry is None:
             continue
         snapshot, state = entry
-        if len(snapshot) == i and all(map(operator.is_, messages, snapshot)):
+        if len(snapshot) == i and _starts_with(messages, snapshot):
             return Prefix(i + 1, snapshot, state)
         return None
     return None
+
+
+def _starts_with(messages: list[Message], snapshot: list[Message]) -> bool:
+    """Whether `messages` begins with `snapshot`'s messages. Compared as two
+    lists of one length (the rest of `messages` put after the snapshot for
+    the comparison): a loop over two pointer arrays in C, about 1 us at
+    1,000 messages, where a call per pair (`map(operator.is_, ...)`) took
+    about 40 us. Objects that are not the same are compared by value, and
+    an equal message has the same encoding."""
+    k = len(snapshot)
+    snapshot += messages[k:]
+    try:
+        return messages == snapshot
+    finally:
+        del snapshot[k:]
 
 
 def keep_prefix(
