@@ -435,21 +435,47 @@ class _CountingPieces(list[bytes]):
 
 
 def test_a_step_below_one_chunk_measures_only_the_pieces_it_added() -> None:
-    """A history shorter than one chunk (a default window's, after old tool
-    output was cleared) seals nothing: its pieces' sizes are still kept, so
-    a step walks what it added and the piece it redoes, not the whole
-    history again (issue 20: 0.25 ms a step at 1,000 messages)."""
-    pieces = _CountingPieces([b"x" * 80, b","] * 1000)
+    """Pieces short of the smallest chunk are sealed in none: their sizes are
+    still kept, so a step walks what it added and the piece it redoes, not
+    all of them again (issue 20: 0.25 ms a step at 1,000 messages when no
+    chunk was smaller than 256 KB)."""
+    pieces = _CountingPieces([b"x" * 4, b","] * 1000)
     sealed = body_module.SealedChunks()
-    assert sealed.update(pieces, 0, len(pieces) - 1) == 0  # 160 KB: no chunk
+    assert sealed.update(pieces, 0, len(pieces) - 1) == 0  # 5 KB: no chunk
     for _ in range(3):
         # As a step does: the newest message is encoded again, two more added.
         same = len(pieces) - 2
         del pieces[same:]
-        pieces += [b"y" * 80, b",", b"z" * 80, b","]
+        pieces += [b"y" * 4, b",", b"z" * 4, b","]
         pieces.read = 0
         assert sealed.update(pieces, same, len(pieces) - 1) == 0
         assert pieces.read == 3, pieces.read
+
+
+def test_a_step_joins_under_one_small_chunk_however_long_the_history(wire: Wire) -> None:
+    """A default window's long session is cleared down to about 170 KB,
+    under the largest chunk (256 KB): its body must still be sealed in kept
+    chunks, so that a step joins again only the pieces after the last of
+    them (under 16 KB) and what it added, not the whole history (issue 20:
+    0.1 ms of every step at 1,000 messages)."""
+    parts = openai_wire.request_parts if wire.name == "openai" else anthropic_wire.request_parts
+    history = _long_history(400)
+    config = wire.configs[0]
+    first = parts(_request(history), "m", config)
+    assert 100_000 < first.length < body_module.CHUNK_BYTES
+    for n in range(20):
+        history.append(Message("assistant", [TextPart(f"done {n}")]))
+        history.append(user_text(f"and now {n}?"))
+        before, first = first, parts(_request(history), "m", config)
+        assert bytes(first) == _fresh(wire, _request(history), config)
+        # The parts of the body, the head first, that are new objects.
+        joined = [p for p in first.parts[1:] if not any(p is q for q in before.parts)]
+        smallest = body_module.CHUNK_BYTES // body_module.FAN_IN**body_module.LEVELS
+        assert sum(map(len, joined)) < 3 * smallest, [len(p) for p in joined]
+    # Small chunks are joined into larger ones: the head, at most FAN_IN - 1
+    # of each smaller size (none of 256 KB here), and the tail.
+    most = 2 + (body_module.FAN_IN - 1) * body_module.LEVELS
+    assert len(first.parts) <= most, [len(p) for p in first.parts]
 
 
 @pytest.mark.parametrize("seed", range(20))
