@@ -24,6 +24,7 @@ every request.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ FALLBACK_WINDOW = 32_768
 WindowSource = Literal["setting", "provider", "endpoint", "family", "fallback"]
 
 
+# Asked through `ContextWindow.tokens` two to five times before each request
+# (compaction's checks, the answer's room): about 6 us a time for a name that
+# matches no family, which walks the whole table.
+@functools.lru_cache(maxsize=64)
 def family_window(model: str) -> int | None:
     """The published window of a model family, by name (`openai/gpt-4o`,
     `llama3.1:8b` and `Qwen/Qwen3-Coder-480B` included)."""

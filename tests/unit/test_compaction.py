@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentd.agent import context
 from agentd.agent import summary as summ
 from agentd.agent.compaction import (
     CompactionOptions,
@@ -85,6 +87,26 @@ def test_window_sources_in_order() -> None:
     assert w.resolve() == (90_000, "provider")
     w.provider = 120_000
     assert w.resolve() == (100_000, "setting")
+
+
+class _CountedTable(tuple[tuple[str, int], ...]):
+    walks = 0
+
+    def __iter__(self) -> Any:
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_the_family_table_is_walked_once_per_model_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window is asked several times before each request (compaction's
+    checks, the answer's room): a name is looked up in the table once."""
+    monkeypatch.setattr(context, "FAMILY_WINDOWS", _CountedTable(context.FAMILY_WINDOWS))
+    w = ContextWindow("a-model-no-family-knows-1")
+    for _ in range(5):
+        assert w.tokens == FALLBACK_WINDOW and not w.known
+    assert ContextWindow("gpt-4o-no-family-test").tokens == 128_000
+    assert ContextWindow("gpt-4o-no-family-test").tokens == 128_000
+    assert _CountedTable.walks == 2
 
 
 # --- the count -------------------------------------------------------------------------------
