@@ -141,7 +141,7 @@ def request_parts(
     if not cache:
         # The last piece (the comma the body's end replaces) stays out of chunks.
         start = sealed.update(plain, same, len(plain) - 1)
-        return RequestBody.of(head, sealed.chunks, plain[start:])
+        return RequestBody.of(head, sealed, plain[start:])
     # Roles alternate once merged, so both breakpoints are among the last
     # three messages: only those are encoded again with them.
     last = max(len(turns.turns) - 3, 0)
@@ -150,7 +150,7 @@ def request_parts(
     tail = plain[start : 2 * last]
     for i in range(last, len(turns.turns)):
         tail += (_turn_json(turns.turns[i], i in marks), b",")
-    return RequestBody.of(head, sealed.chunks, tail)
+    return RequestBody.of(head, sealed, tail)
 
 
 class _Turns:

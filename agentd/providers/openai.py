@@ -177,7 +177,7 @@ def request_parts(
     pieces, sealed, same = _message_pieces(request.messages, key)
     # The last piece (the comma the body's end replaces) stays out of chunks.
     start = sealed.update(pieces, same, len(pieces) - 1)
-    return RequestBody.of(head, sealed.chunks, pieces[start:])
+    return RequestBody.of(head, sealed, pieces[start:])
 
 
 def _message_pieces(

@@ -478,6 +478,24 @@ def test_a_step_joins_under_one_small_chunk_however_long_the_history(wire: Wire)
     assert len(first.parts) <= most, [len(p) for p in first.parts]
 
 
+async def test_a_body_is_written_in_its_largest_chunks_and_one_more_write(wire: Wire) -> None:
+    """Each part httpcore writes costs a turn of the event loop: the chunks
+    smaller than the largest and the tail go out joined, as one write (a
+    170 KB body is the request's head and one write, not eight)."""
+    parts = openai_wire.request_parts if wire.name == "openai" else anthropic_wire.request_parts
+    for n in (400, 2000):
+        history = _long_history(n)
+        body = parts(_request(history), "m", wire.configs[0])
+        writes = [part async for part in body]
+        assert b"".join(writes) == bytes(body) == _fresh(wire, _request(history), wire.configs[0])
+        largest = [p for p in body.parts[1:-1] if len(p) >= body_module.CHUNK_BYTES]
+        assert bool(largest) == (n == 2000)
+        if n == 400:
+            assert len(body.parts) > 2, [len(p) for p in body.parts]  # small chunks
+        assert len(writes) == 2 + len(largest), [len(p) for p in body.parts]
+        assert all(a is b for a, b in zip(writes[1:-1], largest, strict=True))
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_kept_chunks_are_those_made_afresh(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever changes between two calls (pieces dropped, changed, added, a
