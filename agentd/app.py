@@ -127,6 +127,7 @@ class App:
                 after_reply_hook=app._after_reply,
             )
             core.memory = app.recall
+            memory.watch_gate = app.recall.watch_gate
         return app
 
     def on_loop(self) -> None:

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 
 MAX_DOCS = 5
 MODEL_CANDIDATES = 60
+# A starting project's watcher registers once a prompt's request is out, or
+# after this many seconds with none (`watch_gate`).
+WATCH_DELAY = 1.0
 
 SELECT_TOOL = ToolSpec(
     "select_memories",
@@ -159,6 +162,8 @@ class MemoryRecall:
         self._preparing: dict[Path, asyncio.Task[None]] = {}
         self._seen_projects: set[Path] = set()
         self._sessions: dict[str, SessionRecall] = {}
+        # Starting projects' watchers waiting for their moment (`watch_gate`).
+        self._watch_gates: list[asyncio.Future[None]] = []
 
     def handles(self, session_id: str) -> list[PrefetchHandle]:
         """The session's live prefetch handles (for `memory/status`)."""
@@ -170,7 +175,34 @@ class MemoryRecall:
 
     # --- seams -----------------------------------------------------------------------
 
+    def watch_gate(self) -> Awaitable[None]:
+        """When a project that starts now may register its memory watcher
+        (`MemoryManager.watch_gate`): once a prompt started after this call has
+        its model request out, or after `WATCH_DELAY` seconds without one. The
+        registration holds the GIL for up to milliseconds; a session's first
+        prompt, sent the instant the session exists, is then past the point
+        where it would have waited for it."""
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watch_gates.append(gate)
+        return self._wait_gate(gate)
+
+    async def _wait_gate(self, gate: asyncio.Future[None]) -> None:
+        try:
+            await asyncio.wait([gate], timeout=WATCH_DELAY)
+        finally:
+            if gate in self._watch_gates:
+                self._watch_gates.remove(gate)
+
+    def _open_gates(self, session: Session) -> None:
+        gates, self._watch_gates = self._watch_gates, []
+        for gate in gates:
+            if not gate.done():
+                gate.set_result(None)
+
     def prompt_started(self, session: Session, query: str) -> None:
+        if self._watch_gates:
+            # Its request's bytes written, the prompt no longer waits on the loop.
+            session.sent_listeners.append(self._open_gates)
         # A new query replaces the previous prompt's handles (normally already
         # cleared by prompt_ended; this covers any that slipped through).
         self._abort_all(session, "replaced")

@@ -12,13 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentd.layout import agentd_home, canonical_root
-from agentd.memory.project import ProjectMemory
+from agentd.memory.project import ProjectMemory, WatchGate
 
 
 class MemoryManager:
     def __init__(self, home: Path | None = None, watch: bool = True) -> None:
         self._home = home
         self._watch = watch
+        # Set by the daemon with memory recall on: when a starting project's
+        # watcher may register (after its first index; see `ProjectMemory.start`).
+        self.watch_gate: WatchGate | None = None
         self._projects: dict[Path, ProjectMemory] = {}
         self._starting: dict[Path, asyncio.Task[ProjectMemory]] = {}
         self._closed = False
@@ -52,7 +55,7 @@ class MemoryManager:
         return await asyncio.shield(task)
 
     async def _start(self, key: Path, progress: Callable[[int, int], None] | None) -> ProjectMemory:
-        project = ProjectMemory(key, home=self.home, watch=self._watch)
+        project = ProjectMemory(key, home=self.home, watch=self._watch, watch_gate=self.watch_gate)
         try:
             await project.start(progress)
         except BaseException:

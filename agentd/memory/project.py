@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 Listener = Callable[[list[Path]], None]
+# Called as a project starts; what it returns is awaited before the watcher registers.
+WatchGate = Callable[[], Awaitable[None]]
 
 # The most docs ``candidates`` returns.
 MAX_CANDIDATES = 200
@@ -80,6 +82,7 @@ class ProjectMemory:
         directory: Path | None = None,
         team_directory: Path | None = None,
         watch: bool = True,
+        watch_gate: WatchGate | None = None,
     ) -> None:
         self.workspace_root = canonical_root(workspace_root)
         self.directory = Path(os.path.abspath(directory or memory_dir(self.workspace_root, home)))
@@ -88,6 +91,7 @@ class ProjectMemory:
         )
         self.generation = 0
         self._watch = watch
+        self._watch_gate = watch_gate
         self._index = InvertedIndex()
         self._skipped: dict[str, str] = {}
         self._folder_problems: dict[str, str] = {}
@@ -108,18 +112,31 @@ class ProjectMemory:
 
         The watcher registers first and the scan follows, so a file written
         while the scan runs is seen by one or the other (the watcher's batch
-        waits for the scan to finish).
+        waits for the scan to finish). With a `watch_gate`, the scan comes
+        first and the watcher registers once the gate opens, then scans again
+        (a file written in between is seen by that rescan): a session's first
+        prompt, which may wait for this index, does not also wait for the
+        registration.
         """
         if self._started:
             return
         self._started = True
+        if self._watch and self._watch_gate is not None:
+            # Asked before the scan: a prompt that starts meanwhile can open it.
+            gate = self._watch_gate()
+            try:
+                snapshot = await self._build_snapshot(progress)
+            except BaseException:
+                if isinstance(gate, Coroutine):
+                    gate.close()
+                raise
+            self._install(snapshot, notify=False)
+            self._ready.set()
+            self._watcher = self._folder_watcher()
+            await self._watcher.start(after=gate)
+            return
         if self._watch:
-            self._watcher = FolderWatcher(
-                self._watch_paths,
-                self._on_changes,
-                self._rescan,
-                name=f"memory-watcher:{self.directory.parent.name}",
-            )
+            self._watcher = self._folder_watcher()
             await self._watcher.start()
         try:
             snapshot = await self._build_snapshot(progress)
@@ -129,6 +146,14 @@ class ProjectMemory:
             raise
         self._install(snapshot, notify=False)
         self._ready.set()
+
+    def _folder_watcher(self) -> FolderWatcher:
+        return FolderWatcher(
+            self._watch_paths,
+            self._on_changes,
+            self._rescan,
+            name=f"memory-watcher:{self.directory.parent.name}",
+        )
 
     async def aclose(self) -> None:
         watcher, self._watcher = self._watcher, None

@@ -2,11 +2,14 @@
 
 The watcher registers its OS watches, tells its owner (who scans, so nothing
 written in between is missed), then hands each debounced batch of changes to
-the owner. It restarts when the owner asks (a watched folder appeared or
-vanished) and after a failure, with backoff; every restart is followed by the
-owner's rescan because events may have been lost meanwhile. ``aclose`` stops
-it through watchfiles' ``stop_event`` and awaits the task: nothing is left
-running in a thread.
+the owner. An owner that has scanned already may start it later
+(`start(after=...)`): the first registration then waits for that signal and
+is followed by the owner's rescan too, so a change made before the watches
+existed is still seen. It restarts when the owner asks (a watched folder
+appeared or vanished) and after a failure, with backoff; every restart is
+followed by the owner's rescan because events may have been lost meanwhile.
+``aclose`` stops it through watchfiles' ``stop_event`` and awaits the task:
+nothing is left running in a thread.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ STEP_MS = 10
 MAX_BACKOFF_S = 30.0
 CLOSE_TIMEOUT_S = 5.0
 
-WatchState = Literal["running", "stopped", "failed"]
+WatchState = Literal["starting", "running", "stopped", "failed"]
 Changes = set[tuple[Change, str]]
 
 
@@ -80,13 +83,23 @@ class FolderWatcher:
         self.state: WatchState = "stopped"
         self.error: str | None = None
 
-    async def start(self) -> None:
-        """Start watching; returns once the first registration is done (or failed)."""
+    async def start(self, after: Awaitable[None] | None = None) -> None:
+        """Start watching; returns once the first registration is done (or failed).
+
+        With `after`, returns at once: the first registration waits for `after`
+        (or for `aclose`), and the owner's rescan follows it. RustNotify's
+        constructor creates the OS watches holding the GIL (0.1-5 ms measured),
+        so a thread would not take it off the event loop; `after` moves it to
+        a moment when the loop has nothing urgent (`MemoryRecall.watch_gate`).
+        """
         if self._task is not None:
             return
         registered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._run(registered), name=self._name)
-        await registered
+        if after is not None:
+            self.state = "starting"
+        self._task = asyncio.create_task(self._run(registered, after), name=self._name)
+        if after is None:
+            await registered
 
     async def aclose(self) -> None:
         self._stop.set()
@@ -102,10 +115,14 @@ class FolderWatcher:
                 await task
         self.state = "stopped"
 
-    async def _run(self, registered: asyncio.Future[None]) -> None:
+    async def _run(self, registered: asyncio.Future[None], after: Awaitable[None] | None) -> None:
         failures = 0
-        rescan = False
+        # Registered after the owner's scan: the owner looks again once the
+        # watches exist, so nothing written in between is missed.
+        rescan = after is not None
         try:
+            if after is not None and not await self._wait_for(after):
+                return
             while not self._stop.is_set():
                 try:
                     await self._watch_once(registered, rescan)
@@ -130,6 +147,20 @@ class FolderWatcher:
                 registered.set_result(None)
             if self.state != "failed":
                 self.state = "stopped"
+
+    async def _wait_for(self, after: Awaitable[None]) -> bool:
+        """Wait for `after` or for the stop; True to go on (its failure counts as go)."""
+        go = asyncio.ensure_future(after)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([go, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (go, stop):
+                fut.cancel()
+            await asyncio.wait([go, stop])
+        if not go.cancelled() and go.exception() is not None:
+            log.debug("memory watcher: start signal failed: %r", go.exception())
+        return not self._stop.is_set()
 
     async def _watch_once(self, registered: asyncio.Future[None], rescan: bool) -> None:
         signal = _StopSignal(self._stop)

@@ -257,3 +257,51 @@ async def test_cancelled_caller_does_not_cancel_the_shared_start(tmp_path: Path)
     memory = await manager.get(ws)
     assert memory.status()["watcher"] == "stopped"  # watch=False
     await manager.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_watcher_registered_after_the_first_scan_sees_what_was_written_before_it(
+    tmp_path: Path,
+) -> None:
+    """With a watch gate the project scans first and registers its watcher when
+    the gate opens (after the first prompt's request): a note written between
+    the scan and the registration, unseen by both, is found by the rescan
+    that follows the registration, and later writes are watched as usual."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asked: list[bool] = []
+
+    def watch_gate() -> asyncio.Future[None]:
+        asked.append(True)
+        return gate
+
+    mem = ProjectMemory(ws, home=tmp_path / "home", watch_gate=watch_gate)
+    try:
+        await mem.start()
+        assert asked == [True]
+        assert mem.status()["watcher"] == "starting"
+        mem.directory.mkdir(parents=True, exist_ok=True)
+        topic(mem.directory, "gap.md", "Gap note", "written before any watch existed")
+        assert found(mem, "gap note") == []  # the first index was built before it
+        gate.set_result(None)
+        await until(mem, lambda: found(mem, "gap note") == ["gap.md"])
+        assert mem.status()["watcher"] == "running"
+        topic(mem.directory, "later.md", "Later note", "written once watched")
+        await until(mem, lambda: found(mem, "later note") == ["later.md"])
+    finally:
+        await mem.aclose()
+    assert mem.status()["watcher"] == "stopped"
+
+
+@pytest.mark.asyncio
+async def test_a_watcher_waiting_for_its_gate_stops_at_once_on_close(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    mem = ProjectMemory(ws, home=tmp_path / "home", watch_gate=lambda: never)
+    await mem.start()
+    assert mem.status()["watcher"] == "starting"
+    await asyncio.wait_for(mem.aclose(), TIMEOUT)
+    assert mem.status()["watcher"] == "stopped"
+    assert never.cancelled()

@@ -241,3 +241,36 @@ async def test_instruction_files_are_read_ahead_of_the_first_prompt(
         await supervisor.aclose()
         await manager.aclose()
         await provider.aclose()
+
+
+async def test_a_starting_projects_watcher_registers_once_a_prompts_request_is_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`watch_gate` (asked as a project starts) opens when a prompt started
+    after it has its model request out: the watcher's registration, which
+    holds the GIL, comes after the first prompt's request, not before it.
+    The fallback delay is made endless here, so only the request can open it."""
+    import agentd.agent.prefetch as prefetch
+
+    monkeypatch.setattr(prefetch, "WATCH_DELAY", 3600.0)
+    manager = MemoryManager(tmp_path / "home", watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=False)
+    session = Session("one", tmp_path, AwaitClientResult([]))
+    try:
+        gate = asyncio.ensure_future(recall.watch_gate())
+        recall.prompt_started(session, "hello")
+        await asyncio.sleep(0)
+        assert not gate.done()  # the prompt started, its request is not out yet
+        session.request_out()
+        await asyncio.wait_for(gate, 10)
+        # Later prompts add nothing once no project waits.
+        listeners = len(session.sent_listeners)
+        recall.prompt_started(session, "again")
+        assert len(session.sent_listeners) == listeners
+    finally:
+        recall.prompt_ended(session, cancelled=False)
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
