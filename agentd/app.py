@@ -33,7 +33,7 @@ from agentd.mcp.manager import McpManager
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.messages import ToolSpec
 from agentd.providers import make_provider
-from agentd.providers.base import ModelProvider
+from agentd.providers.base import ModelProvider, Preconnects
 from agentd.tasks import Supervisor
 from agentd.transcript import TranscriptInfo
 
@@ -188,9 +188,28 @@ class App:
     ) -> None:
         """A new or loaded session gets its MCP servers (the configured ones
         and `mcp_servers`, the editor's for this session; started now, never
-        awaited) and the front end's way of asking the user."""
+        awaited) and the front end's way of asking the user; the model
+        endpoint's connection is opened for its first prompt (`preconnect`)."""
         session.permissions = permissions
         self.mcp.attach(session, mcp_servers)
+        self.preconnect()
+
+    def preconnect(self) -> None:
+        """Open the provider's connection in the background (never awaited), so
+        that a session's first prompt does not wait for TCP and TLS (50-200 ms
+        to a provider over the internet): as soon as the warm-up has built
+        the client, and when a session starts, unless the client was used in
+        the last few seconds (`ModelHTTP.preconnect`). Off with `preconnect = false`
+        (`AGENTD_PRECONNECT=0`)."""
+        if not self.settings.preconnect or not isinstance(self.provider, Preconnects):
+            return
+        connect = self.provider.preconnect()
+        if connect is None:
+            return
+        try:
+            self.supervisor.spawn(connect, name="model-preconnect")
+        except RuntimeError:
+            pass  # shutting down: no prompt will need it
 
     # --- results shared by every front end ----------------------------------------------
 

@@ -190,6 +190,9 @@ class Settings(_Model):
     reasoning_model: bool | None = None
     replay_reasoning: bool | None = None
     prompt_caching: bool = True
+    # Open the connection to the model endpoint when a session starts, so
+    # that its first prompt does not wait for TCP and TLS (`App.preconnect`).
+    preconnect: bool = True
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
     tools: ToolSettings = ToolSettings()
@@ -270,6 +273,7 @@ ENV_FIELDS = {
     "AGENTD_LOG_LEVEL": "logLevel",
     "AGENTD_MAX_OUTPUT_TOKENS": "maxOutputTokens",
     "AGENTD_REASONING_EFFORT": "reasoningEffort",
+    "AGENTD_PRECONNECT": "preconnect",
 }
 
 

@@ -12,7 +12,8 @@ stages, what requests need:
    any request that could name it runs.
 2. the App: the other validators built, the core imported and built
    (provider, memory, supervisor), the provider's HTTP client with its TLS
-   context (about 100 ms the first prompt would otherwise pay), start-up
+   context (about 100 ms the first prompt would otherwise pay) and, on the
+   loop while the rest is built, its connection to the endpoint, start-up
    garbage collection, the threads of the loop's default executor
    (`to_thread`), which a session's start-up would otherwise start on the
    loop as its first prompt arrives, then the imports' leftovers released
@@ -143,6 +144,11 @@ class Warmup:
 
             app = App.create(options, settings)
             app.provider.warm()
+            # The endpoint's connection is opened on the loop now, while this
+            # thread finishes: the loop is idle then, and the first prompt's
+            # request finds the connection in the pool (`App.preconnect`).
+            with contextlib.suppress(RuntimeError):  # the loop closed first
+                loop.call_soon_threadsafe(app.preconnect)
             # Start-up garbage collection, here in the warm-up thread: one
             # listing per project, no prompt can be answered before it is done.
             from agentd.transcript import collect_orphan_images

@@ -12,9 +12,9 @@ server sees the disconnect at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentd.messages import Message, ToolCall, ToolSpec
 
@@ -173,6 +173,16 @@ class ModelProvider(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Preconnects(Protocol):
+    """A provider that can open its connection to the endpoint ahead of a request."""
+
+    def preconnect(self) -> Coroutine[Any, Any, None] | None:
+        """What opens a pooled connection now (it never raises and sends no
+        model request), or None when one is not worth opening."""
+        ...
 
 
 @runtime_checkable

@@ -32,12 +32,13 @@ import contextlib
 import email.utils
 import errno
 import json
+import logging
 import math
 import random
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -60,6 +61,8 @@ from agentd.providers.config import ProviderConfig
 from agentd.providers.overflow import is_context_overflow, overflow_limit
 from agentd.providers.sse import SSEDecoder, SSEError, SSEEvent
 
+log = logging.getLogger(__name__)
+
 Sleep = Callable[[float], Awaitable[None]]
 Rand = Callable[[], float]
 
@@ -69,6 +72,13 @@ RETRY_STATUSES = frozenset({408, 409, 429})
 ERROR_BODY_LIMIT = 64 * 1024
 MODELS_BODY_LIMIT = 8 * 1024 * 1024  # a model list (OpenRouter's is a few MB)
 DETAIL_LIMIT = 500  # characters of a provider's error message kept in ours
+# A pre-connect reads at most this much of its answer (an error page): more,
+# and the connection is dropped rather than read further.
+PRECONNECT_BODY_LIMIT = 64 * 1024
+# A pre-connect is skipped when the client sent something this recently: its
+# connection is in the pool (or on its way there). 5 s is the shortest idle
+# time common servers keep a connection open for (uvicorn's default).
+PRECONNECT_FRESH = 5.0
 
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
 
@@ -110,6 +120,8 @@ class ModelHTTP:
         # Each endpoint URL parsed once: httpx parses a `str` on every request
         # (about half of `build_request`'s 0.17 ms), an `httpx.URL` it takes as is.
         self._urls: dict[str, httpx.URL] = {}
+        # When the client last sent a request or a pre-connect (monotonic clock).
+        self._used_at: float | None = None
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -201,6 +213,37 @@ class ModelHTTP:
         """Build the client (and its SSL context) now; safe off the event loop."""
         self._get_client()
 
+    def preconnect(self) -> Coroutine[Any, Any, None] | None:
+        """What opens a connection to the endpoint now and leaves it in the
+        client's pool, so that the next model request does not pay TCP's (and
+        TLS's) handshake; None when the client was used in the last
+        `PRECONNECT_FRESH` seconds (its connection is in the pool already, or
+        on its way). httpx has no connect-only call: this is a GET of the base
+        URL, without credentials, whose answer (an error page, most likely) is
+        read and ignored. It goes where requests go (proxies from the
+        environment included) and is no model request. A request sent while
+        it connects gets a connection of its own, as it would without it."""
+        now = time.monotonic()
+        if self._used_at is not None and now - self._used_at < PRECONNECT_FRESH:
+            return None
+        self._used_at = now
+        return self._preconnect()
+
+    async def _preconnect(self) -> None:
+        # Never raises (a failure is logged at debug level); cancellable.
+        client = self._get_client()
+        url = self.config.effective_base_url()
+        try:
+            async with asyncio.timeout(self.config.connect_timeout):
+                async with client.stream("GET", url, headers={"Accept": "*/*"}) as response:
+                    size = 0
+                    async for chunk in response.aiter_raw():
+                        size += len(chunk)
+                        if size > PRECONNECT_BODY_LIMIT:
+                            break  # not worth reading: the connection is dropped
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError) as exc:
+            log.debug("pre-connect to %s failed: %s", self.host, type(exc).__name__)
+
     async def get_json(self, url: str, headers: Mapping[str, str], timeout: float) -> Any:
         """GET a small JSON document (no retries); None on any failure."""
         client = self._get_client()
@@ -256,6 +299,7 @@ class ModelHTTP:
         """Send until a 2xx event stream starts, retrying what may be retried."""
         client = self._get_client()
         loop = asyncio.get_running_loop()
+        self._used_at = time.monotonic()
         extensions = {"trace": sent.trace} if sent is not None else None
         if isinstance(content, RequestBody):
             # Where httpx puts it for a `bytes` body (last), so the head is the
@@ -734,6 +778,9 @@ class HTTPProvider:
 
     def warm(self) -> None:
         self._http.warm()
+
+    def preconnect(self) -> Coroutine[Any, Any, None] | None:
+        return self._http.preconnect()
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -106,3 +106,27 @@ async def test_a_prompt_cancelled_while_the_app_is_built_ends_cancelled(
         finally:
             release_warmup_nowait(hold)
     assert editor.schema_problems == []
+
+
+async def test_the_first_prompts_request_goes_over_the_connection_the_warm_up_opened(
+    editor: EditorClient, model_server: ModelServer, workspace: Path, tmp_path: Path
+) -> None:
+    """The warm-up opens the endpoint's connection once it has built the HTTP
+    client (`App.preconnect`): the model server accepts it before any prompt,
+    and the first prompt's request goes over it (no TCP handshake of its
+    own). The pre-connect is no model request: the log has none but the
+    prompt's."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    async with connect_acp(editor, env, tmp_path / "stderr.log") as conn:
+        await conn.initialize(
+            protocol_version=1, client_capabilities=capabilities(), client_info=CLIENT_INFO
+        )
+        await model_server.wait_accepted(1, NEVER)
+        assert model_server.requests() == []
+        setup: Any = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        result = await conn.prompt(session_id=setup.session_id, prompt=[text_block("hello")])
+        assert result.stop_reason == "end_turn"
+        (main,) = model_server.requests()
+        assert main["purpose"] == "main" and main["connection"] == 1
+        assert model_server.accepted == 1
+    assert editor.schema_problems == []

@@ -135,3 +135,10 @@ def test_bad_model_settings_are_problems_and_stay_off(tmp_path: Path) -> None:
     assert s.problems == (
         "setting thinking.budgetTokens: 4000 must be below maxOutputTokens (4000); thinking is off",
     )
+
+
+def test_preconnect_is_on_unless_turned_off(tmp_path: Path) -> None:
+    none = tmp_path / "x"
+    assert load_settings(None, env={}, config_file=none).preconnect is True
+    assert load_settings(None, env={"AGENTD_PRECONNECT": "0"}, config_file=none).preconnect is False
+    assert load_settings({"preconnect": False}, env={}, config_file=none).preconnect is False

@@ -697,3 +697,87 @@ async def test_a_request_through_the_connection_pool_imports_nothing(
         server.close()
         await server.wait_closed()
     assert searched == []
+
+
+# --- pre-connect ------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_preconnect_leaves_the_connection_the_next_request_goes_over() -> None:
+    """Over real loopback: the pre-connect opens one connection and sends no
+    model request; the request that follows goes over that connection. A
+    second pre-connect right after is not made (the pool has one)."""
+    from agentd.testing.model_server import ModelServer
+
+    async with ModelServer() as server:
+        config = ProviderConfig(base_url=server.openai_base_url, api_key=KEY, model="m")
+        p = OpenAIProvider(config)
+        try:
+            connect = p.preconnect()
+            assert connect is not None
+            await connect
+            assert server.accepted == 1 and server.requests() == []
+            assert p.preconnect() is None
+            events = [e async for e in p.stream(request())]
+            assert isinstance(events[-1], StreamEnd)
+            (main,) = server.requests()
+            assert main["connection"] == 1 and server.accepted == 1
+        finally:
+            await p.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_request_does_not_wait_for_a_preconnect_that_is_not_answered() -> None:
+    """A pre-connect whose answer never comes holds its own connection only: a
+    model request sent meanwhile opens another and completes."""
+    got_get = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET "):
+            got_get.set()
+            await release.wait()
+        else:
+            fields = dict(
+                line.split(": ", 1) for line in head.decode().lower().split("\r\n")[1:] if line
+            )
+            await reader.readexactly(int(fields["content-length"]))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"connection: close\r\n\r\n" + TEXT_OK
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    p = OpenAIProvider(ProviderConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m"))
+    connect = p.preconnect()
+    assert connect is not None
+    pending = asyncio.ensure_future(connect)
+    try:
+        await asyncio.wait_for(got_get.wait(), 30)
+        events = [e async for e in p.stream(request())]
+        assert events == OK_EVENTS
+        assert not pending.done()
+    finally:
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        release.set()
+        await p.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_a_preconnect_that_cannot_connect_says_nothing() -> None:
+    # Port 9 (discard) is closed on a test machine: refused, never raised.
+    p = OpenAIProvider(ProviderConfig(base_url="http://127.0.0.1:9/v1", model="m"))
+    try:
+        connect = p.preconnect()
+        assert connect is not None
+        await connect
+    finally:
+        await p.aclose()

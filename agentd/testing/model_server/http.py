@@ -108,6 +108,8 @@ class Connection:
         self._gone = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self._chunked = True
+        # The server's count of accepted connections when this one came (from 1).
+        self.number = 0
 
     # --- reading ---------------------------------------------------------------
 

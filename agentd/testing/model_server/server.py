@@ -63,7 +63,8 @@ truncates its JSON, `error_event` makes it a 500.
 
 Log entries, in order (and as JSON lines in `log_path`):
     request      id, ts, purpose, api, path, headers (secrets redacted), body, replySource,
-                 cache ({input, read, write}: the emulated cache's view of the prompt)
+                 cache ({input, read, write}: the emulated cache's view of the prompt),
+                 connection (the TCP connection's number, from 1: `accepted` counts them)
     first_chunk  id, ts                 the first content chunk was sent
     complete     id, ts                 the whole response was sent
     disconnect   id, ts, chunksSent     the client left before the end
@@ -194,6 +195,10 @@ class ModelServer:
         self._next_id = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
+        # TCP connections accepted so far (never reset); a model request's log
+        # entry names its connection by number (`connection`, from 1).
+        self.accepted = 0
+        self._accepted_grew: asyncio.Event | None = None
         # Replaced by a fresh Event each time the log grows: waiters wake, rescan, rewait.
         self._log_grew: asyncio.Event | None = None
 
@@ -402,6 +407,14 @@ class ModelServer:
 
     # --- connections -----------------------------------------------------------------
 
+    async def wait_accepted(self, count: int, timeout: float = 10.0) -> None:
+        """Until `count` TCP connections have been accepted (TimeoutError after `timeout`)."""
+        async with asyncio.timeout(timeout):
+            while self.accepted < count:
+                if self._accepted_grew is None:
+                    self._accepted_grew = asyncio.Event()
+                await self._accepted_grew.wait()
+
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
@@ -413,6 +426,11 @@ class ModelServer:
         if task is not None:
             self._connections.add(task)
         conn = Connection(reader, writer)
+        self.accepted += 1
+        conn.number = self.accepted
+        grew, self._accepted_grew = self._accepted_grew, None
+        if grew is not None:
+            grew.set()
         try:
             await self._serve(conn)
         except ClientGone:
@@ -631,6 +649,7 @@ class ModelServer:
                 "ts": time.time(),
                 "arrivedTs": request.arrived,
                 "completeTs": request.complete,
+                "connection": conn.number,
                 "purpose": purpose,
                 "api": api,
                 "path": request.path,
