@@ -125,7 +125,7 @@ class ProjectMemory:
             # Asked before the scan: a prompt that starts meanwhile can open it.
             gate = self._watch_gate()
             try:
-                snapshot = await self._build_snapshot(progress)
+                snapshot = self._nothing_to_scan(progress) or await self._build_snapshot(progress)
             except BaseException:
                 if isinstance(gate, Coroutine):
                     gate.close()
@@ -350,6 +350,19 @@ class ProjectMemory:
         snapshot.index = InvertedIndex.from_tokenised(tokenised)
         snapshot.index_file = read_index_file(self.directory)
         return snapshot
+
+    def _nothing_to_scan(self, progress: Progress | None) -> _Snapshot | None:
+        """The empty index, when neither memory folder exists (a project agentd
+        has not written notes for yet): two `stat`s on the loop instead of a
+        worker thread's round trip, which a first prompt may be waiting for.
+        None when there is a folder to scan. A folder made just after this is
+        seen by the rescan that follows the watcher's registration."""
+        if self.directory.exists() or self.team_directory.exists():
+            return None
+        report = _log_failures(progress)
+        if report is not None:
+            report(0, 0)
+        return _Snapshot(InvertedIndex())
 
     async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
         # Always in a worker thread: files are read, and a file of the

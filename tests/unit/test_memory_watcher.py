@@ -305,3 +305,41 @@ async def test_a_watcher_waiting_for_its_gate_stops_at_once_on_close(tmp_path: P
     await asyncio.wait_for(mem.aclose(), TIMEOUT)
     assert mem.status()["watcher"] == "stopped"
     assert never.cancelled()
+
+
+@pytest.mark.asyncio
+async def test_a_project_without_memory_folders_is_indexed_without_a_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scanning first (with a watch gate), a project with neither memory folder
+    has its (empty) index at once, with no worker thread's round trip; one
+    with a folder is scanned. A folder made afterwards is found by the rescan
+    that follows the watcher's registration."""
+    scans: list[Path] = []
+    real_scan = ProjectMemory._scan
+
+    def counted(self: ProjectMemory, progress: Any) -> Any:
+        scans.append(self.workspace_root)
+        return real_scan(self, progress)
+
+    monkeypatch.setattr(ProjectMemory, "_scan", counted)
+    fresh, known = tmp_path / "fresh", tmp_path / "known"
+    fresh.mkdir()
+    (known / ".agentd" / "memory").mkdir(parents=True)
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    progress: list[tuple[int, int]] = []
+    new = ProjectMemory(fresh, home=tmp_path / "home", watch_gate=lambda: gate)
+    old = ProjectMemory(known, home=tmp_path / "home", watch_gate=lambda: gate)
+    try:
+        await new.start(lambda done, total: progress.append((done, total)))
+        assert scans == [] and progress == [(0, 0)]
+        assert new.status()["docCount"] == 0
+        await old.start()
+        assert scans == [old.workspace_root]
+        new.directory.mkdir(parents=True)
+        topic(new.directory, "made.md", "Made later", "after the first index")
+        gate.set_result(None)
+        await until(new, lambda: found(new, "made later") == ["made.md"])
+    finally:
+        await new.aclose()
+        await old.aclose()
