@@ -82,10 +82,14 @@ def _imports(text: str) -> list[str]:
 
 
 def _stat_key(path: Path) -> tuple[str, int, int]:
+    """(path, mtime, size); -1s when nothing is there, -2s when the stat failed
+    otherwise (a read then says why)."""
     try:
         st = path.stat()
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return (str(path), -1, -1)
+    except OSError:
+        return (str(path), -2, -2)
     return (str(path), st.st_mtime_ns, st.st_size)
 
 
@@ -143,14 +147,19 @@ class InstructionFiles:
         Reads files when one changed: call it in a worker thread.
         """
         with self._lock:
-            paths = [p for p, _ in self.candidates()] + self._watched
-            signature = tuple(_stat_key(p) for p in paths)
+            candidates = [p for p, _ in self.candidates()]
+            signature = tuple(_stat_key(p) for p in candidates + self._watched)
             if signature == self._signature:
                 return self._text
-            self._text, self._watched = self._load()
+            # Only the files the stats found are read: a missing one (most of
+            # them) costs no `realpath` walk and no failed open. A file that
+            # appears or changes after these stats differs from the signature
+            # kept below, so the next call reads again.
+            found = {key[0] for key in signature[: len(candidates)] if key[1] != -1}
+            self._text, self._watched = self._load(found)
             # The signature covers the imports found by this load too.
-            self._signature = tuple(
-                _stat_key(p) for p in [p for p, _ in self.candidates()] + self._watched
+            self._signature = signature[: len(candidates)] + tuple(
+                _stat_key(p) for p in self._watched
             )
             return self._text
 
@@ -216,12 +225,16 @@ class InstructionFiles:
             else:
                 self._expand(resolved, f"imported by {path.name}", chain, seen, group, watched)
 
-    def _load(self) -> tuple[str, list[Path]]:
+    def _load(self, found: set[str]) -> tuple[str, list[Path]]:
+        """The text and the imported files to watch; `found`: the candidates
+        that exist (as `str`), the only ones read."""
         self.problems = []
         groups: list[_Group] = []
         watched: list[Path] = []
         seen: set[Path] = set()
         for path, label in self.candidates():
+            if str(path) not in found:
+                continue
             group = _Group()
             self._expand(path, label, [], seen, group, watched)
             if group.sections:

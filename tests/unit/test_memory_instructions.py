@@ -137,3 +137,28 @@ def test_binary_and_invalid_utf8(tree: tuple[Path, Path, Path]) -> None:
     text = files.render()
     assert "caf\ufffd rules" in text
     assert any("binary" in p for p in files.problems)
+
+
+def test_only_the_files_that_exist_are_read(
+    tree: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stats that decide whether to render also say which candidates exist:
+    a missing one costs no read (a `realpath` walk and a failed open each, on
+    the path of a session's first prompt). One that appears later is read by
+    the next render."""
+    repo, ws, config = tree
+    (repo / "AGENTS.md").write_text("REPO-ROOT")
+    read: list[Path] = []
+    real_read = InstructionFiles._read
+
+    def counted(self: InstructionFiles, path: Path) -> str | None:
+        read.append(path)
+        return real_read(self, path)
+
+    monkeypatch.setattr(InstructionFiles, "_read", counted)
+    files = InstructionFiles(ws, config)
+    assert "REPO-ROOT" in files.render()
+    assert read == [repo / "AGENTS.md"]
+    (ws / "AGENTS.md").write_text("WORKSPACE")
+    assert files.cached() is None
+    assert "WORKSPACE" in files.render()
