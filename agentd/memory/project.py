@@ -124,6 +124,9 @@ class ProjectMemory:
         if self._watch and self._watch_gate is not None:
             # Asked before the scan: a prompt that starts meanwhile can open it.
             gate = self._watch_gate()
+            # A folder seen now and gone when the watcher registers was deleted
+            # under us (`_watch_paths`), as one gone between registrations is.
+            self._watched_once = self.directory.is_dir()
             try:
                 snapshot = self._nothing_to_scan(progress) or await self._build_snapshot(progress)
             except BaseException:

@@ -343,3 +343,27 @@ async def test_a_project_without_memory_folders_is_indexed_without_a_scan(
     finally:
         await new.aclose()
         await old.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_folder_deleted_before_the_late_registration_is_said_in_status(
+    tmp_path: Path,
+) -> None:
+    """The memory folder scanned at the start and gone when the watcher
+    registers was deleted under us: the rescan empties the index and status
+    says so, as for a folder deleted while watched."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    mem = ProjectMemory(ws, home=tmp_path / "home", watch_gate=lambda: gate)
+    mem.directory.mkdir(parents=True)
+    topic(mem.directory, "a.md", "Alpha", "first")
+    try:
+        await mem.start()
+        assert found(mem, "alpha") == ["a.md"]
+        shutil.rmtree(mem.directory)
+        gate.set_result(None)
+        await until(mem, lambda: found(mem, "alpha") == [])
+        assert any("deleted" in p["problem"] for p in mem.status()["problems"])
+    finally:
+        await mem.aclose()
