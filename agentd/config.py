@@ -190,8 +190,9 @@ class Settings(_Model):
     reasoning_model: bool | None = None
     replay_reasoning: bool | None = None
     prompt_caching: bool = True
-    # Open the connection to the model endpoint when a session starts, so
-    # that its first prompt does not wait for TCP and TLS (`App.preconnect`).
+    # Open the connection to the model endpoint once the warm-up has built the
+    # client (and when a session starts), so that a first prompt does not wait
+    # for TCP and TLS (`App.preconnect`).
     preconnect: bool = True
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
