@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from agentd.agent.modes import DEFAULT_MODE
 from agentd.agent.permission import PermissionAsker
 from agentd.events import Note, PlanEntry
-from agentd.messages import Message, ToolCall, ToolResultPart, ToolSpec
+from agentd.messages import Message, ReminderPart, ToolCall, ToolResultPart, ToolSpec
 from agentd.providers.base import Usage
 
 
@@ -125,6 +125,10 @@ class Session:
     extra_tools: ExtraTools | None = None
     # How to ask the user before a daemon-run tool with side effects; None: nobody can be asked.
     permissions: PermissionAsker | None = None
+    # Where the history's newest date reminder was last found: (index, message,
+    # part), checked by identity before use (`turn._date_reminder`), so that a
+    # prompt does not walk the whole history to find it.
+    date_note: tuple[int, Message, ReminderPart] | None = None
 
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""

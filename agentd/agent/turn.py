@@ -152,7 +152,9 @@ async def run_prompt(
         if not session.title:
             session.title = text.strip().splitlines()[0][:80] if text.strip() else "(empty)"
         given: list[Part] = [TextPart(prompt)] if isinstance(prompt, str) else list(prompt)
-        session.append(Message("user", [*_date_reminder(session), *given]))
+        dated = _date_reminder(session)
+        session.append(Message("user", [*dated, *given]))
+        _remember_date(session, dated)
         tools = DaemonTools(session.workspace_root, ctx.tools)
         # One scheduler yield (not a wait): a recall task that can finish without
         # awaiting anything, such as the local tier, settles here.
@@ -280,11 +282,39 @@ def _date_reminder(session: Session) -> list[ReminderPart]:
     a history restored without it). In the history, not the system prompt, so
     that a new day does not change the prefix of every request after it."""
     today = f"Today's date is {time.strftime('%Y-%m-%d')}."
-    for message in reversed(session.history):
-        for part in message.parts:
-            if isinstance(part, ReminderPart) and part.source == DATE_SOURCE:
-                return [] if part.text == today else [ReminderPart(today, DATE_SOURCE)]
-    return [ReminderPart(today, DATE_SOURCE)]
+    told = _newest_date(session)
+    return [] if told is not None and told.text == today else [ReminderPart(today, DATE_SOURCE)]
+
+
+def _newest_date(session: Session) -> ReminderPart | None:
+    """The history's newest date reminder. Where it was found last time is kept
+    on the session and used while that message still sits at that index with
+    the part in it (a compaction, a reset or a restore replaces the messages, so
+    the check fails and the history is walked again): a steady session's
+    reminder is in its first message, and walking to it on every prompt costs
+    a microsecond per message. A prompt that adds a reminder keeps where it
+    put it (`_remember_date`), and nothing else adds one, so none is newer
+    than the kept one."""
+    history = session.history
+    kept = session.date_note
+    if kept is not None:
+        index, message, part = kept
+        held = index < len(history) and history[index] is message
+        if held and any(p is part for p in message.parts):
+            return part
+    for index in range(len(history) - 1, -1, -1):
+        for found in history[index].parts:
+            if isinstance(found, ReminderPart) and found.source == DATE_SOURCE:
+                session.date_note = (index, history[index], found)
+                return found
+    session.date_note = None
+    return None
+
+
+def _remember_date(session: Session, dated: list[ReminderPart]) -> None:
+    """The newest message (just appended) holds the reminder `dated` gave."""
+    if dated:
+        session.date_note = (len(session.history) - 1, session.history[-1], dated[0])
 
 
 def _attach_reminder(message: Message, reminder: ReminderPart, point: str, position: int) -> None:
