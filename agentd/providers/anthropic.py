@@ -55,6 +55,7 @@ from agentd.providers.base import (
 from agentd.providers.body import RequestBody, SealedChunks
 from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
+    HeadCache,
     HTTPProvider,
     ModelHTTP,
     as_int,
@@ -122,6 +123,10 @@ def request_content(
     return bytes(request_parts(request, model, config))
 
 
+# The heads of the last requests (`HeadCache`): the system prompt is in them.
+_HEADS = HeadCache()
+
+
 def request_parts(
     request: ModelRequest, model: str, config: ProviderConfig | None = None
 ) -> RequestBody:
@@ -133,10 +138,18 @@ def request_parts(
     same-role neighbours and placing the cache breakpoints, which move from
     step to step, happen here on the cached bytes, never in the per-message
     cache."""
-    body, thinking, cache = _request_head(request, model, config)
+    refs = (config, *request.tools)
+    fixed = ("anthropic", model, request.purpose, request.max_tokens, request.temperature)
+    what = (*fixed, request.tool_choice, request.cache, request.system)
+    hit = _HEADS.get(what, refs)
+    if hit is None:
+        body, thinking, cache = _request_head(request, model, config)
+        hit = (_head_json(request, body, cache), thinking, cache)
+        _HEADS.put(what, refs, hit)
+    head_json, thinking, cache = hit
     key = ("anthropic", thinking)
     turns = _Turns.of(request.messages, key)
-    head = [_head_json(request, body, cache), b',"messages":[']
+    head = [head_json, b',"messages":[']
     plain, sealed, same = turns.plain, turns.sealed, 2 * turns.dirty
     if not cache:
         # The last piece (the comma the body's end replaces) stays out of chunks.

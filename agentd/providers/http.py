@@ -38,7 +38,15 @@ import random
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Hashable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -397,6 +405,37 @@ def tools_json(
             hit = _TOOL_JSON[key] = (tool, json_bytes(shape(tool, i == last)))
         out.append(hit[1])
     return b"[" + b",".join(out) + b"]"
+
+
+class HeadCache:
+    """A request body's head (its JSON before the messages, with the tool
+    definitions) by what it is made of, for the few heads a daemon sends
+    (the main request's, a side query's each): a session's steps and prompts
+    send the same head, whose assembly (the traits, the tools' dicts, the
+    JSON around the kept tool encodings) took 0.1-0.15 ms per request.
+
+    `key` holds the request's plain values; `refs` the objects it is built
+    from that are compared by identity (the provider's config, which settings
+    replace and never change in place, and each `ToolSpec`, frozen): an entry
+    is used only while every one of them is the very object it was built
+    from, and holding them keeps their ids from being reused. Cleared whole
+    when full."""
+
+    MAX = 16
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, tuple[tuple[object, ...], Any]] = {}
+
+    def get(self, key: Hashable, refs: tuple[object, ...]) -> Any:
+        hit = self._entries.get((key, tuple(map(id, refs))))
+        if hit is None or len(hit[0]) != len(refs):
+            return None
+        return hit[1] if all(a is b for a, b in zip(hit[0], refs, strict=True)) else None
+
+    def put(self, key: Hashable, refs: tuple[object, ...], value: Any) -> None:
+        if len(self._entries) >= self.MAX:
+            self._entries.clear()
+        self._entries[(key, tuple(map(id, refs)))] = (refs, value)
 
 
 def json_with(body: Mapping[str, Any], key: str, raw: bytes) -> bytes:

@@ -44,6 +44,7 @@ from agentd.providers.base import (
 from agentd.providers.body import RequestBody, SealedChunks
 from agentd.providers.config import ProviderConfig
 from agentd.providers.http import (
+    HeadCache,
     HTTPProvider,
     ModelHTTP,
     as_int,
@@ -161,6 +162,10 @@ def request_content(
     return bytes(request_parts(request, model, config))
 
 
+# The heads and system messages of the last requests (`HeadCache`).
+_HEADS = HeadCache()
+
+
 def request_parts(
     request: ModelRequest, model: str, config: ProviderConfig | None = None
 ) -> RequestBody:
@@ -169,11 +174,23 @@ def request_parts(
     sent before, walks only those (the last step's pieces are taken over,
     `find_prefix`), and joins only the pieces that no kept chunk holds
     (`body.SealedChunks`)."""
-    body, traits = _request_head(request, model, config)
-    key = ("openai", traits.replay_reasoning)
-    head = [_head_json(request, body), b',"messages":[']
+    refs = (config, *request.tools)
+    fixed = ("openai", model, request.purpose, request.max_tokens, request.temperature)
+    what = (*fixed, request.tool_choice)
+    hit = _HEADS.get(what, refs)
+    if hit is None:
+        body, traits = _request_head(request, model, config)
+        hit = (_head_json(request, body), traits.replay_reasoning)
+        _HEADS.put(what, refs, hit)
+    head_json, replay = hit
+    key = ("openai", replay)
+    head = [head_json, b',"messages":[']
     if request.system:
-        head += (json_bytes({"role": "system", "content": request.system}), b",")
+        system = _HEADS.get(("openai/system", request.system), ())
+        if system is None:
+            system = json_bytes({"role": "system", "content": request.system})
+            _HEADS.put(("openai/system", request.system), (), system)
+        head += (system, b",")
     pieces, sealed, same = _message_pieces(request.messages, key)
     # The last piece (the comma the body's end replaces) stays out of chunks.
     start = sealed.update(pieces, same, len(pieces) - 1)
