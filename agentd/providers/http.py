@@ -130,6 +130,9 @@ class ModelHTTP:
         self._urls: dict[str, httpx.URL] = {}
         # When the client last sent a request or a pre-connect (monotonic clock).
         self._used_at: float | None = None
+        # The client's default headers merged with a request's (all but its
+        # Content-Length), by the request's headers: `_request`.
+        self._headers: dict[tuple[tuple[str, str], ...], list[tuple[bytes, bytes]]] = {}
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -318,13 +321,7 @@ class ModelHTTP:
             cause: BaseException | None = None
             try:
                 async with asyncio.timeout_at(deadline):
-                    request = client.build_request(
-                        "POST",
-                        self._parsed(url),
-                        content=content,
-                        headers=headers,
-                        extensions=extensions,
-                    )
+                    request = self._request(client, url, content, headers, extensions)
                     response = await client.send(request, stream=True)
             except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
                 cause, error = exc, self._error(exc)
@@ -348,6 +345,45 @@ class ModelHTTP:
                 raise rebuild(error, note=note) from cause
             attempt += 1
             await self._sleep(delay)
+
+    def _request(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        content: bytes | RequestBody,
+        headers: dict[str, str],
+        extensions: dict[str, Any] | None,
+    ) -> httpx.Request:
+        """`client.build_request("POST", url, ...)`, the same request, made
+        without merging the client's defaults again for every request: its
+        headers merged with these (all but the Content-Length, which changes)
+        are kept by these, and its timeout set as `build_request` sets it.
+        `build_request` took 0.2-0.3 ms of a steady prompt's path, most of it
+        that merging. A client holding cookies (a server set one) goes through
+        `build_request`, which sends them."""
+        if client.cookies:
+            return client.build_request(
+                "POST", self._parsed(url), content=content, headers=headers, extensions=extensions
+            )
+        length = headers.get("Content-Length")
+        key = tuple((k, v) for k, v in headers.items() if k != "Content-Length")
+        merged = self._headers.get(key)
+        if merged is None:
+            # What `build_request` does: the client's headers, updated by these.
+            both = httpx.Headers(client.headers)
+            both.update(dict(key))
+            if len(self._headers) >= 16:
+                self._headers.clear()
+            merged = self._headers[key] = both.raw
+        raw = merged if length is None else [*merged, (b"Content-Length", length.encode())]
+        timeout = client.timeout.as_dict()
+        return httpx.Request(
+            "POST",
+            self._parsed(url),
+            content=content,
+            headers=raw,
+            extensions={"timeout": timeout, **extensions} if extensions else {"timeout": timeout},
+        )
 
     def _parsed(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)

@@ -781,3 +781,49 @@ async def test_a_preconnect_that_cannot_connect_says_nothing() -> None:
         await connect
     finally:
         await p.aclose()
+
+
+# --- the request object ----------------------------------------------------------
+
+
+async def _read(request: httpx.Request) -> bytes:
+    return b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+
+
+async def test_a_request_is_the_one_build_request_makes() -> None:
+    """`ModelHTTP._request` keeps the client's headers merged with a request's
+    instead of merging them for every request: the requests are the same,
+    whatever the headers, the body's form and its length; with a cookie the
+    server set, it is sent too."""
+    from agentd.providers.body import RequestBody
+
+    http = OpenAIProvider(
+        ProviderConfig(base_url=f"https://{HOST}/v1", api_key=KEY, extra_headers=(("X-A", "1"),))
+    )._http
+    client = http._get_client()
+    url = f"https://{HOST}/v1/chat/completions"
+    bodies: list[bytes | RequestBody] = [
+        b'{"a":1}',
+        RequestBody([b'{"a":', b"[1,2]}"]),
+        RequestBody([b'{"a":', b"[1,2,3]}"]),
+        b'{"b":22}',
+    ]
+    for purpose in ("main", "recall", "main"):
+        for body in bodies:
+            headers = {"Accept": "text/event-stream", "X-Agentd-Purpose": purpose}
+            if isinstance(body, RequestBody):
+                headers["Content-Length"] = str(body.length)
+            ext = {"trace": lambda *a: None}
+            ours = http._request(client, url, body, dict(headers), ext)
+            theirs = client.build_request(
+                "POST", url, content=body, headers=headers, extensions=ext
+            )
+            assert ours.method == theirs.method and ours.url == theirs.url
+            assert ours.headers.raw == theirs.headers.raw
+            assert ours.extensions == theirs.extensions
+            assert await _read(ours) == await _read(theirs)
+    client.cookies.set("lb", "7", domain=HOST)
+    headers = {"Accept": "text/event-stream", "X-Agentd-Purpose": "main"}
+    ours = http._request(client, url, b"{}", headers, None)
+    assert ours.headers.get("Cookie") == "lb=7"
+    await http.aclose()
