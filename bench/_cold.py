@@ -14,9 +14,9 @@ again, `STEADY_PROMPTS` times (the steady state: a session's second and later
 prompts), each once the previous turn's after-reply work has settled, as the
 daemon reports it (`memory/status`: extraction idle with the session's cursor at
 its transcript's end, no recall handle left open; the session listed), asked
-for rather than slept on. The bare baselines have no such work: they get one
-round trip (an unknown method's error reply) before each steady prompt, so
-every target's prompt follows a reply. The figure is prompt written ->
+for rather than slept on, and then `STEADY_PAUSE` (the user's pause, equal for
+all targets). The bare baselines have no such work: they get one round trip
+(an unknown method's error reply) and the same pause. The figure is prompt written ->
 `arrivedTs` of that prompt's main request at the bundled model server: when
 the request's first bytes reached the server's socket (before the body was
 read or parsed), on the same clock (`time.time()`). The prompt's bytes are
@@ -58,6 +58,12 @@ WARM_PROMPTS = 3
 # previous turn's background work has settled.
 STEADY_PROMPTS = 5
 STEADY_POLLS = 1000
+# The user's pause before the next prompt, the same for every target once its
+# previous turn has settled: not a synchronisation (that is asked for), but
+# equal idle time, since a request after an idle spell costs more (cold caches:
+# httpx's send alone goes from ~0.5 to ~0.8 ms after 30 ms idle here) and the
+# targets' settling takes different times.
+STEADY_PAUSE = 0.1
 
 
 def command(target: str, mode: str, body: Path | None, base_url: str) -> list[str]:
@@ -132,6 +138,7 @@ async def _settle(daemon: RawDaemon, target: str, mode: str, ws: Path, sid: str)
     if target == "bare":
         daemon.request(80, "bench/idle", {})
         await daemon.response(80, timeout=60)
+        await asyncio.sleep(STEADY_PAUSE)
         return
     status_method = "_agentd/memory/status" if mode == "acp" else "memory/status"
     root = {"cwd": str(ws)} if mode == "acp" else {"workspaceRoot": str(ws)}
@@ -142,6 +149,7 @@ async def _settle(daemon: RawDaemon, target: str, mode: str, ws: Path, sid: str)
         daemon.request(82, status_method, root)
         status = await _reply(daemon, 82)
         if _settled(status, sid) and any(s["sessionId"] == sid for s in listed["sessions"]):
+            await asyncio.sleep(STEADY_PAUSE)
             return
         # A pause between polls, not a synchronisation: the condition is asked for.
         await asyncio.sleep(0.01)
