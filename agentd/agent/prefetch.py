@@ -89,7 +89,8 @@ RECALL_SYSTEM = (
 @dataclass(eq=False)
 class PrefetchHandle:
     tier: str
-    task: asyncio.Task[RecallResult] = field(init=False)
+    # None for a local tier answered at once (`MemoryRecall._local_now`).
+    task: asyncio.Task[RecallResult] | None = None
     started_at: float = field(default_factory=time.monotonic)
     settled_at: float | None = None
     consumed: bool = False
@@ -103,7 +104,8 @@ class PrefetchHandle:
         """Cancel the side query if it still runs. True if it had not settled."""
         if self.settled:
             return False
-        self.task.cancel()
+        if self.task is not None:
+            self.task.cancel()
         return True
 
 
@@ -210,9 +212,11 @@ class MemoryRecall:
             return
         state = self._state(session)
         exclude = frozenset(state.surfaced)
-        handles = [
-            self._spawn(session, "local", self._local(session.workspace_root, query, exclude))
-        ]
+        root = session.workspace_root
+        local = self._local_now(root, query, exclude)
+        if local is None:
+            local = self._spawn(session, "local", self._local(root, query, exclude))
+        handles = [local]
         if self.model_tier:
             handles.append(self._spawn(session, "model", self._model(session, query, exclude)))
         state.handles = handles
@@ -234,6 +238,7 @@ class MemoryRecall:
         self.stats.bump("user_query.local.waitedForIndex")
         # Waiting does not cancel the task when the bound expires: the notes then
         # come at the next tool-result point, as a late local tier's would.
+        assert handle.task is not None  # a handle answered at once is settled
         done, _ = await asyncio.wait([handle.task], timeout=self.first_index_wait)
         if not done:
             self.stats.bump("user_query.local.indexWaitExpired")
@@ -358,6 +363,22 @@ class MemoryRecall:
                 self.on_project(pm)
         return pm
 
+    def _local_now(self, root: Path, query: str, exclude: frozenset[str]) -> PrefetchHandle | None:
+        """The local tier answered at once, when the project's memory is
+        loaded: its recall never awaits anything, so a task for it only cost
+        the prompt a task and a turn of the loop before its request. None when
+        the project is not loaded yet (the tier then waits for it in a task)."""
+        pm = self.manager.get_nowait(root)
+        if pm is None:
+            return None
+        handle = PrefetchHandle("local")
+        try:
+            handle.result = pm.recall(query, exclude=exclude, limit=MAX_DOCS)
+        except Exception as exc:
+            handle.result = self._failed("local", exc)
+        handle.settled_at = time.monotonic()
+        return handle
+
     async def _local(self, root: Path, query: str, exclude: frozenset[str]) -> RecallResult:
         pm = self.manager.get_nowait(root)
         if pm is None:
@@ -447,19 +468,22 @@ class MemoryRecall:
         except asyncio.CancelledError:
             raise  # an abort, not a failure: never logged as one
         except Exception as exc:
-            # One log line; a failed recall yields nothing and never fails a prompt.
-            detail = getattr(exc, "message", None) or repr(exc)
-            if isinstance(exc, TimeoutError):
-                detail = f"no answer within the {self.recall_timeout:g} s safety limit"
-            log.warning("%s recall failed: %s", tier, detail)
-            self.stats.bump(f"{tier}.failed")
-            result = RecallResult((), tier)
+            result = self._failed(tier, exc)
         # Settled here, inside the task, rather than in a done callback: a
         # callback runs one loop iteration later, which would make a local
         # recall that finished at once look unsettled at the user-query point.
         handle.result = result
         handle.settled_at = time.monotonic()
         return result
+
+    def _failed(self, tier: str, exc: Exception) -> RecallResult:
+        # One log line; a failed recall yields nothing and never fails a prompt.
+        detail = getattr(exc, "message", None) or repr(exc)
+        if isinstance(exc, TimeoutError):
+            detail = f"no answer within the {self.recall_timeout:g} s safety limit"
+        log.warning("%s recall failed: %s", tier, detail)
+        self.stats.bump(f"{tier}.failed")
+        return RecallResult((), tier)
 
     def _abort_all(self, session: Session, why: str) -> None:
         state = self._sessions.get(session.id)

@@ -156,11 +156,10 @@ async def run_prompt(
         session.append(Message("user", [*dated, *given]))
         _remember_date(session, dated)
         tools = DaemonTools(session.workspace_root, ctx.tools)
-        # One scheduler yield (not a wait): a recall task that can finish without
-        # awaiting anything, such as the local tier, settles here.
-        await asyncio.sleep(0)
-        # The one bounded wait: a prompt that came before its project's memory
-        # was ever indexed waits for that index (memory.firstIndexWait at most).
+        # No turn of the loop before the request for memory: the local tier of
+        # an indexed project was answered in `prompt_started`. The one bounded
+        # wait: a prompt that came before its project's memory was ever indexed
+        # waits for that index (memory.firstIndexWait at most).
         first_index = ctx.memory.first_index(session)
         if first_index is not None:
             await first_index

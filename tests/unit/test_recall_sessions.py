@@ -21,7 +21,8 @@ async def delivered(recall: MemoryRecall, session: Session, query: str) -> list[
     """The docs the user-query point delivers for `query`, once the local tier settled."""
     recall.prompt_started(session, query)
     for handle in recall.handles(session.id):
-        await handle.task
+        if handle.task is not None:
+            await handle.task
     docs = [d for _, delivery in recall.take_nowait(session, "user_query") for d in delivery.docs]
     recall.prompt_ended(session, cancelled=False)
     return docs
@@ -133,7 +134,8 @@ async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unaw
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             recall.prompt_started(session, "deploy checklist")
-            tasks = [h.task for h in recall.handles(session.id)]
+            # Not indexed yet: both tiers run as tasks.
+            tasks = [h.task for h in recall.handles(session.id) if h.task is not None]
             assert len(tasks) == 2
             recall.prompt_ended(session, cancelled=True)  # before either task ran
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -271,6 +273,53 @@ async def test_a_starting_projects_watcher_registers_once_a_prompts_request_is_o
         assert len(session.sent_listeners) == listeners
     finally:
         recall.prompt_ended(session, cancelled=False)
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
+
+
+async def test_an_indexed_projects_local_tier_is_answered_when_the_prompt_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once the project's memory is loaded, the local tier is answered inside
+    `prompt_started` (no task, no turn of the loop before the request): the
+    user-query point takes its notes with nothing awaited in between. A recall
+    that fails there yields nothing, is logged and counted, as a task's would."""
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    folder = memory_dir(workspace, home)
+    folder.mkdir(parents=True)
+    (folder / "deploy.md").write_text(
+        "---\nname: Deploy checklist\ndescription: How we ship releases\ntype: project\n---\n"
+        "Run the smoke tests, then tag.\n"
+    )
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=True)
+    session = Session("one", workspace, AwaitClientResult([]))
+    try:
+        pm = await manager.get(workspace)
+        recall.prompt_started(session, "deploy checklist")
+        local, model = recall.handles(session.id)
+        assert (local.tier, local.settled, local.task) == ("local", True, None)
+        assert model.tier == "model" and model.task is not None  # waits for the request
+        taken = recall.take_nowait(session, "user_query")
+        assert [d for _, delivery in taken for d in delivery.docs] == [str(folder / "deploy.md")]
+        recall.prompt_ended(session, cancelled=False)
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise OSError("index gone")
+
+        pm.recall = broken  # type: ignore[method-assign]
+        recall.prompt_started(session, "deploy checklist again")
+        local = recall.handles(session.id)[0]
+        assert local.settled and local.result is not None and local.result.docs == ()
+        assert recall.take_nowait(session, "user_query") == []
+        assert recall.stats.counts["local.failed"] == 1
+        assert "local recall failed" in caplog.text
+        recall.prompt_ended(session, cancelled=False)
+    finally:
         await supervisor.aclose()
         await manager.aclose()
         await provider.aclose()
