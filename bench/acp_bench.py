@@ -35,12 +35,12 @@ followed to the end, and the whole list at once (`_agentd/session/list`,
 what the baseline also has: without `session/list`, its figure is that one).
 The first request of each is reported apart (nothing cached yet).
 
-Cold and warm prompt -> first request bytes (`--cold-runs N`, default
+Cold, warm and steady prompt -> first request bytes (`--cold-runs N`, default
 `--runs`; 0 skips): the ACP rows of `_cold.py`: a fresh `python -m agentd.acp`
 per run against `bare_acp_agent.py` (a minimal agent on the ACP Python SDK that
 sends agentd's own request with httpx), and the baseline checkout's daemon,
 measured to the model server's `arrivedTs` (goals: cold within 2x the bare
-agent, warm <= 2 ms).
+agent, warm and steady <= 2 ms).
 
     /work/venv/bin/python bench/acp_bench.py --runs 20 [--baseline-src DIR] [--sessions 1000]
 """

@@ -20,8 +20,9 @@ Measured side by side in one run, medians and p90 over `--runs` runs each:
   model server's `disconnect` entry (goal <= 10 ms each);
 - cold first prompt -> first request bytes (the model server's `arrivedTs`), a
   fresh daemon per run, against the bare pygls server sending agentd's request
-  with httpx (goal: within 2x), and a warm prompt in the same daemon (goal
-  <= 2 ms): `_cold.py`.
+  with httpx (goal: within 2x), a warm prompt in the same daemon (a new
+  session's first; goal <= 2 ms), and a steady one (the same session prompted
+  again once its last turn has settled; goal <= 2 ms): `_cold.py`.
 
 With `--baseline-src DIR` (a checkout of another commit, `git archive main | tar
 -x -C DIR`) the spawn / RSS runs and the cold rows also run that code's daemon.
