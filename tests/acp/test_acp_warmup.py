@@ -115,13 +115,16 @@ async def test_the_first_prompts_request_goes_over_the_connection_the_warm_up_op
     client (`App.preconnect`): the model server accepts it before any prompt,
     and the first prompt's request goes over it (no TCP handshake of its
     own). The pre-connect is no model request: the log has none but the
-    prompt's."""
+    prompt's. The prompt goes once the pre-connect's answer is written: a
+    request sent while the pre-connect is still in flight gets a connection
+    of its own, by design."""
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     async with connect_acp(editor, env, tmp_path / "stderr.log") as conn:
         await conn.initialize(
             protocol_version=1, client_capabilities=capabilities(), client_info=CLIENT_INFO
         )
         await model_server.wait_accepted(1, NEVER)
+        await model_server.wait_answered(1, NEVER)
         assert model_server.requests() == []
         setup: Any = await conn.new_session(cwd=str(workspace), mcp_servers=[])
         result = await conn.prompt(session_id=setup.session_id, prompt=[text_block("hello")])

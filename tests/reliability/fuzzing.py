@@ -68,6 +68,8 @@ METHODS = [
     "workspace/didChangeConfiguration",
 ]
 FORBIDDEN = {"exit", "shutdown"}
+# Methods that end the session they name (hostile inputs name the harness's own).
+ENDS_SESSION = {"agent/closeSession", "session/close", "_agentd/session/close"}
 SESSION = b"@SESSION@"
 PROMPT_ID = b'"@PROMPT@"'
 INTERNAL_ERROR = -32603
@@ -460,9 +462,13 @@ def hostile_body(draw: st.DrawFn, framing: Framing) -> bytes:
             body = _dumps({"jsonrpc": "2.0", "id": 0, "method": "session/prompt", "params": params})
         return body.replace(b'"id": 0', b'"id": ' + PROMPT_ID, 1)
     # A lone surrogate in any string of any message, a tool result among them.
+    # It names the harness's session, so never with a method that ends it: the
+    # session must still answer the prompt the fixture sends after the inputs.
     value = draw(st.sampled_from(["sessionId", "toolCallId", "content", "query", "workspaceRoot"]))
     params = {"sessionId": "@SESSION@", "toolCallId": "c", value: text}
     method = draw(st.sampled_from(["agent/toolResult", "memory/recall", method]))
+    if method in ENDS_SESSION:
+        method = "memory/recall"
     msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
     if draw(st.booleans()):
         msg["id"] = text if draw(st.booleans()) else "s"

@@ -198,7 +198,10 @@ class ModelServer:
         # TCP connections accepted so far (never reset); a model request's log
         # entry names its connection by number (`connection`, from 1).
         self.accepted = 0
-        self._accepted_grew: asyncio.Event | None = None
+        # Requests of any kind answered in full (never reset): a test that must
+        # know a client's connection went back to its pool waits for this.
+        self.answered = 0
+        self._counted: asyncio.Event | None = None
         # Replaced by a fresh Event each time the log grows: waiters wake, rescan, rewait.
         self._log_grew: asyncio.Event | None = None
 
@@ -409,11 +412,25 @@ class ModelServer:
 
     async def wait_accepted(self, count: int, timeout: float = 10.0) -> None:
         """Until `count` TCP connections have been accepted (TimeoutError after `timeout`)."""
+        await self._wait_count(lambda: self.accepted, count, timeout)
+
+    async def wait_answered(self, count: int, timeout: float = 10.0) -> None:
+        """Until `count` requests of any kind have been answered in full, their
+        last byte written (TimeoutError after `timeout`)."""
+        await self._wait_count(lambda: self.answered, count, timeout)
+
+    async def _wait_count(self, value: Callable[[], int], count: int, timeout: float) -> None:
         async with asyncio.timeout(timeout):
-            while self.accepted < count:
-                if self._accepted_grew is None:
-                    self._accepted_grew = asyncio.Event()
-                await self._accepted_grew.wait()
+            while value() < count:
+                if self._counted is None:
+                    self._counted = asyncio.Event()
+                await self._counted.wait()
+
+    def _count_changed(self) -> None:
+        # Waiters wake, re-check their own count, and wait on a fresh Event.
+        changed, self._counted = self._counted, None
+        if changed is not None:
+            changed.set()
 
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -428,9 +445,7 @@ class ModelServer:
         conn = Connection(reader, writer)
         self.accepted += 1
         conn.number = self.accepted
-        grew, self._accepted_grew = self._accepted_grew, None
-        if grew is not None:
-            grew.set()
+        self._count_changed()
         try:
             await self._serve(conn)
         except ClientGone:
@@ -462,7 +477,10 @@ class ModelServer:
                 return
             if request is None:
                 return
-            if not await self._dispatch(conn, request) or not request.keep_alive:
+            reusable = await self._dispatch(conn, request)
+            self.answered += 1
+            self._count_changed()
+            if not reusable or not request.keep_alive:
                 return
 
     async def _dispatch(self, conn: Connection, request: Request) -> bool:
