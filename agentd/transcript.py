@@ -59,14 +59,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
+import io
 import json
 import logging
 import os
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -290,13 +292,26 @@ class OpenFiles:
         if f is not None:
             self._files.move_to_end(path)
             return f
+        # Appending, never through a symlink, and never waiting on a FIFO.
+        fd = _in_folder(path, lambda: open_regular(path, _APPEND | os.O_CREAT, 0o600))
+        return self._keep(path, os.fdopen(fd, "ab"))
+
+    def create(self, path: Path) -> IO[bytes]:
+        """`get` for a file that must not exist yet (a new session's
+        transcript): FileExistsError if one does. Created exclusively, so
+        nothing else is there to check (no symlink, FIFO or other file can
+        be: the kernel refuses), which spares the `fstat` and the mode
+        changes `open_regular` makes on the prompt's path."""
+        if path in self._files:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
+        flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
+        fd = _in_folder(path, lambda: os.open(path, flags, 0o600))
+        return self._keep(path, io.BufferedWriter(io.FileIO(fd, "a")))
+
+    def _keep(self, path: Path, f: IO[bytes]) -> IO[bytes]:
         while len(self._files) >= self.limit:
             _, oldest = self._files.popitem(last=False)
             oldest.close()
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # Appending, never through a symlink, and never waiting on a FIFO.
-        fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        f = os.fdopen(fd, "ab")
         self._files[path] = f
         return f
 
@@ -328,6 +343,8 @@ class TranscriptWriter:
         offset: int = 0,
         title: str = "",
         files: OpenFiles | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -350,6 +367,15 @@ class TranscriptWriter:
         self._meta_due = False
         # Image files written since the last sync (made durable with it).
         self._unsynced: list[Path] = []
+        # The session's id was made just now (a new session): neither its
+        # transcript nor its meta file can exist but for what this writer
+        # writes, so its first line asks the file system nothing (two `stat`s
+        # of a new session's first prompt) and creates the file exclusively;
+        # a file found there after all is appended to as any other
+        # (`_found_existing`). Cleared once the file is open.
+        self._fresh = fresh
+        self._wrote_meta = False
+        self._header: bytes | None = None
 
     @property
     def pending(self) -> int:
@@ -360,19 +386,18 @@ class TranscriptWriter:
         """Before the first line: the session header of a new file, the
         settings chosen before there was a file; its meta file is due."""
         self._started = True
-        new = not self.path.exists()
+        new = self._fresh or not self.path.exists()
         if new:
-            self._pending.append(
-                _encode(
-                    {
-                        "type": "session",
-                        "sessionId": self.session_id,
-                        "workspaceRoot": str(self.workspace_root),
-                        "createdAt": time.time(),
-                    }
-                )
+            self._header = _encode(
+                {
+                    "type": "session",
+                    "sessionId": self.session_id,
+                    "workspaceRoot": str(self.workspace_root),
+                    "createdAt": time.time(),
+                }
             )
-        if not meta_path(self.path).exists():
+            self._pending.append(self._header)
+        if not (self._wrote_meta if self._fresh else meta_path(self.path).exists()):
             # A listing reads the transcript instead, which has the title: the
             # meta file waits until the prompt's request is out (`write_due_meta`).
             self._meta_due = True
@@ -397,7 +422,7 @@ class TranscriptWriter:
         """Write what is pending; OSError when the disk (or the fd table) refuses."""
         if not self._pending:
             return
-        f = self._files.get(self.path)
+        f = self._open()
         try:
             f.write(b"".join(self._pending))
             f.flush()
@@ -406,6 +431,28 @@ class TranscriptWriter:
             self._files.close(self.path)
             raise
         self._pending.clear()
+
+    def _open(self) -> IO[bytes]:
+        if not self._fresh:
+            return self._files.get(self.path)
+        try:
+            f = self._files.create(self.path)
+        except FileExistsError:
+            self._found_existing()
+            return self._files.get(self.path)
+        self._fresh = False
+        return f
+
+    def _found_existing(self) -> None:
+        """A new session's file was there after all (made by hand, or an id
+        given twice): appended to as `_start` treats an existing file, with
+        no second header, and its meta file brought up to date if it has one."""
+        self._fresh = False
+        if self._header in self._pending and self.path.exists():
+            self._pending.remove(self._header)
+        if self._meta_due and meta_path(self.path).exists():
+            self._meta_due = False
+            self._write_meta()
 
     def append(self, message: Message) -> int:
         """Write one message; returns its offset (given even when the write fails)."""
@@ -453,7 +500,7 @@ class TranscriptWriter:
 
     def config(self, **values: str) -> None:
         """Record a setting the user chose for the session (`mode`, `model`)."""
-        if not self._started and not self.path.exists():
+        if not self._started and (self._fresh or not self.path.exists()):
             self._pending_config.update(values)
             return
         self._line({"type": "config", "ts": time.time(), **values})
@@ -498,6 +545,8 @@ class TranscriptWriter:
             os.replace(tmp, target)
         except OSError as exc:
             log.info("cannot write %s: %s", target, exc)
+            return
+        self._wrote_meta = True
 
     def compaction(self, record: CompactionRecord) -> None:
         self._line(
@@ -535,6 +584,23 @@ class TranscriptWriter:
         except OSError as exc:
             log.error("transcript %s: %d line(s) not written: %s", self.path, self.pending, exc)
         self._files.close(self.path)
+
+
+_APPEND = os.O_WRONLY | os.O_APPEND
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _in_folder(path: Path, open_fd: Callable[[], int]) -> int:
+    """`open_fd()`, the file's folder made first if it is missing. Opened
+    first and the folder made only when the open says it is missing: a
+    `mkdir` of an existing folder (a failed syscall, an exception and a
+    `stat`) took part of every new session's first prompt."""
+    try:
+        return open_fd()
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return open_fd()
 
 
 def _encode(record: dict[str, Any]) -> bytes:

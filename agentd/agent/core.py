@@ -129,16 +129,17 @@ class AgentCore:
     ) -> Session:
         sid = session_id or uuid.uuid4().hex
         session = Session(sid, workspace_root, client_tools)
-        self._track(session, offset=0)
+        # An id made by the front end just now: no transcript has it yet.
+        self._track(session, offset=0, fresh=True)
         return session
 
-    def _track(self, session: Session, offset: int) -> None:
+    def _track(self, session: Session, offset: int, *, fresh: bool = False) -> None:
         self.sessions[session.id] = session
         if not self.persist:
             return
         path = sessions_dir(session.workspace_root, self.home) / f"{session.id}.jsonl"
         writer = TranscriptWriter(
-            path, session.id, session.workspace_root, offset, session.title, self.files
+            path, session.id, session.workspace_root, offset, session.title, self.files, fresh=fresh
         )
         self.writers[session.id] = writer
 

@@ -268,3 +268,85 @@ def test_a_new_sessions_meta_file_is_written_once_and_off_the_prompts_path(
     w2.append(Message("user", [TextPart("never sent")]))
     w2.close()
     assert json.loads((folder / "s2.meta.json").read_text())["title"] == "never sent"
+
+
+def test_a_new_sessions_first_line_creates_its_file_without_asking_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer for an id made just now (`fresh`) knows that neither the
+    transcript nor its meta file exists: its first line stats neither and
+    creates the file, and its folder when missing, with the header first; the
+    meta file waits for `write_due_meta` as for any new transcript."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    path = folder / "s1.jsonl"
+    stats: list[str] = []
+    real_stat = Path.stat
+
+    def stat(self: Path, **kwargs: Any) -> os.stat_result:
+        stats.append(self.name)
+        return real_stat(self, **kwargs)
+
+    w = TranscriptWriter(path, "s1", root, fresh=True)
+    w.config(mode="ask")  # chosen before the first prompt: still no file
+    assert not folder.exists()
+    monkeypatch.setattr(Path, "stat", stat)
+    w.append(msg("user", "the first question"))
+    monkeypatch.undo()
+    assert [name for name in stats if name.startswith("s1.")] == []
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["type"] for r in records] == ["session", "config", "message"]
+    assert records[0]["sessionId"] == "s1" and records[1]["mode"] == "ask"
+    assert not (folder / "s1.meta.json").exists()
+    w.write_due_meta()
+    assert json.loads((folder / "s1.meta.json").read_text())["title"] == "the first question"
+    w.append(msg("assistant", "an answer"))
+    w.close()
+    loaded = load(path)
+    assert loaded is not None and [m.text for m in loaded.history] == [
+        "the first question",
+        "an answer",
+    ]
+    assert loaded.mode == "ask"
+
+
+def test_a_new_sessions_writer_that_finds_a_file_there_appends_to_it_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """The file of an id thought new exists after all (an id given twice, a
+    file made by hand): it is appended to with no second header, and its meta
+    file gets the new title before the line, as for any existing transcript."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    path = folder / "s1.jsonl"
+    first = TranscriptWriter(path, "s1", root)
+    first.append(msg("user", "written before"))
+    first.write_due_meta()
+    first.close()
+    again = TranscriptWriter(path, "s1", root, offset=1, fresh=True)
+    again.append(msg("user", "written after"))
+    assert json.loads((folder / "s1.meta.json").read_text())["title"] == "written after"
+    again.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["type"] for r in records] == ["session", "message", "message"]
+    assert [o for o, _ in read_slice(path, 0)] == [0, 1]
+
+
+def test_a_symlink_where_a_new_transcript_goes_is_never_followed(tmp_path: Path) -> None:
+    """A link planted at a new session's transcript path is refused: nothing is
+    written through it, and the line is kept for a later write (with no
+    header: the path held a file, as a stat would have said)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    folder.mkdir(parents=True)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("untouched\n")
+    (folder / "s1.jsonl").symlink_to(target)
+    w = TranscriptWriter(folder / "s1.jsonl", "s1", root, fresh=True)
+    with pytest.raises(OSError):
+        w.append(msg("user", "q"))
+    assert target.read_text() == "untouched\n"
+    assert w.pending == 1
