@@ -174,7 +174,15 @@ async def new_session(
 
     server.warmup.when_built(create)
     _after(server, request, options.commands_update(sid))
+    request.after_reply.append(lambda: _prepare(server, sid))
     return {"sessionId": sid, **options.new_session_setup(settings)}
+
+
+def _prepare(server: AcpServer, sid: str) -> None:
+    # Its transcript's file made ahead of its first prompt, once the reply is out.
+    app = server.warmup.get()
+    if app is not None:
+        app.core.prepare_transcript(sid)
 
 
 async def load_session(

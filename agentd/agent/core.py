@@ -152,6 +152,14 @@ class AgentCore:
         # The meta file (the listing's cache) once the request is out, not before it.
         session.sent_listeners.append(lambda _: _write(writer, writer.write_due_meta))
 
+    def prepare_transcript(self, session_id: str) -> None:
+        """Make a new session's transcript file ahead of its first prompt,
+        unnamed until that prompt's line (`TranscriptWriter.prepare`): for
+        the front ends, once the new session's reply is written."""
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            writer.prepare()
+
     def transcript_path(self, session_id: str) -> Path | None:
         writer = self.writers.get(session_id)
         return writer.path if writer is not None else None

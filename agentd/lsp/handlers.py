@@ -130,9 +130,17 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
         app.start_memory(root)
 
     ls.warmup.when_built(create)
+    ls.agentd_protocol.after_reply(ls.agentd_protocol.msg_id, lambda: _prepare(ls, sid))
     # A new session starts in the default mode on the configured model, as
     # `AgentCore.new_session` makes it.
     return {"sessionId": sid, **_setup(settings, DEFAULT_MODE, settings.effective_model())}
+
+
+def _prepare(ls: AgentdServer, sid: str) -> None:
+    # Its transcript's file made ahead of its first prompt, once the reply is out.
+    app = ls.warmup.get()
+    if app is not None:
+        app.core.prepare_transcript(sid)
 
 
 def _setup(settings: Settings, mode: str, model: str) -> dict[str, Any]:

@@ -350,3 +350,48 @@ def test_a_symlink_where_a_new_transcript_goes_is_never_followed(tmp_path: Path)
         w.append(msg("user", "q"))
     assert target.read_text() == "untouched\n"
     assert w.pending == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="no anonymous files on this system")
+def test_a_new_sessions_file_made_ahead_is_nameless_until_its_first_line(tmp_path: Path) -> None:
+    """`prepare` makes a new session's file ahead, without a name: nothing shows
+    in the folder (a session never prompted leaves no file), the first line
+    gives it its name with the header first, and an unused one vanishes at
+    close. No folder is made for it."""
+    from agentd.transcript import OpenFiles
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    files = OpenFiles(limit=2)
+    missing = TranscriptWriter(folder / "s0.jsonl", "s0", root, files=files, fresh=True)
+    missing.prepare()
+    assert not folder.exists()
+    folder.mkdir(parents=True)
+    used = TranscriptWriter(folder / "s1.jsonl", "s1", root, files=files, fresh=True)
+    unused = TranscriptWriter(folder / "s2.jsonl", "s2", root, files=files, fresh=True)
+    used.prepare()
+    unused.prepare()
+    assert sorted(os.listdir(folder)) == []
+    assert SessionCatalog(tmp_path).list(root) == []
+    used.append(msg("user", "the first question"))
+    assert sorted(os.listdir(folder)) == ["s1.jsonl"]
+    records = [json.loads(line) for line in (folder / "s1.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in records] == ["session", "message"]
+    used.append(msg("assistant", "an answer"))
+    unused.close()
+    used.close()
+    assert sorted(os.listdir(folder)) == ["s1.jsonl", "s1.meta.json"]
+    loaded = load(folder / "s1.jsonl")
+    assert loaded is not None and [m.text for m in loaded.history] == [
+        "the first question",
+        "an answer",
+    ]
+    # A file that appeared under the name meanwhile is kept, and appended to.
+    late = TranscriptWriter(folder / "s3.jsonl", "s3", root, files=files, fresh=True)
+    late.prepare()
+    (folder / "s3.jsonl").write_text('{"type":"session","sessionId":"s3"}\n')
+    late.append(msg("user", "after all"))
+    late.close()
+    records = [json.loads(line) for line in (folder / "s3.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in records] == ["session", "message"]
