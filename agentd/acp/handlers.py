@@ -179,10 +179,10 @@ async def new_session(
 
 
 def _prepare(server: AcpServer, sid: str) -> None:
-    # Its transcript's file made ahead of its first prompt, once the reply is out.
+    # What its first prompt needs, set up ahead once the reply is out.
     app = server.warmup.get()
     if app is not None:
-        app.core.prepare_transcript(sid)
+        app.core.prepare_session(sid)
 
 
 async def load_session(

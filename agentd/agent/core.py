@@ -152,13 +152,19 @@ class AgentCore:
         # The meta file (the listing's cache) once the request is out, not before it.
         session.sent_listeners.append(lambda _: _write(writer, writer.write_due_meta))
 
-    def prepare_transcript(self, session_id: str) -> None:
-        """Make a new session's transcript file ahead of its first prompt,
-        unnamed until that prompt's line (`TranscriptWriter.prepare`): for
-        the front ends, once the new session's reply is written."""
+    def prepare_session(self, session_id: str) -> None:
+        """What a new session's first prompt would otherwise set up on its way
+        to the model request, done ahead: its transcript's file, unnamed
+        until that prompt's line (`TranscriptWriter.prepare`), and its
+        context count. For the front ends, once the new session's reply is
+        written; a prompt that comes first does it itself."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return
         writer = self.writers.get(session_id)
         if writer is not None:
             writer.prepare()
+        self.compactor.state(session)
 
     def transcript_path(self, session_id: str) -> Path | None:
         writer = self.writers.get(session_id)

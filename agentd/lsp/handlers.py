@@ -137,10 +137,10 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
 
 
 def _prepare(ls: AgentdServer, sid: str) -> None:
-    # Its transcript's file made ahead of its first prompt, once the reply is out.
+    # What its first prompt needs, set up ahead once the reply is out.
     app = ls.warmup.get()
     if app is not None:
-        app.core.prepare_transcript(sid)
+        app.core.prepare_session(sid)
 
 
 def _setup(settings: Settings, mode: str, model: str) -> dict[str, Any]:
