@@ -15,10 +15,14 @@ Two leftovers of the imports, released by the warm-up (`agentd.warmup`):
   by it) until `malloc_trim` returns the free pages to the OS. One call, a
   millisecond or two, at the end of the warm-up. A no-op where the C library
   has no `malloc_trim` (musl, macOS).
+
+And one moment to collect: `collect_young()`, right after a new session's
+reply (`AgentCore.prepare_session`).
 """
 
 from __future__ import annotations
 
+import gc
 import linecache
 
 _GENERATED = "<attrs generated"
@@ -45,3 +49,13 @@ def trim() -> bool:
     malloc_trim.restype = ctypes.c_int
     malloc_trim(0)
     return True
+
+
+def collect_young() -> None:
+    """Collect the youngest generation now, while nothing waits: the collector
+    runs when allocations since its last run pass a threshold (700 objects),
+    wherever that falls, and a young collection took 0.1-0.25 ms of the
+    prompts it fell in. Run where a prompt is next and nothing else is
+    (a new session's reply just written), the prompt's own allocations, a
+    few hundred up to its request, start from an empty young generation."""
+    gc.collect(0)

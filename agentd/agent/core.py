@@ -46,6 +46,7 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
+from agentd.heap import collect_young
 from agentd.layout import agentd_home, canonical_root
 from agentd.messages import (
     ImagePart,
@@ -155,9 +156,10 @@ class AgentCore:
     def prepare_session(self, session_id: str) -> None:
         """What a new session's first prompt would otherwise set up on its way
         to the model request, done ahead: its transcript's file, unnamed
-        until that prompt's line (`TranscriptWriter.prepare`), and its
-        context count. For the front ends, once the new session's reply is
-        written; a prompt that comes first does it itself."""
+        until that prompt's line (`TranscriptWriter.prepare`), its context
+        count, and an empty young generation for the collector
+        (`heap.collect_young`). For the front ends, once the new session's
+        reply is written; a prompt that comes first does the first two itself."""
         session = self.sessions.get(session_id)
         if session is None:
             return
@@ -165,6 +167,7 @@ class AgentCore:
         if writer is not None:
             writer.prepare()
         self.compactor.state(session)
+        collect_young()
 
     def transcript_path(self, session_id: str) -> Path | None:
         writer = self.writers.get(session_id)
