@@ -147,6 +147,18 @@ def test_the_index_kept_up_to_date_reads_as_a_fresh_one(seed: int) -> None:
             ) == reference_clearing(history, keep_results, keep_tokens, cal)
 
 
+def _clearing_compactor(sup: Supervisor) -> Compactor:
+    """A compactor over the 32k guess of an unknown model's window: checked,
+    never held back, and clearing a `_big_restored_session`'s old output."""
+    return Compactor(
+        _NoModel(),  # type: ignore[arg-type]
+        sup,
+        ContextWindow("unknown-model"),
+        options=CompactionOptions(),
+        max_output=8192,
+    )
+
+
 def _big_restored_session(n: int) -> Session:
     """A restored session of one long tool-using turn: too long for a
     32k-token window, and nothing a summary could take (one turn)."""
@@ -183,13 +195,7 @@ async def test_the_checks_before_a_request_measure_only_new_messages(
 
     monkeypatch.setattr(history_index, "message_bytes", counting)
     sup = Supervisor()
-    c = Compactor(
-        _NoModel(),  # type: ignore[arg-type]
-        sup,
-        ContextWindow("unknown-model"),  # the 32k guess: checked, never held back
-        options=CompactionOptions(),
-        max_output=8192,
-    )
+    c = _clearing_compactor(sup)
     s = _big_restored_session(500)
     seen: list[Update] = []
     await c.before_request(s, "system", [], seen.append)  # clears the old output
@@ -223,13 +229,7 @@ async def test_the_checks_around_a_request_bring_the_index_up_to_date_once_each(
 
     monkeypatch.setattr(HistoryIndex, "sync", counting)
     sup = Supervisor()
-    c = Compactor(
-        _NoModel(),  # type: ignore[arg-type]
-        sup,
-        ContextWindow("unknown-model"),
-        options=CompactionOptions(),
-        max_output=8192,
-    )
+    c = _clearing_compactor(sup)
     s = _big_restored_session(500)
     seen: list[Update] = []
     await c.before_request(s, "system", [], seen.append)  # clears the old output
