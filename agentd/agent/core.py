@@ -359,14 +359,39 @@ class AgentCore:
         messages_before = len(session.history)
         ended: PromptEnded | None = None
 
+        # A memory delivery is reported once the request carrying it is out:
+        # encoding and writing the notification (about 0.1 ms, and a wake-up
+        # of the editor's process) came before the request's bytes. Its note
+        # is kept at once, as before (the transcript, compaction's count of
+        # the docs shown). Any other update shows the held ones first, so the
+        # editor sees updates in the order they happened.
+        held: list[Update] = []
+
+        def show_held() -> None:
+            while held:
+                emit(held.pop(0))
+
+        def after_send(_: Session) -> None:
+            # Runs inside the request's send: a failure here must not fail it.
+            try:
+                show_held()
+            except Exception:
+                log.exception("cannot report a memory delivery")
+
         def guarded(update: Update) -> None:
             # Nothing is reported for a prompt after it has ended.
             if closed:
                 return
             if isinstance(update, MemoryDelivered | UsageReport | PlanUpdated):
                 self._keep_note(session, update)
+            if isinstance(update, MemoryDelivered):
+                held.append(update)
+                return
+            show_held()
             emit(update)
 
+        # First: the other listeners' work (the meta file) need not come before it.
+        session.sent_listeners.insert(0, after_send)
         try:
             if command is not None:
                 return await self._run_command(session, command, guarded)
@@ -377,6 +402,9 @@ class AgentCore:
             ended = PromptEnded("cancelled")
             raise
         finally:
+            # A request that never went out (an error, a cancel) still shows them.
+            session.sent_listeners.remove(after_send)
+            show_held()
             closed = True
             session.running = None
             self._prompt_starts.pop(session_id, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -638,3 +639,46 @@ async def test_initialize_with_roots_indexes_their_memory_before_any_session(
         assert not memory_dir(unseen, agentd_home(tmp_path)).exists()
     finally:
         await lsp.shutdown_session()
+
+
+async def test_the_memory_update_follows_the_request_and_precedes_the_answer(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    """A delivery's `memory` update is sent once the request carrying the notes
+    is out (its write no longer comes before the request's bytes), still before
+    the answer's first chunk; its transcript note is written as before."""
+    model_server.enqueue({"chunks": ["Run ", "make ship."]})
+    c = await new_memory_client(model_server, tmp_path, modelTier=False)
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})  # index ready
+        result = await c.prompt(sid, "how do we deploy a release to production?")
+        assert result["stopReason"] == "end_turn"
+        kinds = c.kinds(sid)
+        assert kinds.count("memory") == 1
+        assert kinds.index("memory") < kinds.index("message_chunk")
+        (transcript,) = (agentd_home(tmp_path) / "projects").glob(f"*/sessions/{sid}.jsonl")
+        notes = [json.loads(line) for line in transcript.read_text().splitlines()]
+        memory = [n["note"] for n in notes if n["type"] == "note" and n["note"]["kind"] == "memory"]
+        assert [n["docs"] for n in memory] == [[str(topics["deploy"])]]
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_the_memory_update_is_sent_when_the_request_never_goes_out(
+    tmp_path: Path, workspace: Path, topics: dict[str, Path]
+) -> None:
+    """Nothing listens on the endpoint: the request is never written, and the
+    prompt ends with an error. The notes it would have carried are still
+    reported, before the prompt's reply."""
+    env = daemon_env("http://127.0.0.1:9/v1", tmp_path)
+    c = await start_client(env, {"maxRetries": 0, "memory": {"modelTier": False}})
+    try:
+        sid = await c.new_session(workspace)
+        await c.request("memory/status", {"workspaceRoot": str(workspace)})  # index ready
+        result = await c.prompt(sid, "how do we deploy a release to production?")
+        assert result["stopReason"] == "error"
+        (delivery,) = memory_updates(c, sid)
+        assert (delivery["point"], delivery["docs"]) == ("user_query", [str(topics["deploy"])])
+    finally:
+        await c.lsp.shutdown_session()
