@@ -133,7 +133,8 @@ class Session:
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""
         self.request_sent.set()
-        for listener in self.sent_listeners:
+        # A copy: a listener may remove itself (the model tier's start).
+        for listener in tuple(self.sent_listeners):
             listener(self)
 
     def append(self, message: Message) -> None:

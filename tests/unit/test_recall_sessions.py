@@ -134,13 +134,20 @@ async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unaw
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             recall.prompt_started(session, "deploy checklist")
-            # Not indexed yet: both tiers run as tasks.
-            tasks = [h.task for h in recall.handles(session.id) if h.task is not None]
-            assert len(tasks) == 2
-            recall.prompt_ended(session, cancelled=True)  # before either task ran
+            # Not indexed yet: the local tier runs as a task; the model tier
+            # starts once the request is out, which never happens here.
+            local, model = recall.handles(session.id)
+            assert local.task is not None and model.task is None
+            tasks = [local.task]
+            recall.prompt_ended(session, cancelled=True)  # before the task ran
             await asyncio.gather(*tasks, return_exceptions=True)
             assert all(t.cancelled() for t in tasks)
-            del tasks
+            assert model.settled and model.task is None
+            assert recall.stats.counts["aborted.cancelled.model"] == 1
+            # The request of a later prompt does not start the aborted tier.
+            session.request_out()
+            assert model.task is None
+            del tasks, local
             gc.collect()
         unawaited = [w for w in caught if "never awaited" in str(w.message)]
         assert unawaited == []
@@ -303,7 +310,7 @@ async def test_an_indexed_projects_local_tier_is_answered_when_the_prompt_starts
         recall.prompt_started(session, "deploy checklist")
         local, model = recall.handles(session.id)
         assert (local.tier, local.settled, local.task) == ("local", True, None)
-        assert model.tier == "model" and model.task is not None  # waits for the request
+        assert model.tier == "model" and model.task is None  # starts once the request is out
         taken = recall.take_nowait(session, "user_query")
         assert [d for _, delivery in taken for d in delivery.docs] == [str(folder / "deploy.md")]
         recall.prompt_ended(session, cancelled=False)
@@ -319,6 +326,39 @@ async def test_an_indexed_projects_local_tier_is_answered_when_the_prompt_starts
         assert recall.stats.counts["local.failed"] == 1
         assert "local recall failed" in caplog.text
         recall.prompt_ended(session, cancelled=False)
+    finally:
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
+
+
+async def test_the_model_tier_starts_when_the_prompts_request_is_out(tmp_path: Path) -> None:
+    """The side query's task is created once the main request's bytes are
+    written (`Session.request_out`), not when the prompt starts: its creation
+    and first step no longer come before the user's request. Started once per
+    prompt, whatever the number of requests."""
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    workspace.mkdir()
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=True)
+    session = Session("one", workspace, AwaitClientResult([]))
+    try:
+        await manager.get(workspace)  # indexed (empty): the local tier answers at once
+        recall.prompt_started(session, "deploy checklist")
+        local, model = recall.handles(session.id)
+        assert local.settled and model.task is None and not model.settled
+        session.request_out()
+        task = model.task
+        assert task is not None
+        session.request_out()  # a later step's request
+        assert model.task is task
+        async with asyncio.timeout(30):  # a hang guard, not a measurement
+            await asyncio.wait([task])
+        assert model.settled  # an empty folder: no side query, nothing chosen
+        recall.prompt_ended(session, cancelled=False)
+        assert session.sent_listeners == []
     finally:
         await supervisor.aclose()
         await manager.aclose()
