@@ -53,6 +53,9 @@ MAX_QUERY_TERMS = 32
 # Evidence of a query term found only in a doc's body, relative to one found in
 # its name or description: a body mentions many things a note is not about.
 BODY_EVIDENCE = 0.5
+# Query terms whose plan is kept between queries (`InvertedIndex._term_plan`);
+# past this many the cache starts over, so a long session's words stay bounded.
+MAX_KEPT_TERM_PLANS = 4096
 
 
 def _prefixable(term: str) -> bool:
@@ -100,6 +103,16 @@ _Evidence = tuple[str, dict[int, float], float]  # index term, postings, weight 
 
 
 @dataclass(frozen=True, slots=True)
+class _TermInfo:
+    """What one distinct query term brings to a query: how to score it (None:
+    no doc holds it), the evidence it gives, and its share of the query's mass."""
+
+    plan: _TermPlan | None
+    gives: tuple[_Evidence, ...]
+    mass: float
+
+
+@dataclass(frozen=True, slots=True)
 class QueryEvidence:
     """A query's informative mass, and for each of its terms the variants that
     give evidence, to weigh what a doc holds of the query against the mass."""
@@ -134,6 +147,12 @@ class InvertedIndex:
         self._by_path: dict[str, IndexedDoc] = {}
         self._vocab: list[str] = []  # sorted prefixable terms
         self._next_id = 0
+        # Query term -> its `_TermInfo` for the index as it is now: a term's
+        # variants (a walk of the vocabulary and of its own prefixes) and
+        # their idfs change only when a doc is added or removed, which
+        # empties this. A prompt's local recall runs before its model
+        # request, and most of a query's planning is found here.
+        self._term_plans: dict[str, _TermInfo] = {}
 
     # -- building ---------------------------------------------------------------
 
@@ -209,6 +228,7 @@ class InvertedIndex:
         """Index ``doc``. Without ``keep_vocab_sorted`` (a full build) the
         vocabulary is left for the caller to rebuild (`_rebuild_vocab`)."""
         weights, about = self._weights(fields)
+        self._term_plans.clear()
         doc_id = self._next_id
         self._next_id += 1
         indexed = IndexedDoc(
@@ -253,6 +273,7 @@ class InvertedIndex:
         if indexed is None:
             return False
         del self._docs[indexed.id]
+        self._term_plans.clear()
         for term in indexed.terms:
             postings = self._postings[term]
             del postings[indexed.id]
@@ -323,39 +344,55 @@ class InvertedIndex:
         what the user asks about that no note covers. Weak terms (a lone CJK
         character) weigh nothing; generic ones (in more than half of a large
         folder's docs) add their low idf to the mass but give no evidence."""
-        n_docs = len(self._docs)
-        generic_df = n_docs * GENERIC_DF_RATIO if n_docs >= GENERIC_MIN_DOCS else math.inf
-        unit = self._idf(1) or 1.0
+        kept = self._term_plans
         mass = 0.0
         plans: list[_TermPlan] = []
         evidence: list[tuple[_Evidence, ...]] = []
         for qterm in dict.fromkeys(query_terms):
-            weak_term = is_weak(qterm)
-            strong: list[_Scaled] = []
-            other: list[_Scaled] = []
-            gives: list[_Evidence] = []
-            most_df = 0
-            for term, factor in self._variants(qterm):
-                postings = self._postings[term]
-                most_df = max(most_df, len(postings))
-                idf = self._idf(len(postings))
-                scaled = (postings, idf * factor)
-                if weak_term or len(postings) > generic_df:
-                    other.append(scaled)
-                else:
-                    strong.append(scaled)
-                    gives.append((term, postings, idf / unit * factor))
-            if strong or other:
-                bound = max(scale for _, scale in (*strong, *other))
-                plans.append(_TermPlan(bound, strong, other))
-            if gives:
-                evidence.append(tuple(gives))
-            if not weak_term:
-                # A word's family (its prefix variants) is about as common as its
-                # most common member.
-                mass += self._idf(most_df) / unit if most_df else 1.0
+            info = kept.get(qterm)
+            if info is None:
+                info = self._term_info(qterm)
+                if len(kept) >= MAX_KEPT_TERM_PLANS:
+                    kept.clear()
+                kept[qterm] = info
+            if info.plan is not None:
+                plans.append(info.plan)
+            if info.gives:
+                evidence.append(info.gives)
+            mass += info.mass
         plans.sort(key=lambda p: (not p.strong, -p.bound))
         return plans[:MAX_QUERY_TERMS], QueryEvidence(mass, tuple(evidence))
+
+    def _term_info(self, qterm: str) -> _TermInfo:
+        """`_plan`'s work for one distinct query term (kept in `_term_plans`)."""
+        n_docs = len(self._docs)
+        generic_df = n_docs * GENERIC_DF_RATIO if n_docs >= GENERIC_MIN_DOCS else math.inf
+        unit = self._idf(1) or 1.0
+        weak_term = is_weak(qterm)
+        strong: list[_Scaled] = []
+        other: list[_Scaled] = []
+        gives: list[_Evidence] = []
+        most_df = 0
+        for term, factor in self._variants(qterm):
+            postings = self._postings[term]
+            most_df = max(most_df, len(postings))
+            idf = self._idf(len(postings))
+            scaled = (postings, idf * factor)
+            if weak_term or len(postings) > generic_df:
+                other.append(scaled)
+            else:
+                strong.append(scaled)
+                gives.append((term, postings, idf / unit * factor))
+        plan = None
+        if strong or other:
+            bound = max(scale for _, scale in (*strong, *other))
+            plan = _TermPlan(bound, strong, other)
+        mass = 0.0
+        if not weak_term:
+            # A word's family (its prefix variants) is about as common as its
+            # most common member.
+            mass = self._idf(most_df) / unit if most_df else 1.0
+        return _TermInfo(plan, tuple(gives), mass)
 
     def evidence(self, query_terms: Iterable[str]) -> QueryEvidence:
         """The query's mass and what each doc holds of it (see `QueryEvidence`)."""

@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from agentd.memory import RecalledDoc, RecallResult, render_recall
-from agentd.memory.index import BODY_EVIDENCE, InvertedIndex
+from agentd.memory.index import BODY_EVIDENCE, MAX_KEPT_TERM_PLANS, InvertedIndex
 from agentd.memory.recall import (
     DELIVERY_CHARS,
     DOC_CHARS,
@@ -246,6 +246,40 @@ def test_index_updates_incrementally() -> None:
     assert not idx.remove("/mem/beta.md")
     assert recall_index(idx, "helm", now=NOW).docs == ()
     assert len(idx) == 1
+
+
+def test_kept_term_plans_follow_the_index_as_docs_come_and_go() -> None:
+    """A query term's plan (its variants, their idfs, its evidence) is kept
+    between queries, and only while no doc is added or removed: each answer
+    is the one planning from scratch gives. The kept plans stay bounded."""
+    idx = index_of(
+        doc("Deploy checklist", "How we ship releases", "Run make ship."),
+        doc("Cache keys", "Naming of redis keys", "svc:entity:id"),
+    )
+    query = terms("deploy the release checklist, then check the redis cache")
+
+    def answer() -> tuple[list[tuple[str, float]], float]:
+        hits, evidence = idx.search_with_evidence(query, limit=5)
+        return [(str(h.doc.info.path), h.score) for h in hits], evidence.mass
+
+    def planned_afresh() -> tuple[list[tuple[str, float]], float]:
+        idx._term_plans.clear()
+        return answer()
+
+    first = answer()
+    assert first == planned_afresh()
+    idx.upsert(doc("Deploy rollback", "Undo a release", "Revert, then deploy again."))
+    second = answer()
+    assert second != first and second == planned_afresh()
+    idx.upsert(doc("Deploy rollback", "Undo a broken rollout", "Revert it."))
+    third = answer()
+    assert third != second and third == planned_afresh()
+    assert idx.remove("/mem/deploy-checklist.md")
+    fourth = answer()
+    assert fourth != third and fourth == planned_afresh()
+    for i in range(MAX_KEPT_TERM_PLANS + 10):
+        idx.search([f"word{i}"])
+    assert 0 < len(idx._term_plans) <= MAX_KEPT_TERM_PLANS
 
 
 def test_recall_is_fast_at_a_thousand_docs() -> None:
