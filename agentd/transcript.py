@@ -540,8 +540,17 @@ class TranscriptWriter:
         self._write_meta()
         self._line({"type": "reset", "offset": self.offset, "ts": time.time()})
 
-    def note(self, note: Note) -> None:
-        self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)})
+    def note(self, note: Note, *, flush: bool = True) -> None:
+        """With ``flush`` False the line waits in order for the next write or
+        `flush` (a memory delivery's, until its request is out)."""
+        if flush:
+            self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)})
+            return
+        if not self._started:
+            self._start()
+        self._pending.append(
+            _encode({"type": "note", "ts": time.time(), "note": note_to_json(note)})
+        )
 
     def config(self, **values: str) -> None:
         """Record a setting the user chose for the session (`mode`, `model`)."""

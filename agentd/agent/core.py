@@ -240,11 +240,18 @@ class AgentCore:
             emit(update)
         return session
 
-    def _keep_note(self, session: Session, note: Note) -> None:
+    def _keep_note(self, session: Session, note: Note, *, flush: bool = True) -> None:
+        """Keep a note for replays; without ``flush`` its transcript line waits
+        for the next write, or `_flush_notes`."""
         session.notes.append((len(session.history), note))
         writer = self.writers.get(session.id)
         if writer is not None:
-            _write(writer, lambda: writer.note(note))
+            _write(writer, lambda: writer.note(note, flush=flush))
+
+    def _flush_notes(self, session: Session) -> None:
+        writer = self.writers.get(session.id)
+        if writer is not None and writer.pending:
+            _write(writer, writer.flush)
 
     def _read_stored(self, session_id: str, root: Path | None) -> LoadedTranscript | None:
         """The stored session (blocking: reads its transcript)."""
@@ -362,12 +369,16 @@ class AgentCore:
         # A memory delivery is reported once the request carrying it is out:
         # encoding and writing the notification (about 0.1 ms, and a wake-up
         # of the editor's process) came before the request's bytes. Its note
-        # is kept at once, as before (the transcript, compaction's count of
-        # the docs shown). Any other update shows the held ones first, so the
-        # editor sees updates in the order they happened.
+        # is kept at once (compaction counts the docs shown from the notes);
+        # its transcript line, what the editor was shown, is written when it
+        # is shown (it waits in the writer, in order, so any line written
+        # before then takes it along). Any other update shows the held ones
+        # first, so the editor sees updates in the order they happened.
         held: list[Update] = []
 
         def show_held() -> None:
+            if held:
+                self._flush_notes(session)
             while held:
                 emit(held.pop(0))
 
@@ -382,11 +393,12 @@ class AgentCore:
             # Nothing is reported for a prompt after it has ended.
             if closed:
                 return
-            if isinstance(update, MemoryDelivered | UsageReport | PlanUpdated):
-                self._keep_note(session, update)
             if isinstance(update, MemoryDelivered):
+                self._keep_note(session, update, flush=False)
                 held.append(update)
                 return
+            if isinstance(update, UsageReport | PlanUpdated):
+                self._keep_note(session, update)
             show_held()
             emit(update)
 
