@@ -23,6 +23,9 @@ _TAGS = re.compile(r"<(/?)(memory|system-reminder)", re.IGNORECASE)
 
 
 def _defuse(text: str) -> str:
+    if "<" not in text:
+        # Nothing to defuse (most notes): no regex scan on the prompt's path.
+        return text
     # Same length on purpose, so the recall budget still holds after defusing.
     return _TAGS.sub(lambda m: "\u2039" + m.group(1) + m.group(2), text)
 
