@@ -61,6 +61,9 @@ MAX_KEPT_TERM_PLANS = 4096
 def _prefixable(term: str) -> bool:
     # Prefixes are for inflected words; "body19" is not a form of "body191",
     # and CJK terms are bigrams already.
+    if term.isascii():
+        # ASCII letters are a word's (no regex match, on a prompt's path).
+        return term.isalpha()
     return term.isalpha() and is_word_term(term)
 
 
