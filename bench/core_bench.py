@@ -25,7 +25,9 @@ Measured side by side in one run, medians and p90 over `--runs` runs each:
   again once its last turn has settled; goal <= 2 ms): `_cold.py`.
 
 With `--baseline-src DIR` (a checkout of another commit, `git archive main | tar
--x -C DIR`) the spawn / RSS runs and the cold rows also run that code's daemon.
+-x -C DIR`) the spawn / RSS runs, the prompt -> first model request rows
+(memory off and on, interleaved with agentd's) and the cold rows also run
+that code's daemon.
 
 JSON goes to stdout (or --json FILE), the markdown table to stderr (or stdout
 with --table).
@@ -147,9 +149,12 @@ async def bench_spawn(
 
 
 class Daemon:
-    def __init__(self, server: ModelServer, tmp: Path, memory: bool) -> None:
+    def __init__(
+        self, server: ModelServer, tmp: Path, memory: bool, baseline: Path | None = None
+    ) -> None:
         self.server = server
         self.memory = memory
+        self.baseline = baseline
         self.tmp = tmp
         self.ws = tmp / "ws"
         self.ws.mkdir(parents=True)
@@ -161,9 +166,11 @@ class Daemon:
 
     async def start(self) -> None:
         options = {} if self.memory else {"memory": {"enabled": False}}
-        self.client = await start_agentd(
-            bench_env(self.server.openai_base_url, self.tmp), options, self.updates
-        )
+        env = bench_env(self.server.openai_base_url, self.tmp)
+        args = None
+        if self.baseline is not None:
+            args, env = baseline_daemon(env, self.baseline)
+        self.client = await start_agentd(env, options, self.updates, args=args)
         # The warm-up over, as the cold rows have always had it (agent/newSession
         # no longer waits for it): a request that needs the App, changing nothing.
         try:
@@ -248,12 +255,18 @@ class Daemon:
             await self.client.shutdown()
 
 
-async def bench_prompts(server: ModelServer, tmp: Path, runs: int) -> dict[str, Any]:
-    """Memory off and memory on, each its own daemon, runs interleaved between them."""
+async def bench_prompts(
+    server: ModelServer, tmp: Path, runs: int, baseline: Path | None = None
+) -> dict[str, Any]:
+    """Memory off and memory on, each its own daemon, runs interleaved between
+    them; with a baseline checkout, its two daemons too (prompt rows only)."""
     daemons = {
         "memory_off": Daemon(server, tmp / "off", False),
         "memory_on": Daemon(server, tmp / "on", True),
     }
+    if baseline is not None:
+        daemons["baseline_memory_off"] = Daemon(server, tmp / "b-off", False, baseline)
+        daemons["baseline_memory_on"] = Daemon(server, tmp / "b-on", True, baseline)
     try:
         for d in daemons.values():
             await d.start()
@@ -272,9 +285,15 @@ async def bench_prompts(server: ModelServer, tmp: Path, runs: int) -> dict[str, 
                 warm[key].append(await daemons[key].timed_prompt(text))
         for i in range(runs):
             for key in order if i % 2 == 0 else order[::-1]:
-                cancels[key].append(await daemons[key].timed_cancel())
+                if daemons[key].baseline is None:
+                    cancels[key].append(await daemons[key].timed_cancel())
         out: dict[str, Any] = {}
         for key, d in daemons.items():
+            if d.baseline is not None:
+                out[key] = {
+                    "prompt_to_request_ms": summary(r["prompt_to_request_ms"] for r in warm[key])
+                }
+                continue
             res: dict[str, Any] = {
                 "cold_prompt_to_request_ms": round(cold[key]["prompt_to_request_ms"], 3),
                 "cold_chunk_ms": round(cold[key]["chunk_ms"], 3),
@@ -363,6 +382,17 @@ def build_table(r: dict[str, Any]) -> str:
                 verdict(s["median"], GOALS["prompt_to_request_ms"]),
             ]
         )
+    base_off, base_on = r.get("baseline_memory_off"), r.get("baseline_memory_on")
+    if base_off is not None and base_on is not None:
+        for label, res in (("memory off", base_off), ("memory on, 20 topics", base_on)):
+            rows.append(
+                [
+                    f"prompt -> first model request ({label}), baseline checkout",
+                    ms(res["prompt_to_request_ms"]),
+                    "interleaved with the rows above",
+                    "info",
+                ]
+            )
     rows.append(
         [
             "cold first prompt -> first model request (memory off / on)",
@@ -418,7 +448,7 @@ async def run(runs: int, baseline: Path | None = None) -> dict[str, Any]:
         async with ModelServer() as server:
             env = bench_env(server.openai_base_url, tmp / "spawn")
             spawn = await bench_spawn(runs, env, baseline)
-            prompts = await bench_prompts(server, tmp, runs)
+            prompts = await bench_prompts(server, tmp, runs, baseline)
             cold = await bench_cold("lsp", server, tmp, runs, baseline)
             off, on = prompts["memory_off"], prompts["memory_on"]
     return {
@@ -433,6 +463,8 @@ async def run(runs: int, baseline: Path | None = None) -> dict[str, Any]:
         "spawn": spawn,
         "memory_off": off,
         "memory_on": on,
+        "baseline_memory_off": prompts.get("baseline_memory_off"),
+        "baseline_memory_on": prompts.get("baseline_memory_on"),
         "cold": cold,
         "baseline_src": str(baseline) if baseline is not None else None,
         "elapsed_s": round(time.perf_counter() - started, 1),
@@ -448,7 +480,7 @@ def main() -> int:
         "--baseline-src",
         type=Path,
         metavar="DIR",
-        help="also run the daemon of this checkout (spawn, RSS, cold rows)",
+        help="also run the daemon of this checkout (spawn, RSS, prompt and cold rows)",
     )
     add_output_args(parser)
     args = parser.parse_args()
