@@ -246,7 +246,10 @@ class AgentCore:
         session.notes.append((len(session.history), note))
         writer = self.writers.get(session.id)
         if writer is not None:
-            _write(writer, lambda: writer.note(note, flush=flush))
+            # A writer the disk refused is retried at once, as before: holding
+            # a line would not tell whether the disk takes lines again.
+            held = not flush and not writer.failed
+            _write(writer, lambda: writer.note(note, flush=not held))
 
     def _flush_notes(self, session: Session) -> None:
         writer = self.writers.get(session.id)

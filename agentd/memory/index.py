@@ -53,7 +53,7 @@ MAX_QUERY_TERMS = 32
 # Evidence of a query term found only in a doc's body, relative to one found in
 # its name or description: a body mentions many things a note is not about.
 BODY_EVIDENCE = 0.5
-# Query terms whose plan is kept between queries (`InvertedIndex._term_plan`);
+# Query terms whose plan is kept between queries (`InvertedIndex._term_plans`);
 # past this many the cache starts over, so a long session's words stay bounded.
 MAX_KEPT_TERM_PLANS = 4096
 
@@ -154,7 +154,8 @@ class InvertedIndex:
         # variants (a walk of the vocabulary and of its own prefixes) and
         # their idfs change only when a doc is added or removed, which
         # empties this. A prompt's local recall runs before its model
-        # request, and most of a query's planning is found here.
+        # request; words seen before (the model tier's candidates for the
+        # same prompt, a project's recurring words) are planned from here.
         self._term_plans: dict[str, _TermInfo] = {}
 
     # -- building ---------------------------------------------------------------

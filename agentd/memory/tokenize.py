@@ -160,7 +160,7 @@ def terms(text: str) -> list[str]:
     """Index terms of ``text`` in order, with repeats (term frequency counts)."""
     if text.isascii():
         # NFKC leaves ASCII as it is; skipping the call saves a prompt's local
-        # recall 5-10 us when it runs cold, as it does before the request.
+        # recall about 10 us when it runs cold, as it does before the request.
         return _ascii_terms(text)
     text = normalize(text)
     if text.isascii():
