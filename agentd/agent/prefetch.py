@@ -203,13 +203,17 @@ class MemoryRecall:
                 self._watch_gates.remove(gate)
 
     def _open_gates(self, session: Session) -> None:
+        # Once: a session's later requests have no gate to open (a copy of
+        # the listeners is being walked, so it may remove itself).
+        if self._open_gates in session.sent_listeners:
+            session.sent_listeners.remove(self._open_gates)
         gates, self._watch_gates = self._watch_gates, []
         for gate in gates:
             if not gate.done():
                 gate.set_result(None)
 
     def prompt_started(self, session: Session, query: str) -> None:
-        if self._watch_gates:
+        if self._watch_gates and self._open_gates not in session.sent_listeners:
             # Its request's bytes written, the prompt no longer waits on the loop.
             session.sent_listeners.append(self._open_gates)
         # A new query replaces the previous prompt's handles (normally already

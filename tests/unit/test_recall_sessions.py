@@ -272,8 +272,11 @@ async def test_a_starting_projects_watcher_registers_once_a_prompts_request_is_o
         recall.prompt_started(session, "hello")
         await asyncio.sleep(0)
         assert not gate.done()  # the prompt started, its request is not out yet
+        recall.prompt_started(session, "hello again")  # a prompt that replaced it
+        assert session.sent_listeners.count(recall._open_gates) == 1
         session.request_out()
         await asyncio.wait_for(gate, 10)
+        assert recall._open_gates not in session.sent_listeners  # it went with its gates
         # Later prompts add nothing once no project waits.
         listeners = len(session.sent_listeners)
         recall.prompt_started(session, "again")
