@@ -4,6 +4,8 @@ session id, and drops it when the session is reset or closed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,24 @@ from agentd.layout import memory_dir
 from agentd.memory import MemoryManager
 from agentd.providers import ProviderConfig, make_provider
 from agentd.tasks import Supervisor
+
+
+@contextlib.asynccontextmanager
+async def recall_for(
+    home: Path, **options: Any
+) -> AsyncIterator[tuple[MemoryManager, MemoryRecall]]:
+    """A `MemoryRecall` over a memory manager of `home` (no watcher) and a
+    provider nothing listens for, closed with all it owns on the way out."""
+    manager = MemoryManager(home, watch=False)
+    supervisor = Supervisor()
+    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
+    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", **options)
+    try:
+        yield manager, recall
+    finally:
+        await supervisor.aclose()
+        await manager.aclose()
+        await provider.aclose()
 
 
 async def delivered(recall: MemoryRecall, session: Session, query: str) -> list[str]:
@@ -39,13 +59,9 @@ async def test_surfaced_docs_are_per_session_and_forgotten_on_reset_and_close(
         "---\nname: Deploy checklist\ndescription: How we ship releases\ntype: project\n---\n"
         "Run the smoke tests, then tag.\n"
     )
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=False)
     one = Session("one", workspace, AwaitClientResult([]))
     two = Session("two", workspace, AwaitClientResult([]))
-    try:
+    async with recall_for(home, model_tier=False) as (_manager, recall):
         assert await delivered(recall, one, "deploy checklist") == [str(folder / "deploy.md")]
         # Surfaced in `one`: not again there, but a session of its own sees it.
         assert await delivered(recall, one, "deploy checklist") == []
@@ -56,10 +72,6 @@ async def test_surfaced_docs_are_per_session_and_forgotten_on_reset_and_close(
         assert recall.handles("two") == []
         # A session that reuses the id (a reload) starts from nothing surfaced.
         assert await delivered(recall, two, "deploy checklist") == [str(folder / "deploy.md")]
-    finally:
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
 
 
 async def test_a_prompt_before_the_first_index_waits_for_it_within_the_bound(
@@ -81,36 +93,28 @@ async def test_a_prompt_before_the_first_index_waits_for_it_within_the_bound(
         await real_start(self, progress)
 
     monkeypatch.setattr(ProjectMemory, "start", stuck_start)
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(
-        manager, provider, supervisor, fast_model="m", model_tier=False, first_index_wait=0.05
-    )
     session = Session("one", workspace, AwaitClientResult([]))
-    try:
-        recall.prompt_started(session, "deploy checklist")
-        await asyncio.sleep(0)  # the turn's one yield: the local tier starts the project
-        wait = recall.first_index(session)
-        assert wait is not None
-        async with asyncio.timeout(30):  # a hang guard, not a measurement
-            await wait
-        (local,) = recall.handles(session.id)
-        assert not local.settled  # the bound expired; the build goes on
-        assert recall.stats.counts["user_query.local.indexWaitExpired"] == 1
-        recall.prompt_ended(session, cancelled=False)
-        release.set()
-        await manager.get(workspace)
-        # Indexed: a prompt does not wait for anything.
-        recall.prompt_started(session, "deploy checklist")
-        await asyncio.sleep(0)
-        assert recall.first_index(session) is None
-        recall.prompt_ended(session, cancelled=False)
-    finally:
-        release.set()
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
+    async with recall_for(home, model_tier=False, first_index_wait=0.05) as (manager, recall):
+        try:
+            recall.prompt_started(session, "deploy checklist")
+            await asyncio.sleep(0)  # the turn's one yield: the local tier starts the project
+            wait = recall.first_index(session)
+            assert wait is not None
+            async with asyncio.timeout(30):  # a hang guard, not a measurement
+                await wait
+            (local,) = recall.handles(session.id)
+            assert not local.settled  # the bound expired; the build goes on
+            assert recall.stats.counts["user_query.local.indexWaitExpired"] == 1
+            recall.prompt_ended(session, cancelled=False)
+            release.set()
+            await manager.get(workspace)
+            # Indexed: a prompt does not wait for anything.
+            recall.prompt_started(session, "deploy checklist")
+            await asyncio.sleep(0)
+            assert recall.first_index(session) is None
+            recall.prompt_ended(session, cancelled=False)
+        finally:
+            release.set()
 
 
 async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unawaited(
@@ -125,12 +129,8 @@ async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unaw
 
     home, workspace = tmp_path / "home", tmp_path / "ws"
     workspace.mkdir()
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=True)
     session = Session("one", workspace, AwaitClientResult([]))
-    try:
+    async with recall_for(home, model_tier=True) as (_manager, recall):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             recall.prompt_started(session, "deploy checklist")
@@ -151,10 +151,6 @@ async def test_a_prompt_cancelled_before_its_recall_ran_leaves_no_coroutine_unaw
             gc.collect()
         unawaited = [w for w in caught if "never awaited" in str(w.message)]
         assert unawaited == []
-    finally:
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
 
 
 async def test_an_index_installed_during_the_prompt_start_is_still_waited_for(
@@ -183,35 +179,27 @@ async def test_an_index_installed_during_the_prompt_start_is_still_waited_for(
         await real_start(self, progress)
 
     monkeypatch.setattr(ProjectMemory, "start", held_start)
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(
-        manager, provider, supervisor, fast_model="m", model_tier=False, first_index_wait=30
-    )
     session = Session("one", workspace, AwaitClientResult([]))
-    try:
-        recall.prompt_started(session, "deploy checklist")
-        await asyncio.sleep(0)  # the local tier starts the project and waits for it
-        release.set()
-        # The turn's view: it looks again the moment the index is there, as
-        # it does when its system prompt's thread returns.
-        while manager.get_nowait(workspace) is None:
-            await asyncio.sleep(0)
-        (local,) = recall.handles(session.id)
-        assert not local.settled  # indexed, and the local tier has yet to resume
-        wait = recall.first_index(session)
-        assert wait is not None
-        async with asyncio.timeout(30):  # a hang guard, not a measurement
-            await wait
-        docs = [d for _, dl in recall.take_nowait(session, "user_query") for d in dl.docs]
-        assert docs == [str(folder / "deploy.md")]
-        recall.prompt_ended(session, cancelled=False)
-    finally:
-        release.set()
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
+    async with recall_for(home, model_tier=False, first_index_wait=30) as (manager, recall):
+        try:
+            recall.prompt_started(session, "deploy checklist")
+            await asyncio.sleep(0)  # the local tier starts the project and waits for it
+            release.set()
+            # The turn's view: it looks again the moment the index is there, as
+            # it does when its system prompt's thread returns.
+            while manager.get_nowait(workspace) is None:
+                await asyncio.sleep(0)
+            (local,) = recall.handles(session.id)
+            assert not local.settled  # indexed, and the local tier has yet to resume
+            wait = recall.first_index(session)
+            assert wait is not None
+            async with asyncio.timeout(30):  # a hang guard, not a measurement
+                await wait
+            docs = [d for _, dl in recall.take_nowait(session, "user_query") for d in dl.docs]
+            assert docs == [str(folder / "deploy.md")]
+            recall.prompt_ended(session, cancelled=False)
+        finally:
+            release.set()
 
 
 async def test_instruction_files_are_read_ahead_of_the_first_prompt(
@@ -224,14 +212,8 @@ async def test_instruction_files_are_read_ahead_of_the_first_prompt(
     workspace.mkdir()
     (workspace / ".git").mkdir()
     (workspace / "AGENTS.md").write_text("Run make check before committing.\n")
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(
-        manager, provider, supervisor, fast_model="m", config_dir=tmp_path / "config"
-    )
     session = Session("one", workspace, AwaitClientResult([]))
-    try:
+    async with recall_for(home, config_dir=tmp_path / "config") as (_manager, recall):
         reading = recall.prepare(workspace)
         assert reading is not None and recall.prepare(workspace) is reading  # once per root
         await reading
@@ -246,10 +228,6 @@ async def test_instruction_files_are_read_ahead_of_the_first_prompt(
         assert "Run make check before committing." in text
         (workspace / "AGENTS.md").write_text("Run make lint first.\n")
         assert "Run make lint first." in await recall.system_context(session)
-    finally:
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
 
 
 async def test_a_starting_projects_watcher_registers_once_a_prompts_request_is_out(
@@ -262,30 +240,24 @@ async def test_a_starting_projects_watcher_registers_once_a_prompts_request_is_o
     import agentd.agent.prefetch as prefetch
 
     monkeypatch.setattr(prefetch, "WATCH_DELAY", 3600.0)
-    manager = MemoryManager(tmp_path / "home", watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=False)
     session = Session("one", tmp_path, AwaitClientResult([]))
-    try:
-        gate = asyncio.ensure_future(recall.watch_gate())
-        recall.prompt_started(session, "hello")
-        await asyncio.sleep(0)
-        assert not gate.done()  # the prompt started, its request is not out yet
-        recall.prompt_started(session, "hello again")  # a prompt that replaced it
-        assert session.sent_listeners.count(recall._open_gates) == 1
-        session.request_out()
-        await asyncio.wait_for(gate, 10)
-        assert recall._open_gates not in session.sent_listeners  # it went with its gates
-        # Later prompts add nothing once no project waits.
-        listeners = len(session.sent_listeners)
-        recall.prompt_started(session, "again")
-        assert len(session.sent_listeners) == listeners
-    finally:
-        recall.prompt_ended(session, cancelled=False)
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
+    async with recall_for(tmp_path / "home", model_tier=False) as (_manager, recall):
+        try:
+            gate = asyncio.ensure_future(recall.watch_gate())
+            recall.prompt_started(session, "hello")
+            await asyncio.sleep(0)
+            assert not gate.done()  # the prompt started, its request is not out yet
+            recall.prompt_started(session, "hello again")  # a prompt that replaced it
+            assert session.sent_listeners.count(recall._open_gates) == 1
+            session.request_out()
+            await asyncio.wait_for(gate, 10)
+            assert recall._open_gates not in session.sent_listeners  # it went with its gates
+            # Later prompts add nothing once no project waits.
+            listeners = len(session.sent_listeners)
+            recall.prompt_started(session, "again")
+            assert len(session.sent_listeners) == listeners
+        finally:
+            recall.prompt_ended(session, cancelled=False)
 
 
 async def test_an_indexed_projects_local_tier_is_answered_when_the_prompt_starts(
@@ -303,12 +275,8 @@ async def test_an_indexed_projects_local_tier_is_answered_when_the_prompt_starts
         "---\nname: Deploy checklist\ndescription: How we ship releases\ntype: project\n---\n"
         "Run the smoke tests, then tag.\n"
     )
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=True)
     session = Session("one", workspace, AwaitClientResult([]))
-    try:
+    async with recall_for(home, model_tier=True) as (manager, recall):
         pm = await manager.get(workspace)
         recall.prompt_started(session, "deploy checklist")
         local, model = recall.handles(session.id)
@@ -329,10 +297,6 @@ async def test_an_indexed_projects_local_tier_is_answered_when_the_prompt_starts
         assert recall.stats.counts["local.failed"] == 1
         assert "local recall failed" in caplog.text
         recall.prompt_ended(session, cancelled=False)
-    finally:
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
 
 
 async def test_the_model_tier_starts_when_the_prompts_request_is_out(tmp_path: Path) -> None:
@@ -342,12 +306,8 @@ async def test_the_model_tier_starts_when_the_prompts_request_is_out(tmp_path: P
     prompt, whatever the number of requests."""
     home, workspace = tmp_path / "home", tmp_path / "ws"
     workspace.mkdir()
-    manager = MemoryManager(home, watch=False)
-    supervisor = Supervisor()
-    provider = make_provider(ProviderConfig(base_url="http://127.0.0.1:9/v1"))
-    recall = MemoryRecall(manager, provider, supervisor, fast_model="m", model_tier=True)
     session = Session("one", workspace, AwaitClientResult([]))
-    try:
+    async with recall_for(home, model_tier=True) as (manager, recall):
         await manager.get(workspace)  # indexed (empty): the local tier answers at once
         recall.prompt_started(session, "deploy checklist")
         local, model = recall.handles(session.id)
@@ -362,7 +322,3 @@ async def test_the_model_tier_starts_when_the_prompts_request_is_out(tmp_path: P
         assert model.settled  # an empty folder: no side query, nothing chosen
         recall.prompt_ended(session, cancelled=False)
         assert session.sent_listeners == []
-    finally:
-        await supervisor.aclose()
-        await manager.aclose()
-        await provider.aclose()
