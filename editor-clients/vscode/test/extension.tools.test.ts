@@ -400,7 +400,9 @@ describe('run_command', () => {
     const ac2 = new AbortController();
     answer(ALLOW_ONCE);
     const long = run(call('run_command', { command: 'echo started; sleep 30; echo finished' }), ac2.signal);
-    await vi.waitFor(() => expect(ptyTerminal()?.output).toContain('started'));
+    // The command's own output line: the terminal's first line echoes the
+    // command, which names "started" too, before the shell has run anything.
+    await vi.waitFor(() => expect(ptyTerminal()?.output).toContain('started\r\n'));
     ac2.abort();
     const res = await long;
     expect(res.isError).toBe(true);
