@@ -451,11 +451,12 @@ class TranscriptWriter:
             )
             self._pending_config = {}
 
-    def _line(self, record: dict[str, Any]) -> None:
+    def _line(self, record: dict[str, Any], *, flush: bool = True) -> None:
         if not self._started:
             self._start()
         self._pending.append(_encode(record))
-        self.flush()
+        if flush:
+            self.flush()
 
     def flush(self) -> None:
         """Write what is pending; OSError when the disk (or the fd table) refuses."""
@@ -543,14 +544,7 @@ class TranscriptWriter:
     def note(self, note: Note, *, flush: bool = True) -> None:
         """With ``flush`` False the line waits in order for the next write or
         `flush` (a memory delivery's, until its request is out)."""
-        if flush:
-            self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)})
-            return
-        if not self._started:
-            self._start()
-        self._pending.append(
-            _encode({"type": "note", "ts": time.time(), "note": note_to_json(note)})
-        )
+        self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)}, flush=flush)
 
     def config(self, **values: str) -> None:
         """Record a setting the user chose for the session (`mode`, `model`)."""

@@ -114,9 +114,6 @@ class Session:
     running: asyncio.Task[Any] | None = None
     pending_tools: dict[str, asyncio.Future[ToolResultPart]] = field(default_factory=dict)
     closed: bool = False
-    # Set once the current prompt's first model request is out: side queries
-    # wait for it so that they never delay the request the user waits on.
-    request_sent: asyncio.Event = field(default_factory=asyncio.Event)
     listeners: list[Callable[[Session, Message], None]] = field(default_factory=list)
     # Called each time one of its prompts' model requests is out (`request_out`):
     # for work that must not delay the request (the transcript's meta file).
@@ -132,7 +129,6 @@ class Session:
 
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""
-        self.request_sent.set()
         # A copy: a listener may remove itself (the model tier's start).
         for listener in tuple(self.sent_listeners):
             listener(self)

@@ -136,7 +136,6 @@ async def run_prompt(
     """Run one prompt to its end. Raises `CancelledError` when cancelled."""
     usage = session.prompt_usage = Usage()
     limits = ctx.limits
-    session.request_sent = asyncio.Event()
     text = input_text(prompt)
     ctx.memory.prompt_started(session, text)
     cancelled = False
