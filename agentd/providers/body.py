@@ -110,8 +110,10 @@ class RequestBody:
     `Content-Length` (never chunked transfer coding), and read afresh by each
     iteration, so a retry sends it again whole.
 
-    Each part sent is one write, and httpcore's write costs a turn of the
-    event loop and a cancel scope (about 50 us in a daemon): the parts after
+    Each part sent is one write, a syscall, and through httpcore's anyio
+    backend a turn of the event loop and a cancel scope too (about 50 us in a
+    daemon; the model client's own backend, `network.py`, has neither, but a
+    proxy's client still uses anyio's): the parts after
     the first `written` (the chunks smaller than the largest, and the tail)
     are sent joined, as one write. The join is made as the body is sent,
     once the request's head is out, and copies only a few large `bytes`."""

@@ -66,6 +66,7 @@ from agentd.messages import ToolSpec
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.body import RequestBody
 from agentd.providers.config import ProviderConfig
+from agentd.providers.network import model_transport
 from agentd.providers.overflow import is_context_overflow, overflow_limit
 from agentd.providers.sse import SSEDecoder, SSEError, SSEEvent
 
@@ -137,18 +138,25 @@ class ModelHTTP:
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
             c = self.config
+            verify = _tls_context(c.effective_base_url())
+            limits = httpx.Limits(
+                max_connections=32, max_keepalive_connections=8, keepalive_expiry=30.0
+            )
+            transport = self._transport
+            if transport is None:
+                # httpx's transport over our asyncio network backend (None:
+                # httpx's own, e.g. for a proxy set in the environment).
+                transport = model_transport(verify, limits)
             self._client = httpx.AsyncClient(
-                transport=self._transport,
-                verify=_tls_context(c.effective_base_url()),
+                transport=transport,
+                verify=verify,
                 timeout=httpx.Timeout(
                     connect=c.connect_timeout,
                     read=c.read_idle_timeout,
                     write=c.read_idle_timeout,
                     pool=c.connect_timeout,
                 ),
-                limits=httpx.Limits(
-                    max_connections=32, max_keepalive_connections=8, keepalive_expiry=30.0
-                ),
+                limits=limits,
                 headers={"User-Agent": f"agentd/{__version__}"},
                 # Never follow a redirect: the key goes only to the configured host.
                 follow_redirects=False,
