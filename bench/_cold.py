@@ -25,9 +25,11 @@ benchmark's loop then only waits (nothing else reads or parses) until the
 model server's read wakes up.
 
 Targets, alternated within a run so load drift hits all alike:
-- `agentd`: this tree's daemon (`python -m agentd serve` / `python -m agentd.acp`),
-  default settings (memory on, an empty project memory);
-- `baseline`: another checkout's daemon (`--baseline-src DIR`), the same way;
+- `agentd`: this tree's daemon (`python -P -m agentd serve` / `python -P -m
+  agentd.acp`, `PYTHONPATH` naming the tree), default settings (memory on, an
+  empty project memory);
+- `baseline`: another checkout's daemon (`--baseline-src DIR`), launched the
+  same way (`PYTHONPATH=DIR`);
 - `bare`: `bare_pygls_server.py --model` (LSP) or `bare_acp_agent.py` (ACP), which
   send agentd's own first request (`_bare_model.py`; the body is recorded from an
   unmeasured agentd run first) with httpx.
@@ -43,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_DIR, summary
+from _common import BENCH_DIR, checkout_env, summary
 
 from agentd.testing.daemon import daemon_command, daemon_env
 from agentd.testing.framing import frame, initialize_params, line
@@ -72,7 +74,9 @@ def command(target: str, mode: str, body: Path | None, base_url: str) -> list[st
         assert body is not None
         return [sys.executable, str(BENCH_DIR / script), "--model", base_url, "--body", str(body)]
     cmd = daemon_command(acp=mode == "acp")
-    return [sys.executable, "-P", *cmd[1:]] if target == "baseline" else cmd
+    # Both checkouts launched alike (`_common.checkout_launch`); PYTHONPATH
+    # names the checkout (`cold_run`).
+    return [sys.executable, "-P", *cmd[1:]]
 
 
 async def _reply(daemon: RawDaemon, msg_id: int) -> dict[str, Any]:
@@ -169,7 +173,8 @@ async def cold_run(
     env = daemon_env(model.openai_base_url, home, AGENTD_LOG_LEVEL="warning")
     if target == "baseline":
         assert baseline is not None
-        env["PYTHONPATH"] = str(baseline.resolve())
+    if target != "bare":
+        env = checkout_env(env, baseline if target == "baseline" else None)
     proc = await asyncio.create_subprocess_exec(
         *command(target, mode, body, model.openai_base_url),
         stdin=asyncio.subprocess.PIPE,

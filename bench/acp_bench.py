@@ -4,7 +4,8 @@ and `session/list` with many saved sessions.
 For each run and each mode a fresh daemon is spawned over stdio and driven by
 the raw client of `agentd.testing` (no client library on the measured path):
 
-- spawn -> initialize reply      (`python -m agentd.acp` / `python -m agentd serve`)
+- spawn -> initialize reply      (`python -P -m agentd.acp` / `... agentd serve`,
+                                  PYTHONPATH naming the checkout, this tree's too)
 - spawn -> session ready         (the newSession reply)
 - initialize -> session ready    (newSession sent the moment the initialize
                                   reply is read, as editors do: what it waits
@@ -36,7 +37,7 @@ what the baseline also has: without `session/list`, its figure is that one).
 The first request of each is reported apart (nothing cached yet).
 
 Cold, warm and steady prompt -> first request bytes (`--cold-runs N`, default
-`--runs`; 0 skips): the ACP rows of `_cold.py`: a fresh `python -m agentd.acp`
+`--runs`; 0 skips): the ACP rows of `_cold.py`: a fresh `python -P -m agentd.acp`
 per run against `bare_acp_agent.py` (a minimal agent on the ACP Python SDK that
 sends agentd's own request with httpx), and the baseline checkout's daemon,
 measured to the model server's `arrivedTs` (goals: cold within 2x the bare
@@ -64,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cold import bench_cold, cold_rows
-from _common import markdown_table
+from _common import checkout_launch, markdown_table
 
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.testing.daemon import agentd_home, daemon_command, daemon_env
@@ -87,13 +88,10 @@ LIST_METRICS = ("first_page_ms", "all_pages_ms", "whole_list_ms")
 
 
 async def spawn(env: dict[str, str], acp: bool, baseline: Path | None) -> RawDaemon:
-    """This tree's daemon, or (`baseline`) the one of another checkout: `-P`
-    keeps the current directory off sys.path, so PYTHONPATH decides. Lines
-    up to 64 MiB (a whole list of a thousand sessions is one line)."""
-    command = daemon_command(acp=acp)
-    if baseline is not None:
-        command = [sys.executable, "-P", *command[1:]]
-        env = {**env, "PYTHONPATH": str(baseline.resolve())}
+    """This tree's daemon, or (`baseline`) the one of another checkout, both
+    launched alike (`-P`, PYTHONPATH naming the checkout: `checkout_launch`).
+    Lines up to 64 MiB (a whole list of a thousand sessions is one line)."""
+    command, env = checkout_launch(daemon_command(acp=acp), env, baseline)
     proc = await asyncio.create_subprocess_exec(
         *command,
         stdin=asyncio.subprocess.PIPE,

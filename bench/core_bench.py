@@ -167,9 +167,8 @@ class Daemon:
     async def start(self) -> None:
         options = {} if self.memory else {"memory": {"enabled": False}}
         env = bench_env(self.server.openai_base_url, self.tmp)
-        args = None
-        if self.baseline is not None:
-            args, env = baseline_daemon(env, self.baseline)
+        # This tree's daemon launched as the baseline checkout's is.
+        args, env = baseline_daemon(env, self.baseline)
         self.client = await start_agentd(env, options, self.updates, args=args)
         # The warm-up over, as the cold rows have always had it (agent/newSession
         # no longer waits for it): a request that needs the App, changing nothing.

@@ -71,7 +71,7 @@ SEGMENTS = [
 
 def traced(target: str, mode: str, body: Path | None, base_url: str) -> list[str]:
     cmd = _untraced(target, mode, body, base_url)
-    if target == "baseline":  # [python, -P, -m, ...]: -P keeps the checkout first
+    if target != "bare":  # [python, -P, -m, ...]: -P keeps the checkout first
         return [cmd[0], "-P", WRAPPER, *cmd[2:]]
     return [cmd[0], WRAPPER, *cmd[1:]]
 
