@@ -55,7 +55,8 @@ class _Protocol(asyncio.Protocol):
         self.lost = False
         self.error: BaseException | None = None
         self.paused_reading = False
-        # A reader (or a writer waiting for the buffer to drain) parks here.
+        # A reader (or a writer waiting for the buffer to drain) parks here:
+        # one at a time, as HTTP/1.1 reads and writes a connection in turn.
         self.waiter: asyncio.Future[bool] | None = None
         self.writable = True
 
@@ -98,14 +99,14 @@ class _Protocol(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(False)
 
-    async def wait(self, timeout: float | None, timeout_error: type[Exception]) -> None:
-        """Until the next event (data, EOF, loss, drained); `timeout_error` after
-        `timeout` seconds. One timer handle, no task or cancel scope."""
+    async def wait(self, deadline: float | None, timeout_error: type[Exception]) -> None:
+        """Until the next event (data, EOF, loss, drained); `timeout_error` at
+        `deadline` (the loop's clock). One timer handle, no task or cancel scope."""
         loop = asyncio.get_running_loop()
         waiter = self.waiter = loop.create_future()
         timer = None
-        if timeout is not None:
-            timer = loop.call_later(timeout, _expire, waiter)
+        if deadline is not None:
+            timer = loop.call_at(deadline, _expire, waiter)
         try:
             await waiter
         finally:
@@ -134,6 +135,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         protocol = self._protocol
+        deadline = None
         while not protocol.chunks:
             if self._closed:
                 raise httpcore.ReadError("the connection is closed")
@@ -141,7 +143,9 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 raise httpcore.ReadError(str(protocol.error) or type(protocol.error).__name__)
             if protocol.eof or protocol.lost:
                 return b""
-            await protocol.wait(timeout, httpcore.ReadTimeout)
+            if deadline is None and timeout is not None:
+                deadline = asyncio.get_running_loop().time() + timeout
+            await protocol.wait(deadline, httpcore.ReadTimeout)
         chunks = protocol.chunks
         data = chunks.popleft()
         if chunks and len(data) + len(chunks[0]) <= max_bytes:
@@ -158,7 +162,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         protocol.buffered -= len(data)
         if protocol.paused_reading and protocol.buffered <= READ_BUFFER_LIMIT // 2:
             protocol.paused_reading = False
-            self._transport.resume_reading()  # the protocol's transport (TLS or not)
+            self._transport.resume_reading()  # the one paused (the TLS one after start_tls)
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -169,8 +173,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         # Sent at once when the socket takes it (the usual case); what it does
         # not take is sent by the loop, and the write waits for that.
         self._transport.write(buffer)
+        if not protocol.writable and timeout is not None:
+            deadline: float | None = asyncio.get_running_loop().time() + timeout
+        else:
+            deadline = None
         while not protocol.writable:
-            await protocol.wait(timeout, httpcore.WriteTimeout)
+            await protocol.wait(deadline, httpcore.WriteTimeout)
             self._check_writable()
         self._check_writable()
 
