@@ -54,6 +54,14 @@ def pin_root(real: Path) -> Path:
     return real
 
 
+def pin_first(root: Path) -> None:
+    """Record the folder `root` resolves to now unless one is recorded (a
+    session's start: a new session's root was pinned by `pin_root` already,
+    and this costs it no symlink walk)."""
+    if root not in _FIRST_REAL:
+        real_root(root)
+
+
 def is_within(path: Path, root: Path) -> bool:
     """True when `path` is `root` or below it, comparing whole components."""
     return path == root or root in path.parents

@@ -20,7 +20,7 @@ from agentd.agent.permission import PermissionAsker
 from agentd.errors import PathOutsideWorkspace
 from agentd.events import Note, PlanEntry
 from agentd.messages import Message, ReminderPart, ToolCall, ToolResultPart, ToolSpec
-from agentd.paths import real_root
+from agentd.paths import pin_first
 from agentd.providers.base import Usage
 
 
@@ -134,7 +134,7 @@ class Session:
         # The folder the workspace resolves to now is the one its tools stay
         # in (`agentd.paths.real_root`), whatever is put in its way later.
         with contextlib.suppress(PathOutsideWorkspace):  # refused at its tools' first use
-            real_root(self.workspace_root)
+            pin_first(self.workspace_root)
 
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""
