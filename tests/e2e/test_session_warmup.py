@@ -129,8 +129,9 @@ raise SystemExit(main())
 """
 
 
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
 async def test_a_start_up_that_fails_after_the_app_is_built_closes_it_and_says_so(
-    model_server: ModelServer, tmp_path: Path, workspace: Path
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
 ) -> None:
     """The warm-up opens the endpoint's connection as soon as the App's HTTP
     client exists; a later start-up step that fails must close that App (its
@@ -141,27 +142,45 @@ async def test_a_start_up_that_fails_after_the_app_is_built_closes_it_and_says_s
     os.mkfifo(gate)
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     command = [sys.executable, "-c", FAILING_STARTUP, str(gate), "serve"]
-    raw = RawDaemon(await spawn_process(command, env))
+    raw = RawDaemon(await spawn_process([*command, "--acp"] if acp else command, env))
+    if acp:
+        raw.framing = "acp"
     try:
-        await raw.initialize()
-        raw.request("s", "agent/newSession", {"workspaceRoot": str(workspace)})
+        if acp:
+            raw.request("init", "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await raw.response("init")
+            raw.request("s", "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            await raw.initialize()
+            raw.request("s", "agent/newSession", {"workspaceRoot": str(workspace)})
         sid = (await raw.response("s", timeout=NEVER))["result"]["sessionId"]
         # The pre-connect's connection is open and idle in the client's pool.
         await model_server.wait_accepted(1, NEVER)
         await model_server.wait_answered(1, NEVER)
         await asyncio.to_thread(release_warmup, gate)
-        raw.request("p", "agent/prompt", {"sessionId": sid, "prompt": "hello"})
+        if acp:
+            prompt = [{"type": "text", "text": "hello"}]
+            raw.request("p", "session/prompt", {"sessionId": sid, "prompt": prompt})
+        else:
+            raw.request("p", "agent/prompt", {"sessionId": sid, "prompt": "hello"})
         error = (await raw.response("p", timeout=NEVER))["error"]
         assert error["code"] == -32603
         assert "RuntimeError: injected start-up fault" in error["message"]
         # Closed by the daemon while it runs on: the App was closed, not orphaned.
         await model_server.wait_closed(1, NEVER)
         assert raw.proc.returncode is None and model_server.requests() == []
-        raw.request("again", "agent/listSessions", {"workspaceRoot": str(workspace)})
+        if acp:
+            raw.request("again", "session/list", {"cwd": str(workspace)})
+        else:
+            raw.request("again", "agent/listSessions", {"workspaceRoot": str(workspace)})
         assert "injected start-up fault" in (await raw.response("again"))["error"]["message"]
-        raw.request("bye", "shutdown")
-        assert "result" in await raw.response("bye")
-        raw.notify("exit")
+        if acp:
+            assert raw.proc.stdin is not None
+            raw.proc.stdin.close()  # ACP's end: stdin closed
+        else:
+            raw.request("bye", "shutdown")
+            assert "result" in await raw.response("bye")
+            raw.notify("exit")
         assert await raw.wait_exit() == 0
     finally:
         release_warmup_nowait(gate)
