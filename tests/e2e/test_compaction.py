@@ -468,15 +468,11 @@ async def test_screenshots_in_a_prompt_count_toward_the_threshold(
             lambda e: e["type"] == "request" and e["purpose"] == "compact", timeout=60
         )
         await model_server.wait_for(lambda e: e["type"] == "complete" and e["id"] == compact["id"])
+        # The first turn is summarised; the screenshots' prompt stays verbatim.
         assert "Hello." in request_text(compact)
         assert "What do these screenshots show?" not in request_text(compact)
-        before = len(c.updates)
-        assert (await c.prompt(sid, "And now?"))["stopReason"] == "end_turn"
-        new = [u["update"] for u in c.updates[before:] if u["update"]["kind"] == "compaction"]
-        assert [(u["status"], u["trigger"]) for u in new] == [("done", "threshold")]
-        # The screenshots stayed verbatim, in the tail.
-        last = main_requests(model_server)[-1]["body"]["messages"]
-        sent = [p for m in last if isinstance(m["content"], list) for p in m["content"]]
-        assert sum(p["type"] == "image_url" for p in sent) == 5
+        # Nobody waited for it (a wait is reported `started`): the request fit.
+        assert [u["status"] for u in updates(c, sid, "compaction")] == []
+        assert any("screenshots" in request_text(r) for r in main_requests(model_server))
     finally:
         await c.lsp.shutdown_session()
