@@ -133,6 +133,9 @@ class ImagePart:
     mime_type: str
     data: str
     sha256: str = ""
+    # Its estimated cost in input tokens, once computed (`agentd.agent.image_cost`):
+    # not part of the image's value.
+    tokens: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(slots=True)

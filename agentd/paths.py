@@ -5,6 +5,14 @@ checked on fully resolved real paths, by path component (`/w/p-evil` is not
 inside `/w/p`). The daemon tools then open what was checked one component at
 a time from the root's descriptor with O_NOFOLLOW (`agentd/agent/tools/fs.py`),
 so a symlink swapped in between the check and the open is never followed.
+
+A root is confined to the folder it resolved to when it was first used in
+this process (`real_root`). A session's root is resolved when the session
+starts: if the editor named a symlink, re-pointing that link later moves
+nothing (following it would let whatever can re-point it, a command the
+agent ran among others, move the confinement anywhere). If the resolved
+folder itself, or one on its way, is later replaced by a symlink, the
+root is refused rather than followed there.
 """
 
 from __future__ import annotations
@@ -13,6 +21,45 @@ import os
 from pathlib import Path
 
 from agentd.errors import PathOutsideWorkspace
+
+# Each root's real path when first used (`real_root`); bounded, as the roots
+# a daemon serves are few: past the bound a new root is only resolved.
+_FIRST_REAL: dict[Path, Path] = {}
+FIRST_REAL_MAX = 4096
+
+
+def real_root(root: Path) -> Path:
+    """`root`'s real path, which must still be the one it had when first used:
+    a root that now resolves elsewhere is refused (`PathOutsideWorkspace`)."""
+    real = Path(os.path.realpath(root))
+    first = _FIRST_REAL.get(root)
+    if first is None:
+        if len(_FIRST_REAL) >= FIRST_REAL_MAX:
+            return real
+        # setdefault: two threads seeing a new root at once keep one answer.
+        first = _FIRST_REAL.setdefault(root, real)
+    if real != first:
+        raise PathOutsideWorkspace(
+            f"the workspace {root} now leads to {real}, not to the folder {first} it was "
+            "(a symlink was put in its way): refused; start a new session to work there"
+        )
+    return real
+
+
+def pin_root(real: Path) -> Path:
+    """Record `real` (a root just resolved, as the editor named it) as its own
+    folder from now on, for `real_root`; returns it."""
+    if real in _FIRST_REAL or len(_FIRST_REAL) < FIRST_REAL_MAX:
+        _FIRST_REAL[real] = real
+    return real
+
+
+def pin_first(root: Path) -> None:
+    """Record the folder `root` resolves to now unless one is recorded (a
+    session's start: a new session's root was pinned by `pin_root` already,
+    and this costs it no symlink walk)."""
+    if root not in _FIRST_REAL:
+        real_root(root)
 
 
 def is_within(path: Path, root: Path) -> bool:
@@ -24,11 +71,11 @@ def resolve_inside(root: Path, user_path: str) -> Path:
     """Resolve `user_path` (relative to `root`, or absolute) and refuse escapes."""
     if "\x00" in user_path:
         raise PathOutsideWorkspace("path contains a NUL byte")
-    real_root = Path(os.path.realpath(root))
+    real = real_root(root)
     candidate = Path(user_path)
     if not candidate.is_absolute():
-        candidate = real_root / candidate
+        candidate = real / candidate
     resolved = Path(os.path.realpath(candidate))
-    if not is_within(resolved, real_root):
-        raise PathOutsideWorkspace(f"{user_path!r} is outside the workspace {real_root}")
+    if not is_within(resolved, real):
+        raise PathOutsideWorkspace(f"{user_path!r} is outside the workspace {real}")
     return resolved

@@ -724,12 +724,9 @@ def note_to_json(note: Note) -> dict[str, Any]:
     return out
 
 
-def usage_to_json(report: UsageReport, *, cache: bool = True) -> dict[str, Any]:
-    """A usage report as the LSP wire and the transcript both write it.
-
-    ACP's `_agentd/usage` drops `kind` and passes cache=False: its notification never carried
-    the cache counts, and its bytes stay as they were.
-    """
+def usage_to_json(report: UsageReport) -> dict[str, Any]:
+    """A usage report as the LSP wire, ACP's `_agentd/usage` (without `kind`)
+    and the transcript all write it."""
     out: dict[str, Any] = {
         "kind": "usage",
         "inputTokens": report.input_tokens,
@@ -737,9 +734,9 @@ def usage_to_json(report: UsageReport, *, cache: bool = True) -> dict[str, Any]:
         "sessionTotalTokens": report.session_total_tokens,
     }
     # Only when the provider reported them: absent is "unknown", not 0.
-    if cache and report.cache_read_tokens is not None:
+    if report.cache_read_tokens is not None:
         out["cacheReadTokens"] = report.cache_read_tokens
-    if cache and report.cache_write_tokens is not None:
+    if report.cache_write_tokens is not None:
         out["cacheWriteTokens"] = report.cache_write_tokens
     if report.context_window:
         out["contextTokens"] = report.context_tokens

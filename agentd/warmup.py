@@ -36,6 +36,7 @@ One `Warmup` per front-end connection:
     listeners        called on the loop with the new App before any `wait()`
                      returns: where a front end wires its notifications
     aclose()         at shutdown: let the thread finish, then close the App
+                     (a build that fails after making the App closes it at once)
 
 `AGENTD_TEST_WARMUP_HOLD=<fifo>` (tests only) holds the thread between the
 stages until a writer opens and closes that FIFO: how the e2e tests prove
@@ -101,6 +102,11 @@ class Warmup:
         self.options: dict[str, Any] = {}
         self.listeners: list[Callable[[App], None]] = []
         self._app: App | None = None
+        # The App as soon as the thread has made it: if a later step of the
+        # build fails, what it started (the pre-connect on its supervisor, the
+        # HTTP client) is closed by `_discard` instead of left without an owner.
+        self._made: App | None = None
+        self._discarding: asyncio.Future[None] | None = None
         self._settings: asyncio.Future[Settings] | None = None
         self._result: asyncio.Future[App] | None = None
         self._started_at = 0.0
@@ -143,6 +149,7 @@ class Warmup:
             from agentd.app import App
 
             app = App.create(options, settings)
+            self._made = app  # read on the loop by `_finish`, which this thread schedules
             app.provider.warm()
             # The endpoint's connection is opened on the loop now, while this
             # thread finishes: the loop is idle then, and the first prompt's
@@ -208,6 +215,7 @@ class Warmup:
         except Exception as exc:
             log.exception("start-up failed")
             result.set_exception(exc)
+            self._discard()
             return
         log.info("warm-up: App built after %.1f ms", self._elapsed_ms())
         try:
@@ -222,8 +230,15 @@ class Warmup:
             except Exception:
                 # One bad listener must not keep every request waiting.
                 log.exception("warm-up listener failed")
-        self._app = app
+        self._app, self._made = app, None
         result.set_result(app)
+
+    def _discard(self) -> None:
+        """Close the App a failed build made, if it got that far: nothing else
+        ever will (no request gets it). Awaited by `aclose`."""
+        app, self._made = self._made, None
+        if app is not None:
+            self._discarding = asyncio.ensure_future(_close_quietly(app))
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self._started_at) * 1000
@@ -266,11 +281,25 @@ class Warmup:
     async def aclose(self) -> None:
         if self._result is not None and not self._result.done():
             await asyncio.wait([self._result], timeout=BUILD_WAIT)
+        if self._discarding is not None:
+            await self._discarding
         if self._app is not None:
-            try:
-                await asyncio.wait_for(self._app.aclose(), timeout=CLOSE_TIMEOUT)
-            except TimeoutError:
-                log.warning("shutdown did not finish within %s s", CLOSE_TIMEOUT)
+            await _close(self._app)
+
+
+async def _close(app: App) -> None:
+    try:
+        await asyncio.wait_for(app.aclose(), timeout=CLOSE_TIMEOUT)
+    except TimeoutError:
+        log.warning("shutdown did not finish within %s s", CLOSE_TIMEOUT)
+
+
+async def _close_quietly(app: App) -> None:
+    # The start-up failure is what requests report; this one is only logged.
+    try:
+        await _close(app)
+    except Exception:
+        log.exception("closing the App of a failed start-up failed")
 
 
 def _default_executor(loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor | None:

@@ -62,6 +62,7 @@ from agentd.params import (
     validate_params,
     workspace_path,
 )
+from agentd.paths import pin_root
 
 if TYPE_CHECKING:
     from agentd.acp.params import (
@@ -163,7 +164,9 @@ async def new_session(
 ) -> dict[str, Any]:
     """Answered from the settings; the session is made in the core as soon as
     the App exists (at once if it does), before a request can name it."""
-    root = workspace_path(p.cwd, "cwd")
+    # Pinned now, while the session may be made later (`when_built`): its
+    # tools stay in the folder the editor named (`agentd.paths.real_root`).
+    root = pin_root(workspace_path(p.cwd, "cwd"))
     servers = mcp_servers(p.mcp_servers)
     sid = uuid.uuid4().hex
 

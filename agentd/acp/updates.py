@@ -194,7 +194,7 @@ def to_acp(
             "docs": list(update.docs),
         }
     if isinstance(update, UsageReport):
-        usage = usage_to_json(update, cache=False)
+        usage = usage_to_json(update)
         del usage["kind"]
         return USAGE_NOTIFICATION, {"sessionId": session_id, **usage}
     if isinstance(update, CompactionReport):

@@ -56,6 +56,7 @@ from agentd.agent.context import (
     overhead_bytes,
 )
 from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
+from agentd.agent.image_cost import image_tokens
 from agentd.errors import AgentdError, ContextOverflow, ModelError
 from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
 from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
@@ -163,7 +164,9 @@ def choose_split(
     history's, kept up to date by the caller (else one is built)."""
     if index is None:
         index = HistoryIndex.of(history)
-    split = index.latest_start_with_tail(lambda tail: cal.tokens(tail) >= keep_tokens)
+    split = index.latest_start_with_tail(
+        lambda tail, images: cal.tokens(tail) + images >= keep_tokens
+    )
     # Something besides an earlier summary must be before the split.
     if split is None or all(is_summary(m) for m in islice(history, split)):
         return 0
@@ -202,7 +205,7 @@ def plan_clearing(
     kept: set[int] = set()
     used = 0
     for i in reversed(index.steps):
-        cost = cal.tokens(index.size(i))
+        cost = cal.tokens(index.size(i)) + index.image_size(i)
         if kept and (len(kept) >= keep_results or used + cost > keep_tokens):
             break
         kept.add(i)
@@ -425,7 +428,8 @@ class Compactor:
         before = self.estimate(session)
         # Half the conversation at most stays verbatim (the system prompt and
         # the tools, also in `before`, are not the conversation's).
-        history = self.calibration.tokens(self._index(session, st).cum[-1])
+        index = self._index(session, st)
+        history = self.calibration.tokens(index.cum[-1]) + index.images[-1]
         keep = min(int(self.options.keep_recent * self.budget()), history // 2)
         pending = self._start(session, st, "manual", keep_tokens=keep, instructions=instructions)
         report: CompactionReport | None
@@ -451,12 +455,14 @@ class Compactor:
     def _saved_tokens(self, history: list[Message], cleared: dict[str, str]) -> int:
         if not cleared:
             return 0
-        saved = 0
+        saved = images = 0
         for msg in history:
             for part in msg.tool_results:
                 if part.tool_call_id in cleared:
                     saved += len(part.content) - len(cleared[part.tool_call_id])
-        return self.calibration.tokens(saved)
+                    # A cleared result's images go with it.
+                    images += sum(image_tokens(i) for i in part.images)
+        return self.calibration.tokens(saved) + images
 
     def _clear(
         self,

@@ -17,9 +17,10 @@ The window (`ContextWindow`), strongest source first:
 The count (`Meter`): the provider's own `input_tokens` of the last request,
 plus an estimate of what was added since, in UTF-8 bytes divided by a
 bytes-per-token ratio calibrated from the provider's usage figures
-(`Calibration`). No tokenizer is imported: the estimate is only ever asked
-"is this near the window", and the provider's count re-anchors it after
-every request.
+(`Calibration`), and for images what providers bill for their pixels
+(`image_cost`: a session of screenshots is compacted before it overflows).
+No tokenizer is imported: the estimate is only ever asked "is this near the
+window", and the provider's count re-anchors it after every request.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from agentd.agent.image_cost import history_image_tokens
 from agentd.messages import (
     Message,
     ReminderPart,
@@ -143,7 +145,8 @@ def _utf8(text: str) -> int:
 
 
 def message_bytes(message: Message) -> int:
-    """What a message costs in a request, in UTF-8 bytes (thinking is not sent)."""
+    """What a message costs in a request, in UTF-8 bytes (thinking is not sent;
+    images are counted in tokens, by `image_cost`)."""
     size = MESSAGE_OVERHEAD
     for part in message.parts:
         if isinstance(part, TextPart | ReminderPart):
@@ -227,8 +230,10 @@ class Meter:
 
     base_tokens: int = 0
     mark: int = 0
-    # Bytes of what `base_tokens` counted, for calibration.
+    # Bytes of what `base_tokens` counted, and the estimated tokens of its
+    # images (which the bytes leave out), for calibration.
     mark_bytes: int = 0
+    mark_images: int = 0
     valid: bool = False
 
     def invalidate(self) -> None:
@@ -238,8 +243,9 @@ class Meter:
     def estimate(self, history: list[Message], overhead: int, cal: Calibration) -> int:
         """The input tokens of a request made of `history` now."""
         if self.valid and self.mark <= len(history):
-            return self.base_tokens + cal.tokens(history_bytes(history[self.mark :]))
-        return cal.tokens(overhead + history_bytes(history))
+            added = history[self.mark :]
+            return self.base_tokens + cal.tokens(history_bytes(added)) + history_image_tokens(added)
+        return cal.tokens(overhead + history_bytes(history)) + history_image_tokens(history)
 
     def observe(
         self, history: list[Message], sent: int, overhead: int, usage: Usage, cal: Calibration
@@ -249,8 +255,13 @@ class Meter:
         if tokens <= 0:
             return  # a server that reports no usage: keep estimating
         if self.valid and self.mark <= sent:
-            size = self.mark_bytes + history_bytes(history[self.mark : sent])
+            added = history[self.mark : sent]
+            size = self.mark_bytes + history_bytes(added)
+            images = self.mark_images + history_image_tokens(added)
         else:
             size = overhead + history_bytes(history[:sent])
-        cal.observe(size, tokens)
+            images = history_image_tokens(history[:sent])
+        # The bytes' share of the provider's count: what its images took is not theirs.
+        cal.observe(size, tokens - images)
         self.base_tokens, self.mark, self.mark_bytes, self.valid = tokens, sent, size, True
+        self.mark_images = images

@@ -27,6 +27,7 @@ import bisect
 from collections.abc import Callable
 
 from agentd.agent.context import message_bytes
+from agentd.agent.image_cost import message_image_tokens
 from agentd.messages import Message
 
 # Tool output shorter than this is left alone by clearing: a stub would save nothing.
@@ -42,13 +43,16 @@ def worth_clearing(message: Message) -> bool:
 class HistoryIndex:
     """Per-message facts of one history, for compaction's checks."""
 
-    __slots__ = ("_messages", "clearable", "cum", "starts", "steps")
+    __slots__ = ("_messages", "clearable", "cum", "images", "starts", "steps")
 
     def __init__(self) -> None:
         # The messages indexed: the history's own objects.
         self._messages: list[Message] = []
         # cum[i]: the size of history[:i] in bytes (`context.message_bytes`).
         self.cum: list[int] = [0]
+        # images[i]: the estimated tokens of the images in history[:i]
+        # (`image_cost`), which the bytes leave out.
+        self.images: list[int] = [0]
         # Indices of the messages that start a prompt turn (a user's text).
         self.starts: list[int] = []
         # Indices of the messages that hold tool results.
@@ -64,6 +68,9 @@ class HistoryIndex:
 
     def size(self, i: int) -> int:
         return self.cum[i + 1] - self.cum[i]
+
+    def image_size(self, i: int) -> int:
+        return self.images[i + 1] - self.images[i]
 
     def sync(self, history: list[Message]) -> None:
         """Index `history`, measuring only what changed since the last call."""
@@ -99,6 +106,7 @@ class HistoryIndex:
     def _truncate(self, n: int) -> None:
         del self._messages[n:]
         del self.cum[n + 1 :]
+        del self.images[n + 1 :]
         for positions in (self.starts, self.steps, self.clearable):
             while positions and positions[-1] >= n:
                 positions.pop()
@@ -106,6 +114,7 @@ class HistoryIndex:
     def _add(self, i: int, message: Message) -> None:
         self._messages.append(message)
         self.cum.append(self.cum[-1] + message_bytes(message))
+        self.images.append(self.images[-1] + message_image_tokens(message))
         if message.role == "user" and message.text:
             self.starts.append(i)
         if message.tool_results:
@@ -113,17 +122,18 @@ class HistoryIndex:
             if worth_clearing(message):
                 self.clearable.append(i)
 
-    def latest_start_with_tail(self, enough: Callable[[int], bool]) -> int | None:
-        """The latest prompt start whose tail (it and everything after it,
-        in bytes) is `enough`, else the earliest start; None without one.
-        `enough` must hold for every tail at least as long as one it holds for."""
+    def latest_start_with_tail(self, enough: Callable[[int, int], bool]) -> int | None:
+        """The latest prompt start whose tail (it and everything after it:
+        `enough(bytes, image tokens)`) is enough, else the earliest start;
+        None without one. `enough` must hold for every tail at least as long
+        as one it holds for."""
         starts = self.starts
         if not starts:
             return None
-        total = self.cum[-1]
+        total, images = self.cum[-1], self.images[-1]
         # Tails shrink as starts move later: the first start whose tail is
         # not enough bounds the answer.
         first_short = bisect.bisect_left(
-            starts, True, key=lambda s: not enough(total - self.cum[s])
+            starts, True, key=lambda s: not enough(total - self.cum[s], images - self.images[s])
         )
         return starts[max(first_short - 1, 0)]

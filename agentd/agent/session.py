@@ -8,6 +8,7 @@ prompt (listeners, such as the transcript writer, see every message once);
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ from typing import Any, Protocol
 
 from agentd.agent.modes import DEFAULT_MODE
 from agentd.agent.permission import PermissionAsker
+from agentd.errors import PathOutsideWorkspace
 from agentd.events import Note, PlanEntry
 from agentd.messages import Message, ReminderPart, ToolCall, ToolResultPart, ToolSpec
+from agentd.paths import pin_first
 from agentd.providers.base import Usage
 
 
@@ -126,6 +129,12 @@ class Session:
     # part), checked by identity before use (`turn._date_reminder`), so that a
     # prompt does not walk the whole history to find it.
     date_note: tuple[int, Message, ReminderPart] | None = None
+
+    def __post_init__(self) -> None:
+        # The folder the workspace resolves to now is the one its tools stay
+        # in (`agentd.paths.real_root`), whatever is put in its way later.
+        with contextlib.suppress(PathOutsideWorkspace):  # refused at its tools' first use
+            pin_first(self.workspace_root)
 
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""

@@ -39,6 +39,7 @@ from agentd.params import (
     validate_params,
     workspace_path,
 )
+from agentd.paths import pin_root
 
 if TYPE_CHECKING:
     from agentd.app import App
@@ -119,7 +120,9 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
     the App exists (at once if it does), before a request can name it."""
     from agentd.agent.modes import DEFAULT_MODE
 
-    root = workspace_path(p.workspace_root)
+    # Pinned now, while the session may be made later (`when_built`): its
+    # tools stay in the folder the editor named (`agentd.paths.real_root`).
+    root = pin_root(workspace_path(p.workspace_root))
     sid = uuid.uuid4().hex
 
     def create(app: App) -> None:

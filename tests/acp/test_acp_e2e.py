@@ -588,3 +588,26 @@ async def test_compact_command_calls_the_core_compaction(
     messages = main_requests(model_server)[-1]["body"]["messages"]
     assert "was compacted" in messages[1]["content"]
     assert "Turn 0." not in json.dumps(messages[2:])
+
+
+async def test_the_editors_file_requests_never_follow_a_workspace_replaced_by_a_symlink(
+    daemon: Any, editor: EditorClient, workspace: Path, model_server: ModelServer, tmp_path: Path
+) -> None:
+    """The editor's fs requests are confined like the daemon's tools: once the
+    session's folder is replaced by a symlink to another folder, an edit
+    there is refused before the editor is asked to read or write anything."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "app.py").write_text("secret = 7\n")
+    await start(daemon)
+    sid = await new_session(daemon, workspace)
+    workspace.rename(tmp_path / "moved-away")
+    workspace.symlink_to(outside, target_is_directory=True)
+    result = await daemon.prompt(
+        session_id=sid, prompt=tool("edit_file", path="app.py", old_text="7", new_text="8")
+    )
+    assert result.stop_reason == "end_turn"
+    assert editor.requests("fs/read_text_file") == editor.requests("fs/write_text_file") == []
+    assert editor.writes == [] and (outside / "app.py").read_text() == "secret = 7\n"
+    (failed,) = [u for u in editor.updates(sid) if u.get("status") == "failed"]
+    assert "refused" in json.dumps(failed)

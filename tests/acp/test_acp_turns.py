@@ -18,6 +18,7 @@ from agentd.transcript import sessions_dir
 from tests.acp.harness import EditorClient, check_golden, connect_acp
 from tests.acp.test_acp_e2e import last_response, main_requests, new_session, start, tool
 from tests.acp.test_acp_sessions import bad_field, update_message
+from tests.e2e.test_providers import READ_README, anthropic_env, openai_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -267,3 +268,34 @@ async def test_a_cancelled_prompt_reports_the_usage_of_its_finished_steps(
             "usage": {"inputTokens": 120, "outputTokens": 7, "cacheReadTokens": 0},
         }
     }
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_usage_notifications_carry_the_cache_counts_as_the_lsp_update_does(
+    api: str, editor: EditorClient, workspace: Path, model_server: ModelServer, tmp_path: Path
+) -> None:
+    """`_agentd/usage` has the LSP `usage` update's `cacheReadTokens` and
+    `cacheWriteTokens` (when the provider reported them), per model step."""
+    model_server.configure_cache(min_tokens=0)  # agentd's prompt here is under 1,024 tokens
+    env = (openai_env if api == "openai" else anthropic_env)(model_server, tmp_path)
+    model_server.enqueue({"toolCalls": [READ_README]})
+    model_server.enqueue({"text": "It is 42."})
+    async with connect_acp(editor, env, tmp_path / "stderr.log") as conn:
+        await start(conn)
+        sid = await new_session(conn, workspace)
+        result = await conn.prompt(session_id=sid, prompt=[text_block("what is the answer?")])
+        assert result.stop_reason == "end_turn"
+    steps = [n["params"] for n in editor.notifications("_agentd/usage")]
+    served = [r["cache"] for r in main_requests(model_server)]
+    assert [u["sessionId"] for u in steps] == [sid, sid]
+    assert [u["cacheReadTokens"] for u in steps] == [s["read"] for s in served]
+    assert steps[0]["cacheReadTokens"] == 0 and steps[1]["cacheReadTokens"] > 0
+    total = result.field_meta["agentd"]["usage"]
+    assert total["cacheReadTokens"] == sum(u["cacheReadTokens"] for u in steps)
+    if api == "anthropic":
+        # Step 1 wrote its whole prompt; step 2 read all of it back.
+        assert steps[0]["cacheWriteTokens"] == served[0]["input"]
+        assert steps[1]["cacheReadTokens"] == steps[0]["cacheWriteTokens"]
+        assert total["cacheWriteTokens"] == sum(u["cacheWriteTokens"] for u in steps)
+    else:
+        assert all("cacheWriteTokens" not in u for u in steps)  # OpenAI does not report writes

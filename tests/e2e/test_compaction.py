@@ -9,7 +9,10 @@ constraint (`agentd/testing/model_server/summarise.py`).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -420,3 +423,56 @@ async def test_extraction_sees_every_turn_including_summarised_ones(
         assert memory_dir(workspace, agentd_home(tmp_path)).is_dir()
     finally:
         await c2.lsp.shutdown_session()
+
+
+def screenshot(width: int, height: int) -> str:
+    """A grey PNG of that size, in base64: a few KB (its rows compress to
+    nothing), billed by providers for its pixels all the same."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = zlib.compress(b"".join(b"\x00" + b"\x80" * width for _ in range(height)), 9)
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows)
+    return base64.b64encode(png + chunk(b"IEND", b"")).decode()
+
+
+async def test_screenshots_in_a_prompt_count_toward_the_threshold(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Five full-HD screenshots cost about 8,000 input tokens (1,600 each by
+    Anthropic's count) though their bytes are few: with a 14,000-token window
+    (threshold 8,400, budget 10,500) and about 1,500 for the system prompt,
+    the tools and a first turn, the prompt that brings them is past the
+    threshold, so the summary starts then, in the background, while the
+    request still goes (it fits); counted by their bytes they were invisible
+    and nothing was compacted until the provider refused a request."""
+    c = await new_client(model_server, tmp_path, 14_000, supportsImages=True)
+    try:
+        sid = await c.new_session(workspace)
+        assert (await c.prompt(sid, "Hello."))["stopReason"] == "end_turn"
+        # (The set-up's arithmetic: the images alone take the count past the
+        # threshold, and not past the budget.)
+        tokens = updates(c, sid, "usage")[-1]["contextTokens"]
+        assert threshold(14_000) < tokens + 5 * 1600 < 14_000 - 14_000 // 4 - 200
+        image = screenshot(1920, 1080)
+        content = [{"type": "text", "text": "What do these screenshots show?"}] + [
+            {"type": "image", "data": image, "mimeType": "image/png"} for _ in range(5)
+        ]
+        result = await c.request("agent/prompt", {"sessionId": sid, "prompt": content})
+        assert result["stopReason"] == "end_turn"
+        # Not a speed bound: without the images counted no summary ever starts.
+        compact = await model_server.wait_for(
+            lambda e: e["type"] == "request" and e["purpose"] == "compact", timeout=60
+        )
+        await model_server.wait_for(lambda e: e["type"] == "complete" and e["id"] == compact["id"])
+        # The first turn is summarised; the screenshots' prompt stays verbatim.
+        assert "Hello." in request_text(compact)
+        assert "What do these screenshots show?" not in request_text(compact)
+        # Nobody waited for it (a wait is reported `started`): the request fit.
+        assert [u["status"] for u in updates(c, sid, "compaction")] == []
+        assert any("screenshots" in request_text(r) for r in main_requests(model_server))
+    finally:
+        await c.lsp.shutdown_session()

@@ -6,6 +6,8 @@ the reply is read."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from agentd.testing.daemon import (
     memory_folder,
     release_warmup,
     release_warmup_nowait,
+    spawn_process,
 )
 from agentd.testing.framing import frame, notification, request
 from agentd.testing.model_server import ModelServer
@@ -100,4 +103,85 @@ async def test_prompts_cancelled_while_the_app_is_built_are_answered_cancelled(
             assert (await raw.response(i))["result"]["stopReason"] == "end_turn"
     finally:
         release_warmup_nowait(hold)
+        await raw.close()
+
+
+# The daemon, with a start-up step after the App is built (the orphaned-images
+# collection) made to fail once the FIFO named by the first argument is
+# opened and closed: what an import or a collection that raises would do.
+FAILING_STARTUP = """
+import sys
+import agentd.transcript
+
+gate = sys.argv.pop(1)
+
+
+def collect_orphan_images(home=None):
+    with open(gate, "rb") as held:
+        held.read()
+    raise RuntimeError("injected start-up fault")
+
+
+agentd.transcript.collect_orphan_images = collect_orphan_images
+from agentd.cli import main
+
+raise SystemExit(main())
+"""
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_start_up_that_fails_after_the_app_is_built_closes_it_and_says_so(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """The warm-up opens the endpoint's connection as soon as the App's HTTP
+    client exists; a later start-up step that fails must close that App (its
+    pre-connect task, its client and their connection) rather than leave it
+    with no owner until the process exits, and every request is answered with
+    the start-up's error."""
+    gate = tmp_path / "fault-gate"
+    os.mkfifo(gate)
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    command = [sys.executable, "-c", FAILING_STARTUP, str(gate), "serve"]
+    raw = RawDaemon(await spawn_process([*command, "--acp"] if acp else command, env))
+    if acp:
+        raw.framing = "acp"
+    try:
+        if acp:
+            raw.request("init", "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await raw.response("init")
+            raw.request("s", "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            await raw.initialize()
+            raw.request("s", "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await raw.response("s", timeout=NEVER))["result"]["sessionId"]
+        # The pre-connect's connection is open and idle in the client's pool.
+        await model_server.wait_accepted(1, NEVER)
+        await model_server.wait_answered(1, NEVER)
+        await asyncio.to_thread(release_warmup, gate)
+        if acp:
+            prompt = [{"type": "text", "text": "hello"}]
+            raw.request("p", "session/prompt", {"sessionId": sid, "prompt": prompt})
+        else:
+            raw.request("p", "agent/prompt", {"sessionId": sid, "prompt": "hello"})
+        error = (await raw.response("p", timeout=NEVER))["error"]
+        assert error["code"] == -32603
+        assert "RuntimeError: injected start-up fault" in error["message"]
+        # Closed by the daemon while it runs on: the App was closed, not orphaned.
+        await model_server.wait_closed(1, NEVER)
+        assert raw.proc.returncode is None and model_server.requests() == []
+        if acp:
+            raw.request("again", "session/list", {"cwd": str(workspace)})
+        else:
+            raw.request("again", "agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert "injected start-up fault" in (await raw.response("again"))["error"]["message"]
+        if acp:
+            assert raw.proc.stdin is not None
+            raw.proc.stdin.close()  # ACP's end: stdin closed
+        else:
+            raw.request("bye", "shutdown")
+            assert "result" in await raw.response("bye")
+            raw.notify("exit")
+        assert await raw.wait_exit() == 0
+    finally:
+        release_warmup_nowait(gate)
         await raw.close()

@@ -99,3 +99,93 @@ async def test_a_deleted_memory_folder_shows_in_memory_status(
         assert (await d.response(3))["result"]["docs"] == []
     finally:
         await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_workspace_folder_replaced_by_a_symlink_is_refused_not_followed(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A session's tools stay in the folder its workspace resolved to. If
+    that folder is moved away and a symlink to another folder put in its
+    place (all it takes is write access to the parent: a command run in the
+    workspace has it), the tools refuse the workspace: they neither read
+    the link's target nor anything else outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("the secret is 7\n")
+    (outside / "README.md").write_text("an impostor README\n")
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        if acp:
+            d.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await d.response(1)
+            d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            await d.initialize()
+            d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await d.response(2))["result"]["sessionId"]
+
+        def prompt(n: int, text: str) -> None:
+            if acp:
+                blocks = [{"type": "text", "text": text}]
+                d.request(n, "session/prompt", {"sessionId": sid, "prompt": blocks})
+            else:
+                d.request(n, "agent/prompt", {"sessionId": sid, "prompt": text})
+
+        def last_tool_result() -> str:
+            messages = model_server.requests("main")[-1]["body"]["messages"]
+            return str([m["content"] for m in messages if m["role"] == "tool"][-1])
+
+        prompt(3, '!tool read_file {"path": "README.md"}')
+        assert (await d.response(3))["result"]["stopReason"] == "end_turn"
+        assert "The answer is 42" in last_tool_result()
+        workspace.rename(tmp_path / "moved-away")
+        workspace.symlink_to(outside, target_is_directory=True)
+        for n, call in enumerate(
+            (
+                '!tool read_file {"path": "secret.txt"}',
+                '!tool read_file {"path": "README.md"}',
+                '!tool list_dir {"path": "."}',
+                '!tool search {"query": "secret"}',
+            ),
+            start=4,
+        ):
+            prompt(n, call)
+            assert (await d.response(n))["result"]["stopReason"] == "end_turn"
+            result = last_tool_result()
+            assert "impostor" not in result and "is 7" not in result, result
+            assert "secret.txt" not in result, result
+            assert f"now leads to {outside}" in result and "refused" in result, result
+    finally:
+        await d.close()
+
+
+async def test_a_workspace_named_by_a_symlink_stays_where_it_led_when_re_pointed(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The editor names the workspace by a symlink: the session is bound to
+    the folder the link led to then. Re-pointing the link later (to another
+    folder, here one holding a secret) moves nothing: the tools go on in the
+    session's folder and never read the link's new target."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "README.md").write_text("the secret is 7\n")
+    link = tmp_path / "current"
+    link.symlink_to(workspace, target_is_directory=True)
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "agent/newSession", {"workspaceRoot": str(link)})
+        sid = (await d.response(1))["result"]["sessionId"]
+        link.unlink()
+        link.symlink_to(outside, target_is_directory=True)
+        prompt = '!tool read_file {"path": "README.md"}'
+        d.request(2, "agent/prompt", {"sessionId": sid, "prompt": prompt})
+        assert (await d.response(2))["result"]["stopReason"] == "end_turn"
+        messages = model_server.requests("main")[-1]["body"]["messages"]
+        (result,) = [m["content"] for m in messages if m["role"] == "tool"]
+        assert "The answer is 42" in result and "is 7" not in result
+    finally:
+        await d.close()

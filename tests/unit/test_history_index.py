@@ -22,6 +22,7 @@ from agentd.agent.compaction import (
 )
 from agentd.agent.context import Calibration, ContextWindow, message_bytes
 from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
+from agentd.agent.image_cost import message_image_tokens
 from agentd.agent.session import AwaitClientResult, Session
 from agentd.events import CompactionReport, Update
 from agentd.messages import (
@@ -46,12 +47,14 @@ def reference_split(history: list[Message], keep_tokens: int, cal: Calibration) 
     if not starts:
         return 0
     sizes = [message_bytes(m) for m in history]
-    tail = 0
+    images = [message_image_tokens(m) for m in history]
+    tail = tail_images = 0
     split = len(history)
     for start in reversed(starts):
         tail += sum(sizes[start:split])
+        tail_images += sum(images[start:split])
         split = start
-        if cal.tokens(tail) >= keep_tokens:
+        if cal.tokens(tail) + tail_images >= keep_tokens:
             break
     if not any(not is_summary(m) for m in history[:split]):
         return 0
@@ -71,7 +74,7 @@ def reference_clearing(
     kept: set[int] = set()
     used = 0
     for i in reversed(steps):
-        cost = cal.tokens(message_bytes(history[i]))
+        cost = cal.tokens(message_bytes(history[i])) + message_image_tokens(history[i])
         if kept and (len(kept) >= keep_results or used + cost > keep_tokens):
             break
         kept.add(i)
@@ -89,7 +92,7 @@ def reference_clearing(
 
 
 def _fields(index: HistoryIndex) -> tuple[list[int], ...]:
-    return (index.cum, index.starts, index.steps, index.clearable)
+    return (index.cum, index.images, index.starts, index.steps, index.clearable)
 
 
 def _step(rng: random.Random, history: list[Message], n: int) -> list[Message]:

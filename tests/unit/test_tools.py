@@ -9,7 +9,7 @@ import pytest
 from agentd.agent.tools import DaemonTools, ToolConfig, client_tool_specs, truncate_result
 from agentd.agent.tools.fs import Root
 from agentd.errors import PathOutsideWorkspace, ToolError
-from agentd.paths import is_within, resolve_inside
+from agentd.paths import is_within, pin_root, real_root, resolve_inside
 
 ENGINES = ["python", "ripgrep"]
 
@@ -31,6 +31,27 @@ def root(tmp_path: Path) -> Path:
 def test_is_within_compares_components(tmp_path: Path) -> None:
     assert is_within(tmp_path / "p" / "x", tmp_path / "p")
     assert not is_within(tmp_path / "p-evil" / "x", tmp_path / "p")
+
+
+def test_a_root_stays_the_folder_it_resolved_to_first(root: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    assert real_root(link) == root
+    # Re-pointed: refused, neither followed nor kept quietly.
+    link.unlink()
+    link.symlink_to(tmp_path / "p-evil")
+    with pytest.raises(PathOutsideWorkspace, match="now leads to"):
+        resolve_inside(link, "secret.txt")
+    # A resolved root replaced by a symlink: the same.
+    assert pin_root(root) == root and DaemonTools(root).call("read_file", path="a.txt")
+    root.rename(tmp_path / "moved")
+    root.symlink_to(tmp_path / "p-evil")
+    with pytest.raises(PathOutsideWorkspace, match="now leads to"):
+        DaemonTools(root).call("read_file", path="secret.txt")
+    # Named again by the editor (a new session there): it is that folder from now on.
+    root.unlink()
+    (tmp_path / "moved").rename(root)
+    assert "two" in DaemonTools(pin_root(root)).call("read_file", path="a.txt")
 
 
 @pytest.mark.parametrize(

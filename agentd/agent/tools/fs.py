@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agentd.errors import PathOutsideWorkspace, ToolError
-from agentd.paths import resolve_inside
+from agentd.paths import real_root, resolve_inside
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -63,7 +63,7 @@ class Root:
     """An open descriptor of a workspace root, and confined opens below it."""
 
     def __init__(self, root: Path) -> None:
-        self.path = Path(os.path.realpath(root))
+        self.path = real_root(root)
         try:
             self.fd = os.open(self.path, DIR_FLAGS)
         except OSError as exc:

@@ -201,6 +201,9 @@ class ModelServer:
         # Requests of any kind answered in full (never reset): a test that must
         # know a client's connection went back to its pool waits for this.
         self.answered = 0
+        # TCP connections ended so far, by either side (never reset): a test
+        # that must know a client let its connection go waits for this.
+        self.closed = 0
         self._counted: asyncio.Event | None = None
         # Replaced by a fresh Event each time the log grows: waiters wake, rescan, rewait.
         self._log_grew: asyncio.Event | None = None
@@ -419,6 +422,11 @@ class ModelServer:
         last byte written (TimeoutError after `timeout`)."""
         await self._wait_count(lambda: self.answered, count, timeout)
 
+    async def wait_closed(self, count: int, timeout: float = 10.0) -> None:
+        """Until `count` TCP connections have ended, by either side (TimeoutError
+        after `timeout`)."""
+        await self._wait_count(lambda: self.closed, count, timeout)
+
     async def _wait_count(self, value: Callable[[], int], count: int, timeout: float) -> None:
         async with asyncio.timeout(timeout):
             while value() < count:
@@ -465,6 +473,8 @@ class ModelServer:
                 pass
             if task is not None:
                 self._connections.discard(task)
+            self.closed += 1
+            self._count_changed()
 
     async def _serve(self, conn: Connection) -> None:
         while True:

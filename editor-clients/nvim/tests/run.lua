@@ -248,6 +248,33 @@ local function with_select(choose, body)
   return offered
 end
 
+--- Run body() with vim.ui.select replaced by a picker that, like telescope's,
+--- fzf-lua's or snacks', opens a floating window (focused) and waits there
+--- for a user who never answers. Returns the windows it opened.
+local function with_float_picker(body)
+  local real_select = vim.ui.select
+  local wins = {}
+  vim.ui.select = function(items, opts)
+    local buf = api.nvim_create_buf(false, true)
+    api.nvim_buf_set_lines(buf, 0, -1, false, vim.tbl_map(opts.format_item or tostring, items))
+    local win = api.nvim_open_win(buf, true, {
+      relative = 'editor',
+      row = 1,
+      col = 1,
+      width = 40,
+      height = #items,
+      style = 'minimal',
+    })
+    wins[#wins + 1] = win
+  end
+  local ok, err = pcall(body)
+  vim.ui.select = real_select
+  if not ok then
+    error(err, 0)
+  end
+  return wins
+end
+
 --- A daemon without a feature: `cmd` says so (a notification containing
 --- `says`) and offers nothing to pick.
 local function check_hidden(cmd, says)
@@ -893,11 +920,10 @@ test('recorded: an MCP card naming its server, the permission question (allowed,
   feed('mode_code', sid)
   turn_text = chat.content():match('.*## You\n(.*)$')
   check(turn_text:match('\n%- mode: [Aa]sk\n') and turn_text:match('\n%- mode: [Cc]ode'), 'mode notes:\n%s', turn_text)
-  -- A question open when the prompt is cancelled is answered `cancelled`.
+  -- A question open when the prompt is cancelled is answered `cancelled`,
+  -- and its picker is closed.
   feed('mcp_tool_call', sid, { toolCallId = 'call_r3' })
-  offered = with_select(function()
-    return false -- never answered
-  end, function()
+  local pickers = with_float_picker(function()
     result = permission(recorded_params('mcp_permission', sid, { toolCallId = 'call_r3' }))
     check(result() == nil, 'answered without the user')
     agentd.cancel()
@@ -906,6 +932,7 @@ test('recorded: an MCP card naming its server, the permission question (allowed,
     end)
   end)
   check(vim.deep_equal(result(), { outcome = { outcome = 'cancelled' } }), 'withdrawn answer: %s', vim.inspect(result()))
+  check(#pickers == 1 and not api.nvim_win_is_valid(pickers[1]), 'the picker stayed open')
   -- One that comes after the cancel is answered `cancelled` at once.
   offered = with_select(item_with('kind', 'allow_once'), function()
     result = permission(recorded_params('mcp_permission', sid, { toolCallId = 'call_r4' }))
@@ -917,8 +944,9 @@ test('recorded: an MCP card naming its server, the permission question (allowed,
 end)
 
 -- (Another root from here on: the commands above act on `root`.)
-test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
-  -- The repository's test MCP server (FastMCP), run by the daemon's Python.
+--- The repository's test MCP server (FastMCP), run by the daemon's Python:
+--- that Python and the server's script (the test is skipped without them).
+local function test_mcp_server()
   local server_py = vim.fs.normalize(plugin_root .. '/../../tests/mcp/server.py')
   local python = vim.fs.dirname(vim.fn.exepath(AGENTD)) .. '/python'
   if vim.fn.filereadable(server_py) == 0 or vim.fn.executable(python) == 0 then
@@ -928,6 +956,11 @@ test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the serv
   if probe.code ~= 0 then
     skip('the MCP SDK is not installed beside ' .. AGENTD)
   end
+  return python, server_py
+end
+
+test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
+  local python, server_py = test_mcp_server()
   local mroot = tmp .. '/mcp'
   vim.fn.mkdir(mroot .. '/.git', 'p')
   mroot = uv.fs_realpath(mroot)
@@ -975,17 +1008,17 @@ test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the serv
     end)
     check(#offered == 0, 'asked about a read-only tool')
     check(contains(chat.content(), 'Tool result received: 5'), 'add result')
-    -- Cancelled while the question is open: withdrawn, and the session goes on.
-    offered = with_select(function()
-      return false -- never answered
-    end, function()
+    -- Cancelled while the question is open: withdrawn (its picker closed),
+    -- and the session goes on.
+    local pickers = with_float_picker(function()
       check(agentd.ask('!tool mcp__tst__echo {"text": "later"}', { root = mroot }) ~= nil, 'ask refused')
       wait_for('the question', function()
         return contains(chat.content(), '· MCP tst — awaiting permission')
       end)
       agentd.cancel({ root = mroot })
     end)
-    check(#offered == 1, 'not asked before the cancel')
+    check(#pickers == 1, 'not asked before the cancel')
+    check(not api.nvim_win_is_valid(pickers[1]), 'the picker stayed open after the cancel')
     local stop = ask_here('after the withdrawn question')
     check(stop:match('^end_turn'), 'stop: %s', stop)
     -- :AgentdStatus lists the server.
@@ -1008,6 +1041,48 @@ test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the serv
   if not ok then
     error(err, 0)
   end
+end)
+
+test('MCP: a permission question the daemon withdraws (no answer in time) has its picker closed', function()
+  local python, server_py = test_mcp_server()
+  local troot = tmp .. '/mcp-timeout'
+  vim.fn.mkdir(troot .. '/.git', 'p')
+  troot = uv.fs_realpath(troot)
+  -- A daemon for this root that gives the user one second to answer: then
+  -- it sends `$/cancelRequest` for its question and refuses the call.
+  vim.lsp.config('agentd', {
+    init_options = {
+      mcpServers = { tst = { enabled = true, command = python, args = { server_py } } },
+      mcp = { startupWait = 120, permissionTimeout = 1 },
+    },
+  })
+  local pickers
+  local ok, err = pcall(function()
+    pickers = with_float_picker(function()
+      check(agentd.ask('!tool mcp__tst__echo {"text": "unanswered"}', { root = troot }) ~= nil, 'ask refused')
+      wait_for('the turn to end', function()
+        local s = agentd.info(troot) or {}
+        return s.client_id ~= nil and not s.running
+      end)
+    end)
+  end)
+  vim.lsp.config('agentd', { init_options = { mcpServers = { tst = { enabled = false } }, mcp = { permissionTimeout = 300 } } })
+  local c = agentd.info(troot) and vim.lsp.get_client_by_id(agentd.info(troot).client_id)
+  if c then
+    c:stop()
+  end
+  check(ok, tostring(err))
+  local caps = c and vim.tbl_get(c.server_capabilities, 'experimental', 'agentd')
+  if #pickers == 0 and not (caps and caps.mcp) then
+    skip('the daemon has no MCP servers (no `mcp` capability)')
+  end
+  check(#pickers == 1, 'permission questions: %d', #pickers)
+  check(not api.nvim_win_is_valid(pickers[1]), 'the picker stayed open after the daemon withdrew its question')
+  local text = chat.content():match('.*## You\n(.*)$')
+  check(contains(text, '· MCP tst — failed'), 'card:\n%s', text)
+  check(not contains(text, 'echo: unanswered'), 'the unanswered call ran')
+  local stop = (agentd.info(troot) or {}).last_stop or ''
+  check(stop:match('^end_turn'), 'stop: %s', stop)
 end)
 
 test('a compaction during a turn is shown as a divider', function()

@@ -267,7 +267,7 @@ local function end_turn(p, turn, label)
   -- A question still open for this turn has no one left to answer it.
   for _, call in pairs(turn.calls or {}) do
     if call.permission then
-      call.permission.finish({ outcome = 'cancelled' })
+      call.permission.withdraw()
     end
   end
   p.last_stop = label
@@ -540,7 +540,7 @@ end
 --- call ended or the prompt was cancelled while the question was open).
 local function withdraw_permission(call)
   if call.permission then
-    call.permission.finish({ outcome = 'cancelled' })
+    call.permission.withdraw()
   end
 end
 
@@ -961,6 +961,34 @@ end
 
 -- --- permission, modes, models, sessions, commands -------------------------------------
 
+--- vim.ui.select, returning a function that closes the windows the picker
+--- opened while it was called (a floating picker such as telescope's,
+--- fzf-lua's or snacks' opens them then), for a question that is withdrawn
+--- before the user answers: vim.ui.select has no way to close its picker.
+--- A picker that blocks (the built-in inputlist) or opens its windows later
+--- is left alone; its late answer is ignored.
+local function select_closable(items, opts, on_choice)
+  local before = {}
+  for _, win in ipairs(api.nvim_list_wins()) do
+    before[win] = true
+  end
+  vim.ui.select(items, opts, on_choice)
+  local opened = vim.tbl_filter(function(win)
+    return not before[win]
+  end, api.nvim_list_wins())
+  return function()
+    local current = api.nvim_get_current_win()
+    for _, win in ipairs(opened) do
+      if api.nvim_win_is_valid(win) then
+        if win == current then
+          vim.cmd.stopinsert() -- a picker's prompt would leave insert mode behind
+        end
+        pcall(api.nvim_win_close, win, true)
+      end
+    end
+  end
+end
+
 --- agent/requestPermission: the daemon asks before a tool of its own with side
 --- effects runs (an MCP tool not marked read-only). `auto_approve` decides
 --- first (by the tool's name, `mcp__server__tool`), else vim.ui.select offers
@@ -1013,11 +1041,21 @@ function M.request_permission(params)
       coroutine.resume(co, outcome)
     end)
   end
+  -- Withdrawn (the prompt was cancelled, or the daemon withdrew the request:
+  -- it sends `$/cancelRequest` and then the call's final `tool_call_update`,
+  -- which lands here): answered `cancelled`, and the picker is closed, so no
+  -- stale question waits for the user. A late choice answers nothing.
+  function pending.withdraw()
+    pending.finish({ outcome = 'cancelled' })
+    if pending.close then
+      pending.close()
+    end
+  end
   if call then
     call.permission = pending
     set_call_status(call, 'awaiting permission')
   end
-  vim.ui.select(options, {
+  pending.close = select_closable(options, {
     prompt = tools.permission_question(params),
     kind = 'agentd_permission',
     format_item = function(o)
