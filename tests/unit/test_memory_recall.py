@@ -3,6 +3,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from agentd.memory import RecalledDoc, RecallResult, render_recall
 from agentd.memory.index import BODY_EVIDENCE, MAX_KEPT_TERM_PLANS, InvertedIndex
 from agentd.memory.recall import (
@@ -342,3 +344,21 @@ def test_huge_queries_stay_bounded() -> None:
     result = recall_index(idx, pasted, now=NOW)
     assert time.perf_counter() - start < 0.5
     assert names(result) == ["Stack trace triage"]  # the question at the end still counts
+
+
+def test_an_empty_memory_answers_without_reading_the_query(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A project with no notes finds nothing: its prompt's query is neither
+    tokenised nor planned; once a note is there, the same query finds it."""
+    import agentd.memory.recall as recall_module
+
+    def no_terms(query: str) -> list[str]:
+        raise AssertionError("an empty memory tokenised the query")
+
+    index = InvertedIndex()
+    with monkeypatch.context() as patched:
+        patched.setattr(recall_module, "query_terms", no_terms)
+        assert recall_index(index, "deploy the staging cluster").docs == ()
+    index.upsert(doc("Staging deploy", "how to deploy the staging cluster"))
+    assert names(recall_index(index, "deploy the staging cluster")) == ["Staging deploy"]
