@@ -135,11 +135,30 @@ class InstructionFiles:
 
     def cached(self) -> str | None:
         """The text of the last `render` if no file changed since (stats only, no
-        read: cheap enough for the event loop); None when `render` is needed."""
-        paths = [p for p, _ in self.candidates()] + self._watched
-        if tuple(_stat_key(p) for p in paths) == self._signature:
-            return self._text
-        return None
+        read: cheap enough for the event loop); None when `render` is needed.
+
+        The files of the kept signature (the candidates, then the imports that
+        render found) are stat'ed by the names it holds, in its order, until
+        one differs: the same check as `render`'s, without making its paths,
+        keys and tuple again (0.05-0.07 ms of every prompt's path once the
+        process had idled)."""
+        signature = self._signature
+        if signature is None:
+            return None
+        for path, mtime, size in signature:
+            try:
+                st = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                if mtime != -1:
+                    return None
+                continue
+            except OSError:
+                if mtime != -2:
+                    return None
+                continue
+            if st.st_mtime_ns != mtime or st.st_size != size:
+                return None
+        return self._text
 
     def render(self) -> str:
         """The text to append to the system prompt ("" when there are no files).

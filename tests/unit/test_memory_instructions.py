@@ -162,3 +162,40 @@ def test_only_the_files_that_exist_are_read(
     (ws / "AGENTS.md").write_text("WORKSPACE")
     assert files.cached() is None
     assert "WORKSPACE" in files.render()
+
+
+def test_cached_is_the_text_until_a_file_changes_and_none_after(
+    tree: tuple[Path, Path, Path],
+) -> None:
+    """`cached` (the event loop's check on every prompt, stats only) gives the
+    last render's text while no file changed, and None as soon as one did: a
+    candidate created, edited (the same size too), or deleted, an import edited,
+    or the user's file created; `render` then reads the change."""
+    _, ws, config = tree
+    files = InstructionFiles(ws, config)
+    assert files.cached() is None  # never rendered
+    assert files.render() == ""
+    assert files.cached() == ""
+    agents = ws / "AGENTS.md"
+    agents.write_text("first @extra.md")
+    assert files.cached() is None
+    (ws / "extra.md").write_text("EXTRA")
+    text = files.render()
+    assert "first" in text and "EXTRA" in text
+    assert files.cached() is text
+    agents.write_text("frist @extra.md")  # same size, new mtime
+    st = agents.stat()
+    os.utime(agents, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert files.cached() is None
+    assert "frist" in files.render()
+    (ws / "extra.md").write_text("MORE")
+    assert files.cached() is None
+    assert "MORE" in files.render()
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "AGENTS.md").write_text("user rule")
+    assert files.cached() is None
+    assert "user rule" in files.render()
+    agents.unlink()
+    assert files.cached() is None
+    assert "frist" not in files.render()
+    assert files.cached() is not None
