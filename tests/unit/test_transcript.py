@@ -395,3 +395,44 @@ def test_a_new_sessions_file_made_ahead_is_nameless_until_its_first_line(tmp_pat
     late.close()
     records = [json.loads(line) for line in (folder / "s3.jsonl").read_text().splitlines()]
     assert [r["type"] for r in records] == ["session", "message"]
+
+
+def test_a_line_is_written_whole_through_short_writes(tmp_path: Path) -> None:
+    """Transcripts are written unbuffered, one `write` per line; a write that
+    takes part of the bytes is followed by another for the rest, and a write
+    that takes none is a failure: the line is kept and written whole later."""
+    import io
+
+    from agentd.transcript import OpenFiles
+
+    class Trickle(io.FileIO):
+        # At most `step` bytes a call; 0 (nothing taken) while `step` is 0.
+        step = 5
+
+        def write(self, data: Any) -> int:
+            return super().write(bytes(data)[: Trickle.step]) if Trickle.step else 0
+
+    class TrickleFiles(OpenFiles):
+        def get(self, path: Path) -> Any:
+            f = super().get(path)
+            if not isinstance(f, Trickle):
+                f.close()
+                f = self._keep(path, Trickle(os.open(path, os.O_WRONLY | os.O_APPEND), "a"))
+            return f
+
+    path = tmp_path / "s.jsonl"
+    writer = TranscriptWriter(path, "s", tmp_path, files=TrickleFiles(limit=1))
+    writer.append(msg("user", "a question long enough to take many writes"))
+    Trickle.step = 0
+    with pytest.raises(OSError):
+        writer.append(msg("assistant", "the answer"))
+    assert writer.pending == 1
+    Trickle.step = 7
+    writer.append(msg("user", "and the next one"))
+    assert writer.pending == 0
+    writer.close()
+    assert [(o, m.text) for o, m in read_slice(path, 0)] == [
+        (0, "a question long enough to take many writes"),
+        (1, "the answer"),
+        (2, "and the next one"),
+    ]
