@@ -88,6 +88,9 @@ def parse_command(prompt: str | list[TextPart | ImagePart]) -> CommandCall | Non
     else:
         first = prompt[0] if prompt else None
         text = first.text if isinstance(first, TextPart) else ""
+    # Most prompts start with neither a slash nor a space: no regex for them.
+    if not text.startswith("/") and not text[:1].isspace():
+        return None
     match = _COMMAND.match(text)
     if match is None or match[1] not in COMMANDS:
         return None
