@@ -81,10 +81,17 @@ class AcpToolRunner:
     always: dict[str, set[str]] = field(default_factory=dict)
     # tool call id -> ACP content shown while it ran (diff, terminal); see updates.to_acp
     display: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The specs `caps` offers, made once per caps object (frozen): the same
+    # list for every prompt, which the turn keeps its tool list by.
+    _offered: tuple[ClientCaps, list[ToolSpec]] | None = field(default=None, repr=False)
 
     @property
     def specs(self) -> list[ToolSpec]:
-        return [CLIENT_TOOL_SPECS[name] for name in self.caps.tool_names()]
+        offered = self._offered
+        if offered is None or offered[0] is not self.caps:
+            names = self.caps.tool_names()
+            offered = self._offered = (self.caps, [CLIENT_TOOL_SPECS[n] for n in names])
+        return offered[1]
 
     def forget(self, session_id: str) -> None:
         self.always.pop(session_id, None)

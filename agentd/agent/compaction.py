@@ -123,8 +123,11 @@ class SessionContext:
     """One session's count and compaction state (kept here, by session id)."""
 
     meter: Meter = field(default_factory=Meter)
-    # System prompt and tools of the last request, in bytes.
+    # System prompt and tools of the last request, in bytes, and the two it
+    # was counted from (the same objects from step to step while neither
+    # changes: `turn._system_prompt`, `turn._tool_specs`).
     overhead: int = 0
+    overhead_of: tuple[str, list[ToolSpec]] | None = None
     summary: summ.Summary | None = None
     pending: Pending | None = None
     # Bumped by every summary and reset: a snapshot of another generation is stale.
@@ -339,7 +342,10 @@ class Compactor:
         and wait for one only if the request would not fit otherwise.
         Raises `ContextFull` when even that is not enough."""
         st = self.state(session)
-        st.overhead = overhead_bytes(system, tools)
+        counted = st.overhead_of
+        if counted is None or counted[0] is not system or counted[1] is not tools:
+            st.overhead = overhead_bytes(system, tools)
+            st.overhead_of = (system, tools)
         if not self.options.enabled:
             return
         if st.pending is not None and st.pending.task.done():

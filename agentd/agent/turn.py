@@ -98,7 +98,7 @@ class PromptOutcome:
     error: dict[str, Any] | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TurnLimits:
     max_steps_per_prompt: int
     max_session_turns: int
@@ -106,7 +106,8 @@ class TurnLimits:
     tool_result_max_chars: int
 
 
-@dataclass(slots=True)
+# Shared by a core's prompts of one model (`AgentCore._turn_context`): never changed.
+@dataclass(frozen=True, slots=True)
 class TurnContext:
     provider: ModelProvider
     model: str
@@ -179,9 +180,10 @@ async def run_prompt(
             specs = _tool_specs(session)
             if session.extra_tools is not None:
                 # Asked at every step: MCP tools join once their server is
-                # ready. The mode filters them as it filters the others.
+                # ready. The mode filters them as it filters the others. A
+                # new list: the session's own is kept from step to step.
                 extra_specs = await session.extra_tools.specs(session, step == 0)
-                specs += modes.offered(session.mode, extra_specs)
+                specs = [*specs, *modes.offered(session.mode, extra_specs)]
             if ctx.compactor is not None:
                 await ctx.compactor.before_request(session, system, specs, emit)
             step += 1
@@ -252,23 +254,41 @@ def _over_token_limit(session: Session, limits: TurnLimits) -> bool:
 
 
 def _tool_specs(session: Session) -> list[ToolSpec]:
-    """The tools the model is offered now: by source, then filtered by the mode."""
+    """The tools the model is offered now: by source, then filtered by the
+    mode. The list is kept on the session while the client's tools (the same
+    list object) and the mode are those it was made for, and never changed in
+    place: each step's request offers the same object, whose size compaction
+    keeps (`Compactor.before_request`)."""
     client = session.client_tools.specs
+    kept = session.tool_specs
+    if kept is not None and kept[0] is client and kept[1] == session.mode:
+        return kept[2]
     client_names = {s.name for s in client}
     # A client's read_file wins: it can see unsaved buffers.
     daemon = [s for n, s in DAEMON_TOOL_SPECS.items() if n not in client_names]
-    return modes.offered(session.mode, [*daemon, *client, UPDATE_PLAN_SPEC])
+    specs = modes.offered(session.mode, [*daemon, *client, UPDATE_PLAN_SPEC])
+    session.tool_specs = (client, session.mode, specs)
+    return specs
 
 
 async def _system_prompt(ctx: TurnContext, session: Session) -> str:
     # The same bytes on every step and every prompt until the user edits an
     # instruction file: providers cache the request by its prefix, and the
     # system prompt comes first. The date, which changes by itself, is not
-    # here (see `_date_reminder`).
-    base = SYSTEM_PROMPT.format(root=session.workspace_root)
+    # here (see `_date_reminder`). The same object too, kept on the session
+    # while the mode and the instruction files' text (the same object while
+    # no file changed) are those it was made from: the request's head looks
+    # it up by value, and its hash and comparison are then the string's kept
+    # hash and an identity.
     extra = await ctx.memory.system_context(session)
+    kept = session.system_prompt
+    if kept is not None and kept[0] == session.mode and kept[1] is extra:
+        return kept[2]
+    base = SYSTEM_PROMPT.format(root=session.workspace_root)
     text = f"{base}\n\n{modes.ASK_MODE_NOTE}" if session.mode == modes.ASK else base
-    return f"{text}\n\n{extra}" if extra else text
+    text = f"{text}\n\n{extra}" if extra else text
+    session.system_prompt = (session.mode, extra, text)
+    return text
 
 
 DATE_SOURCE = "date"
@@ -279,9 +299,34 @@ def _date_reminder(session: Session) -> list[ReminderPart]:
     session's history has not been told it yet (its first prompt, a new day,
     a history restored without it). In the history, not the system prompt, so
     that a new day does not change the prefix of every request after it."""
-    today = f"Today's date is {time.strftime('%Y-%m-%d')}."
+    today = _today()
     told = _newest_date(session)
     return [] if told is not None and told.text == today else [ReminderPart(today, DATE_SOURCE)]
+
+
+# The local day `_today` last read: its start and end (`time.time()`), its reminder's text.
+_day: tuple[float, float, str] = (0.0, 0.0, "")
+
+
+def _today() -> str:
+    """The date reminder's text for the local day now. Read again (`strftime`
+    of the local time) only once the day it was read for has ended, or the
+    clock was set back before its start: that read took about 0.01 ms of a
+    prompt's path once the process had idled."""
+    global _day
+    now = time.time()
+    start, end, text = _day
+    if start <= now < end:
+        return text
+    local = time.localtime(now)
+    text = f"Today's date is {time.strftime('%Y-%m-%d', local)}."
+    # Midnights by `mktime`, which takes a day past the month's end and a
+    # daylight-saving change (tm_isdst -1) in its stride.
+    year, month, mday = local.tm_year, local.tm_mon, local.tm_mday
+    start = time.mktime((year, month, mday, 0, 0, 0, 0, 0, -1))
+    end = time.mktime((year, month, mday + 1, 0, 0, 0, 0, 0, -1))
+    _day = (start, end, text)
+    return text
 
 
 def _newest_date(session: Session) -> ReminderPart | None:

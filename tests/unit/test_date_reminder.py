@@ -31,8 +31,39 @@ def _prompt(session: Session, text: str) -> list[ReminderPart]:
 @pytest.fixture
 def day(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     today = ["2026-12-01"]
-    monkeypatch.setattr(time, "strftime", lambda fmt: today[0])
+    monkeypatch.setattr(turn, "_today", lambda: f"Today's date is {today[0]}.")
     return today
+
+
+def test_today_is_read_again_once_the_local_day_ends_or_the_clock_goes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`_today` keeps the local day it read, and reads the clock's date again
+    past that day's end and before its start (a clock set back)."""
+    midnight = time.mktime((2026, 12, 2, 0, 0, 0, 0, 0, -1))
+    now = [midnight - 1.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    monkeypatch.setattr(turn, "_day", (0.0, 0.0, ""))
+    reads: list[float] = []
+    localtime = time.localtime
+
+    def counted(secs: float | None = None) -> time.struct_time:
+        reads.append(now[0])
+        return localtime(secs)
+
+    monkeypatch.setattr(time, "localtime", counted)
+    assert turn._today() == "Today's date is 2026-12-01."
+    now[0] = midnight - 3600.0
+    assert turn._today() == "Today's date is 2026-12-01."
+    assert len(reads) == 1  # the same day: the kept text
+    now[0] = midnight
+    assert turn._today() == "Today's date is 2026-12-02."
+    now[0] = midnight + 86_399.0
+    assert turn._today() == "Today's date is 2026-12-02."
+    assert len(reads) == 2
+    now[0] = midnight - 1.0  # the clock set back
+    assert turn._today() == "Today's date is 2026-12-01."
+    assert len(reads) == 3
 
 
 def test_the_date_is_told_once_a_day(day: list[str]) -> None:
