@@ -46,7 +46,7 @@ from agentd.events import (
     UserImage,
     UserMessage,
 )
-from agentd.heap import collect_young
+from agentd.heap import YoungHold, collect_young
 from agentd.layout import agentd_home, canonical_root
 from agentd.messages import (
     ImagePart,
@@ -370,6 +370,8 @@ class AgentCore:
         closed = False
         messages_before = len(session.history)
         ended: PromptEnded | None = None
+        # No young collection before the request's bytes are out (`YoungHold`).
+        young = YoungHold()
 
         # A memory delivery is reported once the request carrying it is out:
         # encoding and writing the notification (about 0.1 ms, and a wake-up
@@ -388,6 +390,7 @@ class AgentCore:
                 emit(held.pop(0))
 
         def after_send(_: Session) -> None:
+            young.release()
             # Runs inside the request's send: a failure here must not fail it.
             try:
                 show_held()
@@ -419,6 +422,7 @@ class AgentCore:
             ended = PromptEnded("cancelled")
             raise
         finally:
+            young.release()
             # A request that never went out (an error, a cancel) still shows them.
             session.sent_listeners.remove(after_send)
             show_held()

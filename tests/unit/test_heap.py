@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import linecache
 import platform
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,8 +40,86 @@ def test_collect_young_leaves_the_youngest_generation_empty() -> None:
 
     if not gc.isenabled():
         pytest.skip("the collector is off")
+    # From an empty young generation, so that no collection of the
+    # collector's own falls among these allocations.
+    gc.collect(0)
     kept = [[i] for i in range(gc.get_threshold()[0] // 2)]
     assert gc.get_count()[0] >= len(kept) // 2
     heap.collect_young()
     assert gc.get_count()[0] < 10
     assert len(kept) == gc.get_threshold()[0] // 2
+
+
+def test_a_young_hold_raises_the_threshold_until_its_last_release() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    if not 0 < before[0] < heap.HELD_THRESHOLD:
+        pytest.skip("the collector's threshold is not the default")
+    first, second = heap.YoungHold(), heap.YoungHold()
+    assert gc.get_threshold() == (heap.HELD_THRESHOLD, *before[1:])
+    first.release()
+    first.release()  # idempotent: the other prompt's hold stays
+    assert gc.get_threshold()[0] == heap.HELD_THRESHOLD
+    second.release()
+    assert gc.get_threshold() == before
+
+
+async def test_no_young_collection_on_a_prompts_way_to_its_request(tmp_path: Path) -> None:
+    """A prompt that starts with the young generation just under its
+    threshold reaches its model request without a collection; the threshold
+    is back once the request's body is out, and the collection that came due
+    runs then, not later."""
+    import gc
+
+    from agentd.agent.core import AgentCore
+    from agentd.agent.session import AwaitClientResult
+    from agentd.config import Settings
+    from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, TextDelta, Usage
+    from agentd.tasks import Supervisor
+
+    threshold = gc.get_threshold()[0]
+    if not gc.isenabled() or not 0 < threshold < heap.HELD_THRESHOLD:
+        pytest.skip("the collector is off or not at its default threshold")
+    seen: list[str] = []
+
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        # A young collection, or an older one that takes the young along.
+        if phase == "start":
+            seen.append("collection")
+
+    class Provider:
+        name = "test"
+
+        async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+            seen.append("request")
+            assert gc.get_threshold()[0] == heap.HELD_THRESHOLD
+            assert gc.get_count()[0] > threshold  # a collection was due on the way
+            assert request.on_sent is not None
+            request.on_sent()  # the body is written
+            seen.append("sent")
+            assert gc.get_threshold()[0] == threshold
+            kept = [[i] for i in range(10)]  # an allocation or ten: the due collection runs
+            yield TextDelta(str(len(kept)))
+            yield StreamEnd("end_turn", Usage(1, 1))
+
+        def warm(self) -> None:
+            return None
+
+        async def aclose(self) -> None:
+            return None
+
+    core = AgentCore(Settings(), Provider(), Supervisor(), persist=False)
+    session = core.new_session(tmp_path, AwaitClientResult([]))
+    heap.collect_young()
+    # Under the threshold by less than a prompt allocates up to its request
+    # (about 70 objects, net): the threshold is crossed on the way.
+    filler = [[i] for i in range(threshold - 40)]
+    gc.callbacks.append(collected)
+    try:
+        await core.prompt(session.id, "hello", lambda u: None)
+    finally:
+        gc.callbacks.remove(collected)
+    assert len(filler) == threshold - 40
+    assert seen[:2] == ["request", "sent"] and "collection" in seen[2:]
+    assert gc.get_threshold()[0] == threshold
