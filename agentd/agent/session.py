@@ -129,12 +129,6 @@ class Session:
     # part), checked by identity before use (`turn._date_reminder`), so that a
     # prompt does not walk the whole history to find it.
     date_note: tuple[int, Message, ReminderPart] | None = None
-    # The tools offered and the system prompt, kept while what they were made
-    # from is the same (`turn._tool_specs`, `turn._system_prompt`): (the
-    # client's tools, the mode, the offered list) and (the mode, the
-    # instruction files' text, the system prompt).
-    tool_specs: tuple[list[ToolSpec], str, list[ToolSpec]] | None = None
-    system_prompt: tuple[str, str, str] | None = None
 
     def __post_init__(self) -> None:
         # The folder the workspace resolves to now is the one its tools stay

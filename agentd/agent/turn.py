@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from agentd.agent import modes
@@ -253,21 +254,33 @@ def _over_token_limit(session: Session, limits: TurnLimits) -> bool:
     return limits.session_token_limit > 0 and session.tokens_used >= limits.session_token_limit
 
 
+# The tools offered, by the client's tool list (the object: an editor's
+# sessions share one) and the mode, with that list (which keeps its id from
+# being reused); cleared whole when full.
+_OFFERED: dict[tuple[int, str], tuple[list[ToolSpec], list[ToolSpec]]] = {}
+# The system prompt, by workspace root and mode, with the instruction files'
+# text it was made with (the same object while no file changed).
+_SYSTEM_PROMPTS: dict[tuple[Path, str], tuple[str, str]] = {}
+_KEPT_MAX = 64
+
+
 def _tool_specs(session: Session) -> list[ToolSpec]:
     """The tools the model is offered now: by source, then filtered by the
-    mode. The list is kept on the session while the client's tools (the same
-    list object) and the mode are those it was made for, and never changed in
-    place: each step's request offers the same object, whose size compaction
-    keeps (`Compactor.before_request`)."""
+    mode. Made once per client tool list and mode (`_OFFERED`), and never
+    changed in place: every request of every session with these offers the
+    same object, whose size compaction keeps (`Compactor.before_request`)."""
     client = session.client_tools.specs
-    kept = session.tool_specs
-    if kept is not None and kept[0] is client and kept[1] == session.mode:
-        return kept[2]
+    key = (id(client), session.mode)
+    kept = _OFFERED.get(key)
+    if kept is not None and kept[0] is client:
+        return kept[1]
     client_names = {s.name for s in client}
     # A client's read_file wins: it can see unsaved buffers.
     daemon = [s for n, s in DAEMON_TOOL_SPECS.items() if n not in client_names]
     specs = modes.offered(session.mode, [*daemon, *client, UPDATE_PLAN_SPEC])
-    session.tool_specs = (client, session.mode, specs)
+    if len(_OFFERED) >= _KEPT_MAX:
+        _OFFERED.clear()
+    _OFFERED[key] = (client, specs)
     return specs
 
 
@@ -275,19 +288,22 @@ async def _system_prompt(ctx: TurnContext, session: Session) -> str:
     # The same bytes on every step and every prompt until the user edits an
     # instruction file: providers cache the request by its prefix, and the
     # system prompt comes first. The date, which changes by itself, is not
-    # here (see `_date_reminder`). The same object too, kept on the session
-    # while the mode and the instruction files' text (the same object while
-    # no file changed) are those it was made from: the request's head looks
-    # it up by value, and its hash and comparison are then the string's kept
-    # hash and an identity.
+    # here (see `_date_reminder`). The same object too, for every session of
+    # the root while the mode and the instruction files' text are those it
+    # was made from (`_SYSTEM_PROMPTS`): the request's head looks it up by
+    # value, and its hash and comparison are then the string's kept hash and
+    # an identity.
     extra = await ctx.memory.system_context(session)
-    kept = session.system_prompt
-    if kept is not None and kept[0] == session.mode and kept[1] is extra:
-        return kept[2]
+    key = (session.workspace_root, session.mode)
+    kept = _SYSTEM_PROMPTS.get(key)
+    if kept is not None and kept[0] is extra:
+        return kept[1]
     base = SYSTEM_PROMPT.format(root=session.workspace_root)
     text = f"{base}\n\n{modes.ASK_MODE_NOTE}" if session.mode == modes.ASK else base
     text = f"{text}\n\n{extra}" if extra else text
-    session.system_prompt = (session.mode, extra, text)
+    if len(_SYSTEM_PROMPTS) >= _KEPT_MAX:
+        _SYSTEM_PROMPTS.clear()
+    _SYSTEM_PROMPTS[key] = (extra, text)
     return text
 
 

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from agentd.acp.caps import ClientCaps
 from agentd.acp.tools import AcpToolRunner
-from agentd.agent import modes
+from agentd.agent import modes, turn
 from agentd.agent.context import overhead_bytes
 from agentd.agent.core import AgentCore
 from agentd.agent.hooks import NoMemory
@@ -117,6 +117,11 @@ async def test_the_tools_and_system_prompt_are_kept_until_what_makes_them_change
     first, second = provider.requests
     assert second.tools is first.tools and second.system is first.system
     assert core._turn_context(session) is core._turn_context(session)
+    # Another session of the root starts with them.
+    other = core.new_session(tmp_path, session.client_tools)
+    await core.prompt(other.id, "elsewhere", lambda u: None)
+    assert provider.requests[-1].tools is first.tools
+    assert provider.requests[-1].system is first.system
     counted = core.compactor.state(session)
     assert counted.overhead == overhead_bytes(second.system, second.tools)
 
@@ -176,7 +181,7 @@ async def test_mcp_tools_joining_at_a_later_step_leave_the_kept_list_alone(
     assert _names(second_step).count(MCP_TOOL.name) == 1
     assert _names(next_second).count(MCP_TOOL.name) == 1
     assert _names(next_first) == _names(first_step)
-    assert session.tool_specs is not None and MCP_TOOL not in session.tool_specs[2]
+    assert MCP_TOOL not in turn._tool_specs(session)
 
 
 def test_an_acp_clients_tools_are_one_list_per_capabilities() -> None:
