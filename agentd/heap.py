@@ -72,8 +72,8 @@ HELD_THRESHOLD = 5_000
 class YoungHold:
     """No young collection on a prompt's way to its model request: the
     collector runs when the objects allocated since its last run pass a
-    threshold (700), wherever that falls, and 1 in 7 prompts met it on that
-    way (0.1-0.25 ms each, after the daemon had idled). Held, the threshold
+    threshold (700), wherever that falls, and 1 in 5 to 7 prompts met it on
+    that way (0.1-0.25 ms each, after the daemon had idled). Held, the threshold
     is `HELD_THRESHOLD`; released (the request's body written, or the prompt
     over without one), it is what it was, and a collection that came due
     runs at the next allocation, while the model is being waited for.
