@@ -250,11 +250,12 @@ end
 
 --- Run body() with vim.ui.select replaced by a picker that, like telescope's,
 --- fzf-lua's or snacks', opens a floating window (focused) and waits there
---- for a user who never answers. Returns the windows it opened.
+--- for a user who never answers. Returns the windows it opened and each
+--- picker's on_choice (to answer late); body(wins, answers) sees them too.
 local function with_float_picker(body)
   local real_select = vim.ui.select
-  local wins = {}
-  vim.ui.select = function(items, opts)
+  local wins, answers = {}, {}
+  vim.ui.select = function(items, opts, on_choice)
     local buf = api.nvim_create_buf(false, true)
     api.nvim_buf_set_lines(buf, 0, -1, false, vim.tbl_map(opts.format_item or tostring, items))
     local win = api.nvim_open_win(buf, true, {
@@ -266,13 +267,14 @@ local function with_float_picker(body)
       style = 'minimal',
     })
     wins[#wins + 1] = win
+    answers[#answers + 1] = on_choice
   end
-  local ok, err = pcall(body)
+  local ok, err = pcall(body, wins, answers)
   vim.ui.select = real_select
   if not ok then
     error(err, 0)
   end
-  return wins
+  return wins, answers
 end
 
 --- A daemon without a feature: `cmd` says so (a notification containing
@@ -464,6 +466,68 @@ test('an edit declined in vim.ui.select is reported to the model as an error', f
   local text = chat.content()
   check(contains(text, '— declined: The user declined the edit_file call.'), 'declined line')
   check(contains(text, 'Tool result received: The user declined'), 'refusal not fed back')
+end)
+
+--- Ask for an edit that waits on its Yes/No question in a floating picker
+--- and withdraw it with `withdraw()` while it is open. Returns whether the
+--- picker was still open once the chat showed the call cancelled (before
+--- the turn ended), after which it answers the question Yes, late.
+local function withdrawn_edit(new_text, withdraw)
+  approvals.edit_file = nil
+  local pickers, answers, open_after
+  local ok, err = pcall(function()
+    pickers, answers = with_float_picker(function(wins)
+      local edit = ('!tool edit_file {"path": "a.txt", "old_text": "x", "new_text": "%s"}'):format(new_text)
+      check(agentd.ask(edit) ~= nil, 'ask refused')
+      -- (The last turn's lines: the chat holds the earlier turns too.)
+      local function last_turn()
+        return chat.content():match('.*## You\n(.*)$') or ''
+      end
+      wait_for('the question', function()
+        return contains(last_turn(), '`a.txt` · editor — awaiting approval')
+      end)
+      withdraw()
+      wait_for('the call cancelled', function()
+        return contains(last_turn(), '- tool **edit_file** `a.txt` · editor — cancelled')
+      end)
+      open_after = #wins == 1 and api.nvim_win_is_valid(wins[1])
+      wait_turn()
+    end)
+  end)
+  approvals.edit_file = true
+  check(ok, tostring(err))
+  check(#pickers == 1, 'questions: %d', #pickers)
+  answers[1]('Yes', 1)
+  return open_after
+end
+
+--- The lines of a.txt's buffer.
+local function a_lines()
+  return api.nvim_buf_get_lines(chat.find(root .. '/a.txt'), 0, -1, false)
+end
+
+test('an edit question open when the prompt is cancelled has its picker closed, and a late Yes applies nothing', function()
+  local open = withdrawn_edit('cancelled', function()
+    agentd.cancel()
+  end)
+  check(not open, 'the picker stayed open after the cancel')
+  check(vim.deep_equal(a_lines(), { 'hello x' }), 'the withdrawn edit was applied: %s', vim.inspect(a_lines()))
+  local stop = ask_and_wait('after the withdrawn edit')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+end)
+
+test('an edit question the daemon withdraws (its prompt cancelled elsewhere) has its picker closed and ends the turn', function()
+  local sid = state().session_id
+  -- agent/cancel is what another panel of the same daemon would send: the
+  -- daemon reports the call `cancelled`, then answers the prompt -32800.
+  local open = withdrawn_edit('withdrawn', function()
+    client():notify('agent/cancel', { sessionId = sid })
+  end)
+  check(not open, 'the picker stayed open after the daemon withdrew the call')
+  check(state().last_stop == 'cancelled', 'stop: %s', tostring(state().last_stop))
+  check(vim.deep_equal(a_lines(), { 'hello x' }), 'the withdrawn edit was applied: %s', vim.inspect(a_lines()))
+  local stop = ask_and_wait('after the edit the daemon withdrew')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
 end)
 
 test('read_file answers from the unsaved buffer', function()

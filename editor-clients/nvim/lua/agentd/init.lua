@@ -5,6 +5,7 @@
 local api = vim.api
 local chat = require('agentd.chat')
 local tools = require('agentd.tools')
+local picker = require('agentd.picker')
 
 local M = {}
 
@@ -264,10 +265,12 @@ local function end_turn(p, turn, label)
   if p.turn == turn then
     p.turn = nil
   end
-  -- A question still open for this turn has no one left to answer it.
+  -- A question still open for this turn (a permission, a client tool's
+  -- approval) has no one left to answer it, and a client tool still running
+  -- has no one to take its result.
   for _, call in pairs(turn.calls or {}) do
-    if call.permission then
-      call.permission.withdraw()
+    if call.withdraw then
+      call.withdraw()
     end
   end
   p.last_stop = label
@@ -461,18 +464,20 @@ local function run_client_tool(p, turn, c, sid, call, args)
     -- The session's mode runs this call without asking (an edit in auto-edit).
     auto_approved = call.auto_approve,
   }
-  tools.run(ctx, call.name, args, function(status)
+  local withdrawn = false
+  local withdraw = tools.run(ctx, call.name, args, function(status)
     if not call.final then
       set_call_status(call, status)
     end
   end, function(status, text, is_error)
     call.final = true
+    call.withdraw = nil
     local shown = status
     if is_error and status ~= 'cancelled' then
       shown = status .. ': ' .. first_line(text)
     end
     set_call_status(call, shown)
-    if ctx.cancelled() then
+    if withdrawn or ctx.cancelled() then
       return -- the daemon withdrew the call; a result would be ignored
     end
     c:notify('agent/toolResult', {
@@ -482,6 +487,12 @@ local function run_client_tool(p, turn, c, sid, call, args)
       isError = is_error and true or false,
     })
   end)
+  if not call.final then
+    function call.withdraw()
+      withdrawn = true
+      withdraw()
+    end
+  end
 end
 
 -- The daemon tools whose results are places to go to.
@@ -536,11 +547,13 @@ local function say(turn, text)
   end
 end
 
---- Answer an open agent/requestPermission of `call` with `cancelled` (the
---- call ended or the prompt was cancelled while the question was open).
-local function withdraw_permission(call)
-  if call.permission then
-    call.permission.withdraw()
+--- Take back what is still open for `call` (the call ended or the prompt
+--- was cancelled while it was): an agent/requestPermission is answered
+--- `cancelled`; a client tool's approval is not asked any more and its late
+--- result is not sent. Either way the picker of the question is closed.
+local function withdraw(call)
+  if call.withdraw then
+    call.withdraw()
   end
 end
 
@@ -592,7 +605,7 @@ local function on_update(p, turn, u)
     -- ("declined", "failed: ..."); only a cancel from the daemon overrides it.
     if call and (call.executor ~= 'client' or turn.replay or u.status == 'cancelled') then
       if u.status ~= 'running' then
-        withdraw_permission(call)
+        withdraw(call)
       end
       local status = u.status or '?'
       if status == 'failed' and u.content then
@@ -711,6 +724,18 @@ api.nvim_create_autocmd('LspRequest', {
       if b and b.request_id == d.request_id and b.client_id == d.client_id then
         p.cancel_wait = nil
         unblock(p, 'cancel')
+      end
+      local turn = p.turn
+      if turn and turn.request_id == d.request_id and turn.client_id == d.client_id then
+        -- A live prompt's reply: its handler is scheduled before this check,
+        -- so the turn is still here only when the reply was a -32800 that
+        -- the RPC layer dropped: the daemon cancelled the prompt itself
+        -- (`agent/cancel`). Nothing else would end the turn.
+        vim.schedule(function()
+          if p.turn == turn and turn.request_id == d.request_id then
+            end_turn(p, turn, 'cancelled')
+          end
+        end)
       end
     end
   end,
@@ -848,7 +873,7 @@ function M.cancel(opts)
     pcall(proc.kill, proc, 15)
   end
   for _, call in pairs(turn.calls) do
-    withdraw_permission(call)
+    withdraw(call)
     if not call.final then
       call.final = true
       set_call_status(call, 'cancelled')
@@ -961,34 +986,6 @@ end
 
 -- --- permission, modes, models, sessions, commands -------------------------------------
 
---- vim.ui.select, returning a function that closes the windows the picker
---- opened while it was called (a floating picker such as telescope's,
---- fzf-lua's or snacks' opens them then), for a question that is withdrawn
---- before the user answers: vim.ui.select has no way to close its picker.
---- A picker that blocks (the built-in inputlist) or opens its windows later
---- is left alone; its late answer is ignored.
-local function select_closable(items, opts, on_choice)
-  local before = {}
-  for _, win in ipairs(api.nvim_list_wins()) do
-    before[win] = true
-  end
-  vim.ui.select(items, opts, on_choice)
-  local opened = vim.tbl_filter(function(win)
-    return not before[win]
-  end, api.nvim_list_wins())
-  return function()
-    local current = api.nvim_get_current_win()
-    for _, win in ipairs(opened) do
-      if api.nvim_win_is_valid(win) then
-        if win == current then
-          vim.cmd.stopinsert() -- a picker's prompt would leave insert mode behind
-        end
-        pcall(api.nvim_win_close, win, true)
-      end
-    end
-  end
-end
-
 --- agent/requestPermission: the daemon asks before a tool of its own with side
 --- effects runs (an MCP tool not marked read-only). `auto_approve` decides
 --- first (by the tool's name, `mcp__server__tool`), else vim.ui.select offers
@@ -1034,7 +1031,7 @@ function M.request_permission(params)
     end
     pending.done = true
     if call then
-      call.permission = nil
+      call.withdraw = nil
     end
     -- Scheduled: a synchronous vim.ui.select answers before the yield below.
     vim.schedule(function()
@@ -1052,10 +1049,10 @@ function M.request_permission(params)
     end
   end
   if call then
-    call.permission = pending
+    call.withdraw = pending.withdraw
     set_call_status(call, 'awaiting permission')
   end
-  pending.close = select_closable(options, {
+  pending.close = picker.select_closable(options, {
     prompt = tools.permission_question(params),
     kind = 'agentd_permission',
     format_item = function(o)

@@ -4,6 +4,7 @@
 -- (isError), so that the model can react instead of waiting forever.
 local api = vim.api
 local uv = vim.uv
+local picker = require('agentd.picker')
 
 local M = {}
 
@@ -394,6 +395,8 @@ function M.verdict(config, name, args)
   end
 end
 
+--- Ask whether a call may run; cb(yes) gets the answer. Returns a function
+--- that closes the question's picker (nil when none was opened).
 local function approve(ctx, name, args, cb)
   if not M.needs_approval[name] then
     return cb(true)
@@ -409,11 +412,12 @@ local function approve(ctx, name, args, cb)
   end
   local q = question(ctx, name, args)
   if type(ctx.config.confirm) == 'function' then
-    return ctx.config.confirm(name, args, q, function(yes)
+    ctx.config.confirm(name, args, q, function(yes)
       cb(yes and true or false)
     end)
+    return nil
   end
-  vim.ui.select({ 'Yes', 'No' }, { prompt = q }, function(choice)
+  return picker.select_closable({ 'Yes', 'No' }, { prompt = q }, function(choice)
     cb(choice == 'Yes')
   end)
 end
@@ -421,14 +425,20 @@ end
 --- Run one client tool call. `report(status, text, is_error)` is called
 --- once with the chat status, the result text and the error flag; statuses
 --- on the way ('awaiting approval', 'running') go to `progress(status)`.
+--- Returns a function that withdraws the call (the prompt was cancelled or
+--- the daemon gave up on the call): it is reported `cancelled` at once, an
+--- approval still open has its picker closed and runs nothing when answered
+--- late, and a tool still running has its result dropped.
 ---@param ctx agentd.ToolCtx
+---@return fun() withdraw
 function M.run(ctx, name, args, progress, report)
   if type(args) ~= 'table' then
     args = {}
   end
   local handler = handlers[name]
   if not handler then
-    return report('failed', ('the editor has no client tool named %q'):format(tostring(name)), true)
+    report('failed', ('the editor has no client tool named %q'):format(tostring(name)), true)
+    return function() end
   end
   local finished = false
   local function finish(status, text, is_error)
@@ -445,11 +455,23 @@ function M.run(ctx, name, args, progress, report)
       finish('failed', msg, true)
     end
   end
+  local answered, close_question = false, nil
+  local function withdraw()
+    finish('cancelled', 'The call was withdrawn.', true)
+    if close_question then
+      close_question()
+      close_question = nil
+    end
+  end
   if M.needs_approval[name] then
     progress('awaiting approval')
   end
   guarded(function()
-    approve(ctx, name, args, function(yes)
+    close_question = approve(ctx, name, args, function(yes)
+      answered, close_question = true, nil
+      if finished then
+        return -- withdrawn while the question was open: a late yes runs nothing
+      end
       if ctx.cancelled() then
         return finish('cancelled', 'The prompt was cancelled before the tool ran.', true)
       end
@@ -467,7 +489,11 @@ function M.run(ctx, name, args, progress, report)
         end)
       end)
     end)
+    if answered then
+      close_question = nil -- answered while the picker was called (one that blocks)
+    end
   end)
+  return withdraw
 end
 
 return M

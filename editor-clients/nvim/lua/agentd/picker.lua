@@ -1,0 +1,35 @@
+-- vim.ui.select for questions the plugin may have to take back: a tool's
+-- approval or a permission request that the prompt's cancel or the daemon
+-- withdraws before the user answers must not stay on screen.
+local api = vim.api
+
+local M = {}
+
+--- vim.ui.select, returning a function that closes the windows the picker
+--- opened while it was called (a floating picker such as telescope's,
+--- fzf-lua's or snacks' opens them then): vim.ui.select has no way to close
+--- its picker. A picker that blocks (the built-in inputlist) or opens its
+--- windows later is left alone; the caller ignores its late answer.
+function M.select_closable(items, opts, on_choice)
+  local before = {}
+  for _, win in ipairs(api.nvim_list_wins()) do
+    before[win] = true
+  end
+  vim.ui.select(items, opts, on_choice)
+  local opened = vim.tbl_filter(function(win)
+    return not before[win]
+  end, api.nvim_list_wins())
+  return function()
+    local current = api.nvim_get_current_win()
+    for _, win in ipairs(opened) do
+      if api.nvim_win_is_valid(win) then
+        if win == current then
+          vim.cmd.stopinsert() -- a picker's prompt would leave insert mode behind
+        end
+        pcall(api.nvim_win_close, win, true)
+      end
+    end
+  end
+end
+
+return M
