@@ -4,7 +4,8 @@
     ├── ProtocolError                maps to a JSON-RPC error reply (has .code)
     │   ├── InvalidParams            -32602 INVALID_PARAMS, names the bad field(s)
     │   ├── SessionNotFound          -32001 SESSION_NOT_FOUND (ACP: RESOURCE_NOT_FOUND)
-    │   └── SessionBusy              -32003 SESSION_BUSY (a prompt already runs on the session)
+    │   ├── SessionBusy              -32003 SESSION_BUSY (a prompt already runs on the session)
+    │   └── StartupFailed            -32603 INTERNAL_ERROR: the start-up (settings, App) failed
     ├── ModelError                   a model request failed; becomes stopReason "error"
     │   ├── ModelHTTPError           the endpoint answered with an error status
     │   │   └── ContextOverflow      ... because the request does not fit the model's window
@@ -80,6 +81,23 @@ class SessionNotFound(ProtocolError):
 
 class SessionBusy(ProtocolError):
     code = SESSION_BUSY
+
+
+# Where a user finds the traceback: agentd has no log file of its own; the
+# editor that spawned it keeps its stderr (and, over LSP, window/logMessage).
+STARTUP_LOG_HINT = "The details are in agentd's log (its stderr, which the editor keeps)."
+
+
+class StartupFailed(ProtocolError):
+    """The warm-up (the settings, then the App) raised `cause`: every request
+    that needs them is answered with this, saying so in a user's words. The
+    traceback is logged once, where the warm-up failed, not per request."""
+
+    def __init__(self, cause: BaseException) -> None:
+        text = short_text(str(cause), 300)
+        what = type(cause).__name__ + (f": {text}" if text else "")
+        super().__init__(f"agentd could not start: {what}. {STARTUP_LOG_HINT}")
+        self.cause = cause
 
 
 class ModelError(AgentdError):

@@ -29,8 +29,9 @@ One `Warmup` per front-end connection:
     get()            the App if it is built, else None (never waits)
     wait_settings()  the settings, once loaded (stage 1; starts the build)
     wait(waiter)     the App, once built (starts the build if needed); raises
-                     what the build raised, so every request reports a failed
-                     start. A wait is logged with its length and `waiter`.
+                     `StartupFailed` (from what the build raised), so every
+                     request reports a failed start in a user's words. A wait
+                     is logged with its length and `waiter`.
     when_built(f)    f(App) now if built, else as soon as it is, before any
                      `wait()` returns
     listeners        called on the loop with the new App before any `wait()`
@@ -56,6 +57,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentd.errors import StartupFailed
 from agentd.heap import drop_generated_source, trim
 
 if TYPE_CHECKING:
@@ -262,7 +264,10 @@ class Warmup:
             return self._app.settings
         self.start()
         assert self._settings is not None
-        return await asyncio.shield(self._settings)
+        try:
+            return await asyncio.shield(self._settings)
+        except Exception as exc:
+            raise StartupFailed(exc) from exc
 
     async def wait(self, waiter: str = "a request") -> App:
         if self._app is not None:
@@ -272,6 +277,8 @@ class Warmup:
         began = time.perf_counter()
         try:
             return await asyncio.shield(self._result)
+        except Exception as exc:
+            raise StartupFailed(exc) from exc
         finally:
             # What the warm-up costs the requests that come early (first prompts among them).
             log.info(

@@ -129,6 +129,12 @@ raise SystemExit(main())
 """
 
 
+STARTUP_FAILED = (
+    "agentd could not start: RuntimeError: injected start-up fault. "
+    "The details are in agentd's log (its stderr, which the editor keeps)."
+)
+
+
 @pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
 async def test_a_start_up_that_fails_after_the_app_is_built_closes_it_and_says_so(
     model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
@@ -164,8 +170,9 @@ async def test_a_start_up_that_fails_after_the_app_is_built_closes_it_and_says_s
         else:
             raw.request("p", "agent/prompt", {"sessionId": sid, "prompt": "hello"})
         error = (await raw.response("p", timeout=NEVER))["error"]
+        # Said in a user's words, with where to look, not as a handler's bug.
         assert error["code"] == -32603
-        assert "RuntimeError: injected start-up fault" in error["message"]
+        assert error["message"] == STARTUP_FAILED
         # Closed by the daemon while it runs on: the App was closed, not orphaned.
         await model_server.wait_closed(1, NEVER)
         assert raw.proc.returncode is None and model_server.requests() == []
@@ -173,7 +180,8 @@ async def test_a_start_up_that_fails_after_the_app_is_built_closes_it_and_says_s
             raw.request("again", "session/list", {"cwd": str(workspace)})
         else:
             raw.request("again", "agent/listSessions", {"workspaceRoot": str(workspace)})
-        assert "injected start-up fault" in (await raw.response("again"))["error"]["message"]
+        again = (await raw.response("again"))["error"]
+        assert again["code"] == -32603 and again["message"] == STARTUP_FAILED
         if acp:
             assert raw.proc.stdin is not None
             raw.proc.stdin.close()  # ACP's end: stdin closed

@@ -1,6 +1,6 @@
 """The warm-up's two stages, in process: the settings come before the App,
 `when_built` callbacks run before any `wait()` returns, a failed first
-stage fails both waits with its error, and the App comes with the threads
+stage fails both waits with its error (`StartupFailed`), and the App comes with the threads
 a session's start-up needs (the loop's default executor's, the memory
 watcher's) started."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agentd.errors import INTERNAL_ERROR, StartupFailed
 from agentd.memory.watcher import Changes, FolderWatcher
 from agentd.testing.daemon import hold_warmup, release_warmup, release_warmup_nowait
 from agentd.warmup import WORKERS, Warmup
@@ -55,10 +56,18 @@ async def test_settings_first_then_the_app_with_its_callbacks_before_any_wait_re
 async def test_a_failed_settings_stage_fails_both_waits() -> None:
     warmup = Warmup(imports=("agentd.no_such_module",))
     warmup.start()
-    with pytest.raises(ModuleNotFoundError):
-        await warmup.wait_settings()
-    with pytest.raises(ModuleNotFoundError):
-        await warmup.wait()
+    # Both say so in a user's words (what the front ends answer, -32603),
+    # with the cause's type and text, and keep the cause.
+    for wait in (warmup.wait_settings, warmup.wait):
+        with pytest.raises(StartupFailed) as failed:
+            await wait()
+        assert failed.value.code == INTERNAL_ERROR
+        assert isinstance(failed.value.cause, ModuleNotFoundError)
+        assert failed.value.message == (
+            "agentd could not start: ModuleNotFoundError: No module named "
+            "'agentd.no_such_module'. The details are in agentd's log (its stderr, "
+            "which the editor keeps)."
+        )
     await warmup.aclose()
 
 
