@@ -68,7 +68,7 @@ import os
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -146,6 +146,43 @@ def images_dir(path: Path) -> Path:
     return path.with_suffix(".images")
 
 
+# A sessions folder as listed: its path, its entries and their names.
+_FolderListing = tuple[str, list[os.DirEntry[str]], set[str]]
+
+
+def _list_folder(folder: str) -> _FolderListing | None:
+    """One sessions folder's entries, or None when it cannot be listed
+    (missing, unreadable, or not a folder: a file or a FIFO in its place)."""
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)
+    except OSError:
+        return None
+    return folder, entries, {e.name for e in entries}
+
+
+def _sessions_folders(home: Path | None, *, follow_symlinks: bool) -> Iterator[_FolderListing]:
+    """Every project's sessions folder under `<home>/projects` that can be
+    listed, with its entries; one directory listing each. A project entry
+    that is not a folder (a file, a FIFO) is skipped, and so is a symlink to
+    one unless `follow_symlinks` (reading through it is harmless; removing
+    through it is not). No projects folder, or an unreadable one: nothing."""
+    projects = (home or agentd_home()) / "projects"
+    try:
+        with os.scandir(projects) as it:
+            folders = [
+                os.path.join(e.path, "sessions")
+                for e in it
+                if e.is_dir(follow_symlinks=follow_symlinks)
+            ]
+    except OSError:
+        return
+    for folder in folders:
+        listing = _list_folder(folder)
+        if listing is not None:
+            yield listing
+
+
 def collect_orphan_images(home: Path | None = None) -> int:
     """Remove the `<sessionId>.images/` folders whose transcript is gone (deleted
     by hand or by a tool: nothing can show those images again); returns how many.
@@ -155,27 +192,17 @@ def collect_orphan_images(home: Path | None = None) -> int:
     symlinks inside the folders it removes. The writer creates a transcript
     before its first image, so a live session's folder never looks orphaned.
     """
-    projects = (home or agentd_home()) / "projects"
-    try:
-        with os.scandir(projects) as it:
-            folders = [Path(e.path, "sessions") for e in it if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return 0
     removed = 0
-    for folder in folders:
-        try:
-            with os.scandir(folder) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        names = {e.name for e in entries}
+    for folder, entries, names in _sessions_folders(home, follow_symlinks=False):
         for entry in entries:
             if not entry.name.endswith(".images"):
                 continue
             transcript = entry.name.removesuffix(".images") + ".jsonl"
             if transcript in names:
                 continue
-            if not entry.is_dir(follow_symlinks=False) or os.path.lexists(folder / transcript):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if os.path.lexists(os.path.join(folder, transcript)):
                 continue
             try:
                 shutil.rmtree(entry.path)
@@ -1078,23 +1105,14 @@ class SessionCatalog:
 
     def list(self, workspace_root: Path | None = None) -> list[TranscriptInfo]:
         """The sessions of one workspace, or of every workspace (None)."""
+        listings: Iterable[_FolderListing]
         if workspace_root is not None:
-            folders = [str(sessions_dir(workspace_root, self.home))]
+            one = _list_folder(str(sessions_dir(workspace_root, self.home)))
+            listings = [] if one is None else [one]
         else:
-            projects = (self.home or agentd_home()) / "projects"
-            try:
-                with os.scandir(projects) as it:
-                    folders = [os.path.join(e.path, "sessions") for e in it if e.is_dir()]
-            except OSError:
-                folders = []
+            listings = _sessions_folders(self.home, follow_symlinks=True)
         out: list[TranscriptInfo] = []
-        for folder in folders:
-            try:
-                with os.scandir(folder) as it:
-                    entries = list(it)
-            except OSError:
-                continue
-            names = {e.name for e in entries}
+        for folder, entries, names in listings:
             for entry in entries:
                 if entry.name.endswith(".jsonl"):
                     info = self._info(folder, entry, names)

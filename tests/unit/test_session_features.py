@@ -218,6 +218,43 @@ def test_image_folders_whose_transcript_is_gone_are_collected(tmp_path: Path) ->
     assert collect_orphan_images(tmp_path / "nowhere") == 0
 
 
+def test_the_listing_and_the_collector_walk_the_projects_alike_but_for_symlinks(
+    tmp_path: Path,
+) -> None:
+    """One walker serves both: entries that are not project folders, and
+    sessions folders that cannot be listed, are skipped by both; a project
+    folder that is a symlink is listed (reading through it is harmless) but
+    never collected from (removing through it is not)."""
+    home = tmp_path / "home"
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, home)
+    for sid in ("kept", "gone"):
+        w = TranscriptWriter(folder / f"{sid}.jsonl", sid, root)
+        w.append(Message("user", [TextPart(f"question {sid}"), ImagePart("image/png", PNG)]))
+        w.close()
+    (folder / "gone.jsonl").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    w = TranscriptWriter(elsewhere / "sessions" / "linked.jsonl", "linked", root)
+    w.append(Message("user", [TextPart("question linked")]))
+    w.close()
+    (elsewhere / "sessions" / "orphan.images").mkdir()
+    projects = home / "projects"
+    (projects / "linked").symlink_to(elsewhere, target_is_directory=True)
+    os.mkfifo(projects / "fifo")
+    (projects / "file").write_text("not a project")
+    for name, make in (("fifo-sessions", os.mkfifo), ("file-sessions", Path.touch)):
+        (projects / name).mkdir()
+        make(projects / name / "sessions")
+    (projects / "empty").mkdir()
+
+    assert collect_orphan_images(home) == 1
+    assert not (folder / "gone.images").exists()
+    assert (elsewhere / "sessions" / "orphan.images").is_dir()
+    listed = sorted(i.session_id for i in SessionCatalog(home).list(None))
+    assert listed == ["kept", "linked"]
+
+
 def test_the_transcript_exists_before_its_first_image(tmp_path: Path) -> None:
     # An image folder without its transcript counts as garbage (above): the
     # writer must never leave one, even for an instant, at a session's first prompt.
