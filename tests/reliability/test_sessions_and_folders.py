@@ -25,6 +25,19 @@ pytestmark = pytest.mark.e2e
 NOTE = "---\nname: {0}\ndescription: about {0}\ntype: project\n---\n\nThe {0} note.\n"
 
 
+async def _new_session(d: RawDaemon, workspace: Path, acp: bool) -> str:
+    """Initialize (id 1) and open a session on `workspace` (id 2) over either front end."""
+    if acp:
+        d.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        await d.response(1)
+        d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
+    else:
+        await d.initialize()
+        d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
+    sid: str = (await d.response(2))["result"]["sessionId"]
+    return sid
+
+
 @pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
 async def test_loading_a_live_session_with_another_cwd_is_refused(
     model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
@@ -35,14 +48,7 @@ async def test_loading_a_live_session_with_another_cwd_is_refused(
     d = await RawDaemon.spawn(env, acp=acp)
     root_field = "cwd" if acp else "workspaceRoot"
     try:
-        if acp:
-            d.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-            await d.response(1)
-            d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
-        else:
-            await d.initialize()
-            d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
-        sid = (await d.response(2))["result"]["sessionId"]
+        sid = await _new_session(d, workspace, acp)
         load = "session/load" if acp else "agent/loadSession"
         params: dict[str, Any] = {"sessionId": sid, "mcpServers": []}
         d.request(3, load, {**params, root_field: str(other)})
@@ -117,14 +123,7 @@ async def test_a_workspace_folder_replaced_by_a_symlink_is_refused_not_followed(
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     d = await RawDaemon.spawn(env, acp=acp)
     try:
-        if acp:
-            d.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-            await d.response(1)
-            d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
-        else:
-            await d.initialize()
-            d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
-        sid = (await d.response(2))["result"]["sessionId"]
+        sid = await _new_session(d, workspace, acp)
 
         def prompt(n: int, text: str) -> None:
             if acp:
