@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.machinery
 import json
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -655,7 +656,6 @@ def test_a_plain_http_endpoint_loads_no_ca_bundle_and_tls_still_fails_closed() -
     bundle (megabytes resident for nothing) with a context that verifies and
     trusts nothing, so no TLS connection could ever pass unverified; an https
     endpoint keeps httpx's verified default."""
-    import ssl
 
     from agentd.providers.http import _tls_context
 
@@ -666,12 +666,22 @@ def test_a_plain_http_endpoint_loads_no_ca_bundle_and_tls_still_fails_closed() -
     assert _tls_context("HTTPS://api.openai.com/v1") is True
 
 
+@pytest.mark.parametrize("transport", ["stock", "model"])
 async def test_a_request_through_the_connection_pool_imports_nothing(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     # httpcore asks sniffio which async library runs, three times a request: a
     # module that is not installed would be searched for on sys.path each time
-    # (about 0.2 ms each, on every model request).
+    # (about 0.2 ms each, on every model request). Both httpx's own transport
+    # and the model client's (httpcore's pool on `providers.network`).
+    from agentd.providers.network import model_transport
+
+    model = None
+    if transport == "model":
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+        model = model_transport(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), limits)
+        assert model is not None, "the model client's transport was not built"
+
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
@@ -688,7 +698,7 @@ async def test_a_request_through_the_connection_pool_imports_nothing(
         return search(name, path, target)
 
     try:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(transport=model) as client:
             assert (await client.get(url)).text == "ok"  # the backends' first imports
             monkeypatch.setattr(importlib.machinery.PathFinder, "find_spec", classmethod(counting))
             assert (await client.get(url)).text == "ok"
