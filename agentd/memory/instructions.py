@@ -82,15 +82,21 @@ def _imports(text: str) -> list[str]:
 
 
 def _stat_key(path: Path) -> tuple[str, int, int]:
-    """(path, mtime, size); -1s when nothing is there, -2s when the stat failed
+    """(path, mtime, size), as `_stat_of` gives the last two."""
+    name = str(path)
+    return (name, *_stat_of(name))
+
+
+def _stat_of(path: str) -> tuple[int, int]:
+    """(mtime, size); -1s when nothing is there, -2s when the stat failed
     otherwise (a read then says why)."""
     try:
-        st = path.stat()
+        st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
-        return (str(path), -1, -1)
+        return (-1, -1)
     except OSError:
-        return (str(path), -2, -2)
-    return (str(path), st.st_mtime_ns, st.st_size)
+        return (-2, -2)
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _fair_shares(sizes: list[int], budget: int) -> list[int]:
@@ -146,17 +152,7 @@ class InstructionFiles:
         if signature is None:
             return None
         for path, mtime, size in signature:
-            try:
-                st = os.stat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                if mtime != -1:
-                    return None
-                continue
-            except OSError:
-                if mtime != -2:
-                    return None
-                continue
-            if st.st_mtime_ns != mtime or st.st_size != size:
+            if _stat_of(path) != (mtime, size):
                 return None
         return self._text
 
