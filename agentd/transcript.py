@@ -9,6 +9,8 @@ One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
     {"type": "config", "ts", "mode"?, "model"?}                          the session's settings
     {"type": "compaction", "offset": n, "ts", "split", "summary",        the history was compacted
      "summaryText", "cleared", "note"}
+    {"type": "fork", "ts", "from", "history", "notes", "plan",           a fork's copied history
+     "summary", "turns", "tokensUsed", "title"}                         (second line, once)
 
 A note is something the editor was shown beside the messages and that a
 replay must show again: a memory delivery, a model step's token usage, the
@@ -49,6 +51,16 @@ into a history that exists. A torn last line (a crash mid-write) is ignored
 on reading. Because the file is only ever appended to, a byte position at
 the end of a line stays valid too: `read_from` starts at the one a cursor
 remembers, so extracting a turn reads that turn's bytes, not the file.
+
+A fork (`session/fork`, `agent/forkSession`) starts its transcript with the
+source session's state as one `fork` record: its history as the model sees
+it (a compacted one with its summary message first), the notes a replay
+shows, the plan, the structured summary the next compaction builds on, and
+the counters. The copied messages are not message lines, so memory
+extraction, which reads message lines only, never extracts them a second
+time (the source's transcript has them, under its own cursor); the fork's
+own messages count offsets from 0. Its images are links to the source's
+image files (`agentd.session_files`).
 
 Written by the core (`agentd.agent.core`), read back by `session/load` and by
 memory extraction (`agentd.memory.extraction`): it lives below both, so that
@@ -103,6 +115,21 @@ def sessions_dir(workspace_root: Path, home: Path | None = None) -> Path:
     return (home or agentd_home()) / "projects" / project_slug(workspace_root) / "sessions"
 
 
+# The longest session id agentd takes (its own are 32 hex digits).
+MAX_SESSION_ID = 128
+
+
+def valid_session_id(session_id: str) -> bool:
+    """Could `session_id` name a transcript? ASCII letters, digits, `-` and `_`
+    only, at most `MAX_SESSION_ID` of them: an id is never a path (no
+    separator, no `..`, nothing a file system reads differently)."""
+    return (
+        0 < len(session_id) <= MAX_SESSION_ID
+        and session_id.isascii()
+        and all(c.isalnum() or c in "-_" for c in session_id)
+    )
+
+
 @dataclass(frozen=True)
 class TranscriptInfo:
     session_id: str
@@ -147,10 +174,10 @@ def images_dir(path: Path) -> Path:
 
 
 # A sessions folder as listed: its path, its entries and their names.
-_FolderListing = tuple[str, list[os.DirEntry[str]], set[str]]
+FolderListing = tuple[str, list[os.DirEntry[str]], set[str]]
 
 
-def _list_folder(folder: str) -> _FolderListing | None:
+def _list_folder(folder: str) -> FolderListing | None:
     """One sessions folder's entries, or None when it cannot be listed
     (missing, unreadable, or not a folder: a file or a FIFO in its place)."""
     try:
@@ -161,7 +188,7 @@ def _list_folder(folder: str) -> _FolderListing | None:
     return folder, entries, {e.name for e in entries}
 
 
-def _sessions_folders(home: Path | None, *, follow_symlinks: bool) -> Iterator[_FolderListing]:
+def sessions_folders(home: Path | None, *, follow_symlinks: bool) -> Iterator[FolderListing]:
     """Every project's sessions folder under `<home>/projects` that can be
     listed, with its entries; one directory listing each. A project entry
     that is not a folder (a file, a FIFO) is skipped, and so is a symlink to
@@ -193,7 +220,7 @@ def collect_orphan_images(home: Path | None = None) -> int:
     before its first image, so a live session's folder never looks orphaned.
     """
     removed = 0
-    for folder, entries, names in _sessions_folders(home, follow_symlinks=False):
+    for folder, entries, names in sessions_folders(home, follow_symlinks=False):
         for entry in entries:
             if not entry.name.endswith(".images"):
                 continue
@@ -442,6 +469,9 @@ class TranscriptWriter:
         self._fresh = fresh
         self._wrote_meta = False
         self._header: bytes | None = None
+        # The session was deleted: nothing is written any more (a cancelled
+        # prompt's last lines would otherwise bring its file back).
+        self.discarded = False
 
     @property
     def pending(self) -> int:
@@ -479,6 +509,8 @@ class TranscriptWriter:
             self._pending_config = {}
 
     def _line(self, record: dict[str, Any], *, flush: bool = True) -> None:
+        if self.discarded:
+            return
         if not self._started:
             self._start()
         self._pending.append(_encode(record))
@@ -487,7 +519,7 @@ class TranscriptWriter:
 
     def flush(self) -> None:
         """Write what is pending; OSError when the disk (or the fd table) refuses."""
-        if not self._pending:
+        if not self._pending or self.discarded:
             return
         f = self._open()
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
@@ -539,6 +571,9 @@ class TranscriptWriter:
     def append(self, message: Message) -> int:
         """Write one message; returns its offset (given even when the write fails)."""
         offset = self.offset
+        if self.discarded:
+            self.offset += 1
+            return offset
         record = message_to_json(message)
         if message.images and not self._started:
             # The transcript before its images: an images folder without its
@@ -589,6 +624,13 @@ class TranscriptWriter:
             return
         self._line({"type": "config", "ts": time.time(), **values})
 
+    def discard(self) -> None:
+        """The session is being deleted: drop what waits, write nothing again,
+        and let its file go."""
+        self.discarded = True
+        self._pending.clear()
+        self._files.close(self.path)
+
     def _store_image(self, data: str) -> str:
         """Write an image's bytes once, named by their hash; returns the hash."""
         try:
@@ -609,23 +651,20 @@ class TranscriptWriter:
     def write_due_meta(self) -> None:
         """Write the meta file of a new transcript. Until then there is none,
         and a listing reads the transcript, which holds the same title."""
-        if self._meta_due:
+        if self._meta_due and not self.discarded:
             self._meta_due = False
             self._write_meta()
 
     def _write_meta(self) -> None:
         """The listing's summary of this session; a cache, so a failure only
         makes listing read the transcript instead."""
-        meta = {
-            "sessionId": self.session_id,
-            "workspaceRoot": str(self.workspace_root),
-            "title": self.title or EMPTY_TITLE,
-        }
+        if self.discarded:
+            return
         target = meta_path(self.path)
         tmp = target.with_name(f".{target.name}.tmp")
         try:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp.write_bytes(_encode(meta))
+            tmp.write_bytes(meta_bytes(self.session_id, self.workspace_root, self.title))
             os.replace(tmp, target)
         except OSError as exc:
             log.info("cannot write %s: %s", target, exc)
@@ -640,7 +679,7 @@ class TranscriptWriter:
     def sync(self) -> None:
         """Make what was written durable (end of a prompt); may run in a thread:
         it opens descriptors of its own, never one the event loop may close."""
-        if not self._started:
+        if not self._started or self.discarded:
             return
         fd = open_regular(self.path, os.O_RDONLY)
         try:
@@ -855,12 +894,24 @@ def note_from_json(data: dict[str, Any]) -> Note:
     raise ValueError(f"unknown note kind {kind!r}")
 
 
-def load(path: Path, images: bool = True) -> LoadedTranscript | None:
+def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTranscript | None:
     """The session as it stands (after its last reset); `images=False` leaves
-    image parts without their bytes."""
+    image parts without their bytes. With `end`, as it stood before its
+    message at offset `end` was written: the line of that message and every
+    line after it are not read (a running prompt's half turn, for a fork)."""
     records = _records(path)
     if not records or records[0].get("type") != "session":
         return None
+    if end is not None:
+        cut = next(
+            (
+                i
+                for i, r in enumerate(records)
+                if r.get("type") == "message" and _int(r.get("offset"), -1) >= end
+            ),
+            len(records),
+        )
+        records = records[:cut]
     head = records[0]
     history: list[Message] = []
     notes: list[tuple[int, Note]] = []
@@ -916,6 +967,15 @@ def load(path: Path, images: bool = True) -> LoadedTranscript | None:
                 plan = note.entries
         elif kind == "config":
             config.update({k: v for k, v in record.items() if k in ("mode", "model")})
+        elif kind == "fork":
+            try:
+                base = ForkBase.from_json(record)
+            except (KeyError, ValueError, TypeError):
+                log.warning("skipping an unreadable fork record in %s", path)
+                continue
+            history, notes, plan = base.history, base.notes, base.plan
+            summary, turns, tokens = base.summary, base.turns, base.tokens_used
+            title = "" if base.title == EMPTY_TITLE else base.title
     for msg in history if images else ():
         if msg.images:
             _read_images(path, msg)
@@ -933,6 +993,108 @@ def load(path: Path, images: bool = True) -> LoadedTranscript | None:
         turns,
         title or EMPTY_TITLE,
         summary,
+    )
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+@dataclass
+class ForkBase:
+    """What a fork copies of its source: the session as it stood after its
+    last completed turn (a `LoadedTranscript` read with `end`)."""
+
+    source_id: str
+    history: list[Message]
+    notes: list[tuple[int, Note]]
+    plan: list[PlanEntry]
+    summary: dict[str, Any] | None
+    turns: int
+    tokens_used: int
+    title: str
+
+    @classmethod
+    def of(cls, source_id: str, loaded: LoadedTranscript) -> ForkBase:
+        return cls(
+            source_id,
+            loaded.history,
+            loaded.notes,
+            loaded.plan,
+            loaded.summary,
+            loaded.turns,
+            loaded.tokens_used,
+            loaded.title,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "fork",
+            "ts": time.time(),
+            "from": self.source_id,
+            "history": [message_to_json(m) for m in self.history],
+            "notes": [[i, note_to_json(n)] for i, n in self.notes],
+            "plan": note_to_json(PlanUpdated(self.plan))["entries"],
+            "summary": self.summary,
+            "turns": self.turns,
+            "tokensUsed": self.tokens_used,
+            "title": self.title,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ForkBase:
+        """Raises KeyError, ValueError or TypeError for a record it cannot read."""
+        history = [message_from_json(m) for m in data["history"]]
+        notes: list[tuple[int, Note]] = []
+        for index, note in data.get("notes") or []:
+            try:
+                notes.append((int(index), note_from_json(note)))
+            except (KeyError, ValueError, TypeError):
+                continue  # a note is for display only: a bad one is dropped
+        plan = note_from_json({"kind": "plan", "entries": data.get("plan") or []})
+        summary = data.get("summary")
+        return cls(
+            str(data.get("from", "")),
+            history,
+            notes,
+            plan.entries if isinstance(plan, PlanUpdated) else [],
+            summary if isinstance(summary, dict) else None,
+            max(0, _int(data.get("turns"), 0)),
+            max(0, _int(data.get("tokensUsed"), 0)),
+            str(data.get("title") or EMPTY_TITLE),
+        )
+
+
+def fork_lines(
+    base: ForkBase, session_id: str, workspace_root: Path, config: dict[str, str]
+) -> bytes:
+    """A fork's transcript as first written: its header, the `fork` record,
+    and the settings it starts with (`mode`, `model`) as a config line."""
+    now = time.time()
+    lines = [
+        _encode(
+            {
+                "type": "session",
+                "sessionId": session_id,
+                "workspaceRoot": str(workspace_root),
+                "createdAt": now,
+            }
+        ),
+        _encode(base.to_json()),
+    ]
+    if config:
+        lines.append(_encode({"type": "config", "ts": now, **config}))
+    return b"".join(lines)
+
+
+def meta_bytes(session_id: str, workspace_root: Path, title: str) -> bytes:
+    """A meta file's content (`TranscriptWriter._write_meta` writes the same)."""
+    return _encode(
+        {
+            "sessionId": session_id,
+            "workspaceRoot": str(workspace_root),
+            "title": title or EMPTY_TITLE,
+        }
     )
 
 
@@ -1105,12 +1267,12 @@ class SessionCatalog:
 
     def list(self, workspace_root: Path | None = None) -> list[TranscriptInfo]:
         """The sessions of one workspace, or of every workspace (None)."""
-        listings: Iterable[_FolderListing]
+        listings: Iterable[FolderListing]
         if workspace_root is not None:
             one = _list_folder(str(sessions_dir(workspace_root, self.home)))
             listings = [] if one is None else [one]
         else:
-            listings = _sessions_folders(self.home, follow_symlinks=True)
+            listings = sessions_folders(self.home, follow_symlinks=True)
         out: list[TranscriptInfo] = []
         for folder, entries, names in listings:
             for entry in entries:
@@ -1120,6 +1282,12 @@ class SessionCatalog:
                         out.append(info)
         out.sort(key=lambda i: (i.updated_at, i.session_id), reverse=True)
         return out
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is cached of a deleted session's transcripts."""
+        name = f"{session_id}.jsonl"
+        for path in [p for p in self._cache if os.path.basename(p) == name]:
+            del self._cache[path]
 
     def _info(self, folder: str, entry: os.DirEntry[str], names: set[str]) -> TranscriptInfo | None:
         try:

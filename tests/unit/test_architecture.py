@@ -15,7 +15,7 @@ inside functions count as much as any other: they are dependencies too.
     agent               sessions, the turn engine, recall prefetch, daemon tools
     mcp                 MCP servers: connections (the SDK), a session's MCP tools
     memory              the store, index, watcher, local recall, extraction
-    config              the settings model
+    config, session_files   the settings model; forking and deleting transcripts
     providers, transcript, testing, vision   model access over HTTP; session
                         transcripts on disk; the model server and test/benchmark
                         plumbing; which models take images
@@ -50,7 +50,7 @@ LAYERS: list[set[str]] = [
         "agentd.heap",
     },
     {"agentd.providers", "agentd.transcript", "agentd.testing", "agentd.vision"},
-    {"agentd.config"},
+    {"agentd.config", "agentd.session_files"},
     {"agentd.memory"},
     {"agentd.agent"},
     {"agentd.mcp"},

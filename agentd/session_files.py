@@ -1,0 +1,196 @@
+"""Whole-session file operations: a fork's first write, a session's deletion.
+
+Both work inside agentd's sessions folders (`$AGENTD_HOME/projects/<slug>/
+sessions/`) only, by names made from a session id that `valid_session_id`
+accepted (no separator, no `..`), relative to a descriptor of the folder
+opened without following a symlink; nothing here follows one:
+
+- `write_fork` creates a fork's transcript (`transcript.fork_lines`) under a
+  temporary name and renames it into place, links the source's images into
+  the fork's images folder (hard links: an image is never written twice;
+  copied where a link is refused), writes its meta file, and makes it all
+  durable (fsync of the files and folders) before it returns: a fork that
+  was answered survives a crash.
+- `delete_session_files` removes a session's transcript, then its meta file
+  and its images folder, from every project's sessions folder (a listing
+  shows them all), and makes the removal durable. The transcript goes
+  first: a meta file or an images folder left by a crash is never listed,
+  and `collect_orphan_images` removes such a folder at the next start.
+
+Blocking: the core runs both in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from agentd.files import open_regular
+from agentd.transcript import (
+    images_dir,
+    meta_path,
+    sessions_folders,
+    valid_session_id,
+)
+
+log = logging.getLogger(__name__)
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_HEX = frozenset("0123456789abcdef")
+
+
+def _open_folder(folder: Path | str) -> int:
+    """A descriptor of `folder`, refused (OSError) when it is a symlink."""
+    return os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+
+
+def _write_new(dir_fd: int, name: str, data: bytes) -> None:
+    """`name` in the folder, created (never through a symlink), written and synced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_fork(
+    path: Path, data: bytes, meta: bytes, images: Iterable[str], source: Path | None
+) -> None:
+    """Create the fork's transcript `path` with `data`, its meta file with
+    `meta`, and its images (the `sha256` names in `images`, from the images
+    folder of the `source` transcript); all durable when it returns.
+    FileExistsError if a transcript has that name already."""
+    folder = path.parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    dir_fd = _open_folder(folder)
+    try:
+        tmp = f".{path.name}.tmp"
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
+        except FileNotFoundError:
+            pass
+        _write_new(dir_fd, tmp, data)
+        try:
+            # A link, not a rename: it never replaces a transcript that is there.
+            os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.unlink(tmp, dir_fd=dir_fd)
+        wanted = sorted({h for h in images if len(h) == 64 and set(h) <= _HEX})
+        if wanted and source is not None:
+            _copy_images(images_dir(source), dir_fd, images_dir(path).name, wanted)
+        meta_tmp = f".{meta_path(path).name}.tmp"
+        try:
+            os.unlink(meta_tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        _write_new(dir_fd, meta_tmp, meta)
+        os.replace(meta_tmp, meta_path(path).name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _copy_images(source: Path, dir_fd: int, name: str, hashes: list[str]) -> None:
+    """The images `hashes` of the folder `source`, linked (else copied) into
+    the folder `name` of `dir_fd`. An image the source no longer has is left
+    out: a load shows it as missing, as for the source."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    target = _open_folder_at(dir_fd, name)
+    try:
+        try:
+            src = _open_folder(source)
+        except OSError as exc:
+            log.warning("cannot read the images of %s: %s", source, exc)
+            return
+        try:
+            for digest in hashes:
+                try:
+                    os.link(
+                        digest, digest, src_dir_fd=src, dst_dir_fd=target, follow_symlinks=False
+                    )
+                    continue
+                except FileExistsError:
+                    continue
+                except FileNotFoundError:
+                    log.info("an image of %s is missing; the fork has it missing too", source)
+                    continue
+                except OSError:
+                    pass  # another file system, or links refused: copied
+                _copy_one(source / digest, target, digest)
+        finally:
+            os.close(src)
+        os.fsync(target)
+    finally:
+        os.close(target)
+
+
+def _open_folder_at(dir_fd: int, name: str) -> int:
+    return os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+
+
+def _copy_one(source: Path, target: int, name: str) -> None:
+    try:
+        with os.fdopen(open_regular(source), "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        log.warning("cannot copy the image %s: %s", source, exc)
+        return
+    _write_new(target, name, data)
+
+
+def delete_session_files(session_id: str, home: Path | None = None) -> int:
+    """Remove `session_id`'s transcript, meta file and images from every
+    sessions folder; returns how many transcripts were removed (0: there
+    was none). Raises OSError when one cannot be removed."""
+    if not valid_session_id(session_id):
+        raise ValueError("not a session id")
+    transcript = f"{session_id}.jsonl"
+    names = {transcript, f"{session_id}.meta.json", f"{session_id}.images"}
+    removed = 0
+    for folder, _, listed in sessions_folders(home, follow_symlinks=False):
+        if not names & listed:
+            continue
+        try:
+            dir_fd = _open_folder(folder)
+        except OSError as exc:
+            # A sessions folder that is a symlink: what it points at is not agentd's.
+            log.warning("%s left alone: %s", folder, exc)
+            continue
+        try:
+            for name in (transcript, f"{session_id}.meta.json"):
+                try:
+                    # Unlinks a symlink itself, never what it points at.
+                    os.unlink(name, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                removed += name == transcript
+            _remove_images(dir_fd, f"{session_id}.images")
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return removed
+
+
+def _remove_images(dir_fd: int, name: str) -> None:
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        # The fd-based walk: symlinks inside are removed, never followed.
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
