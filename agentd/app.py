@@ -268,6 +268,16 @@ class App:
             result["nextCursor"] = base64.urlsafe_b64encode(key).decode("ascii")
         return result
 
+    async def delete_session(self, session_id: str) -> bool:
+        """`session/delete`, `agent/deleteSession` (`AgentCore.delete_session`);
+        the session leaves the listing the next pages of `session/list` are
+        cut from too."""
+        deleted = await self.core.delete_session(session_id)
+        if self._listing is not None:
+            root, taken, infos = self._listing
+            self._listing = (root, taken, [i for i in infos if i.session_id != session_id])
+        return deleted
+
     async def memory_list(self, root: Path) -> dict[str, Any]:
         pm = await self.project_memory(root)
         docs = [

@@ -16,7 +16,7 @@ from agentd.agent import commands
 from agentd.agent.compaction import CompactionOptions, Compactor, compaction_line, kept_memory
 from agentd.agent.context import ContextWindow
 from agentd.agent.hooks import MemoryHooks, NoMemory
-from agentd.agent.modes import MODES
+from agentd.agent.modes import DEFAULT_MODE, MODES
 from agentd.agent.plan import UPDATE_PLAN
 from agentd.agent.session import ClientToolRunner, Session
 from agentd.agent.tools import ToolConfig, call_locations
@@ -29,7 +29,13 @@ from agentd.agent.turn import (
     run_prompt,
 )
 from agentd.config import Settings
-from agentd.errors import InvalidParams, SessionBusy, SessionNotFound, describe_os_error
+from agentd.errors import (
+    InvalidParams,
+    ProtocolError,
+    SessionBusy,
+    SessionNotFound,
+    describe_os_error,
+)
 from agentd.events import (
     CompactionReport,
     Emit,
@@ -59,17 +65,22 @@ from agentd.messages import (
 )
 from agentd.providers.base import ModelProvider, Usage
 from agentd.providers.models import main_output_cap
+from agentd.session_files import delete_session_files, write_fork
 from agentd.tasks import Supervisor
 from agentd.transcript import (
     EMPTY_TITLE,
     CompactionRecord,
+    ForkBase,
     LoadedTranscript,
     OpenFiles,
     SessionCatalog,
     TranscriptInfo,
     TranscriptWriter,
+    fork_lines,
     load,
+    meta_bytes,
     sessions_dir,
+    valid_session_id,
 )
 
 log = logging.getLogger(__name__)
@@ -219,28 +230,142 @@ class AgentCore:
         else:
             if loaded is None:
                 raise SessionNotFound(f"no stored session with id {session_id!r}")
-            session = Session(loaded.session_id, loaded.workspace_root, client_tools)
-            # The compacted state, when the session was compacted: the
-            # summary, then the verbatim tail.
-            session.history = loaded.history
-            session.notes = loaded.notes
-            session.plan = loaded.plan
-            if loaded.mode in MODES:
-                session.mode = loaded.mode
-            if loaded.model is not None and self.knows_model(loaded.model):
-                session.model = loaded.model
-            # Both count the summarised turns too (the compacted history no
-            # longer holds them).
-            session.turns = loaded.turns
-            # The session's token count goes on where it was (the limit too).
-            session.tokens_used = loaded.tokens_used
-            session.title = "" if loaded.title == EMPTY_TITLE else loaded.title
-            self._track(session, offset=loaded.total)
-            self.compactor.restore(session, loaded.summary)
+            session = self._restore(loaded, client_tools)
         client_names = {s.name for s in client_tools.specs}
         for update in replay(session.history, client_names, session.notes, session.workspace_root):
             emit(update)
         return session
+
+    def _restore(self, loaded: LoadedTranscript, client_tools: ClientToolRunner) -> Session:
+        """A live session of a transcript read back (a load, a fork), tracked."""
+        session = Session(loaded.session_id, loaded.workspace_root, client_tools)
+        # The compacted state, when the session was compacted: the
+        # summary, then the verbatim tail.
+        session.history = loaded.history
+        session.notes = loaded.notes
+        session.plan = loaded.plan
+        if loaded.mode in MODES:
+            session.mode = loaded.mode
+        if loaded.model is not None and self.knows_model(loaded.model):
+            session.model = loaded.model
+        # Both count the summarised turns too (the compacted history no
+        # longer holds them).
+        session.turns = loaded.turns
+        # The session's token count goes on where it was (the limit too).
+        session.tokens_used = loaded.tokens_used
+        session.title = "" if loaded.title == EMPTY_TITLE else loaded.title
+        self._track(session, offset=loaded.total)
+        self.compactor.restore(session, loaded.summary)
+        return session
+
+    async def fork_session(
+        self,
+        source_id: str,
+        workspace_root: Path | None,
+        client_tools: ClientToolRunner,
+        *,
+        mode: str | None = None,
+        model: str | None = None,
+    ) -> Session:
+        """A new session whose history is a copy of `source_id`'s completed turns.
+
+        The source may be live (idle, or running a prompt: its transcript is
+        read up to where that prompt began, so half a turn is never copied,
+        and the prompt goes on undisturbed) or only on disk. The fork runs in
+        `workspace_root` (None: the source's), in the source's mode and on
+        its model unless `mode` / `model` (validated by the caller) say
+        otherwise, with its own id and transcript (`transcript.ForkBase`),
+        durable before this returns. Its summary, notes, plan and counters
+        are the source's. Unknown source: `SessionNotFound`, as for a load.
+        """
+        if not self.persist:
+            raise ProtocolError("this daemon keeps no transcripts: nothing to fork from")
+        source = self.sessions.get(source_id)
+        path: Path | None = None
+        end: int | None = None
+        writer = self.writers.get(source_id) if source is not None else None
+        if source is not None and writer is not None:
+            path = writer.path
+            if source_id not in self._prompt_starts and writer.pending:
+                _write(writer, writer.flush)  # lines a refused write left behind
+            # Where its finished turns end: a prompt running, or one that
+            # starts while the file is read, is past it.
+            end = self._prompt_starts.get(source_id, writer.offset)
+        elif valid_session_id(source_id):
+            path = await asyncio.to_thread(self._find_transcript, source_id, workspace_root)
+            if path is None and workspace_root is not None:
+                # Forked into another workspace: the source lives in its own.
+                path = await asyncio.to_thread(self._find_transcript, source_id, None)
+        if path is None:
+            raise SessionNotFound(f"no stored session with id {source_id!r}")
+        stored = await asyncio.to_thread(load, path, False, end)
+        if source is not None and source.closed:
+            raise SessionNotFound(f"no session with id {source_id!r}")  # closed meanwhile
+        if stored is None:
+            if source is None:
+                raise SessionNotFound(f"no stored session with id {source_id!r}")
+            # A live session that has written nothing yet: an empty history.
+            stored = LoadedTranscript(source_id, source.workspace_root, [], 0, 0)
+        root = workspace_root or (source.workspace_root if source else stored.workspace_root)
+        if mode is None:
+            mode = source.mode if source is not None else stored.mode
+        if model is None:
+            model = source.model if source is not None else stored.model
+        elif model == self.settings.effective_model():
+            model = None
+        config = {"mode": mode if mode in MODES else DEFAULT_MODE}
+        if model is not None and self.knows_model(model):
+            config["model"] = model
+        base = ForkBase.of(source_id, stored)
+        fork_id = uuid.uuid4().hex
+        target = sessions_dir(root, self.home) / f"{fork_id}.jsonl"
+        hashes = [p.sha256 for m in base.history for p in m.images if p.sha256 and not p.data]
+
+        def create() -> LoadedTranscript | None:
+            data = fork_lines(base, fork_id, root, config)
+            write_fork(target, data, meta_bytes(fork_id, root, base.title), hashes, path)
+            # The live fork is what a reload gives (its images read back too).
+            return load(target)
+
+        try:
+            loaded = await asyncio.to_thread(create)
+        except OSError as exc:
+            raise ProtocolError(
+                f"cannot write the fork of session {source_id}: {describe_os_error(exc)}"
+            ) from None
+        if loaded is None:
+            raise ProtocolError(f"the fork of session {source_id} cannot be read back")
+        return self._restore(loaded, client_tools)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session: a live one is closed first (a running prompt is
+        cancelled, its tools and side queries stopped, as `close`), then its
+        transcript, meta file and images go from every sessions folder
+        (`agentd.session_files`). True when there was something to delete;
+        an id that names nothing is not an error (ACP's `session/delete` is
+        idempotent). An id that could not be one agentd gave out is
+        refused (`InvalidParams` on `sessionId`) before anything is touched."""
+        if not valid_session_id(session_id):
+            why = "not a session id (letters, digits, - and _ only, at most 128)"
+            raise InvalidParams(
+                f"Invalid params: sessionId: {why}",
+                {"fields": [{"field": "sessionId", "message": why}]},
+            )
+        session = self.sessions.get(session_id)
+        if session is not None:
+            writer = self.writers.get(session_id)
+            if writer is not None:
+                # First: the cancelled prompt's last lines would bring the file back.
+                writer.discard()
+            await self.close(session_id)
+        try:
+            removed = await asyncio.to_thread(delete_session_files, session_id, self.home)
+        except OSError as exc:
+            raise ProtocolError(
+                f"cannot delete session {session_id}: {describe_os_error(exc)}"
+            ) from None
+        self.catalog.forget(session_id)
+        return removed > 0 or session is not None
 
     def _keep_note(self, session: Session, note: Note, *, flush: bool = True) -> None:
         """Keep a note for replays; without ``flush`` its transcript line waits
@@ -264,7 +389,7 @@ class AgentCore:
         return load(path) if path is not None else None
 
     def _find_transcript(self, session_id: str, root: Path | None) -> Path | None:
-        if not all(c.isalnum() or c in "-_" for c in session_id):
+        if not valid_session_id(session_id):
             return None  # an id is never a path
         if root is not None:
             path = sessions_dir(root, self.home) / f"{session_id}.jsonl"
