@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.acp import options
 from agentd.acp.rpc import RpcError
-from agentd.acp.updates import Outgoing, to_acp
+from agentd.acp.updates import SESSION_UPDATE, Outgoing, to_acp
 from agentd.agent.modes import MODES
 from agentd.errors import (
     INTERNAL_ERROR,
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         AuthenticateParams,
         ContentBlock,
         Empty,
+        ForkSessionParams,
         ListSessionsParams,
         LoadSessionParams,
         McpServer,
@@ -216,6 +217,36 @@ async def resume_session(
     app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
+
+
+async def fork_session(
+    server: AcpServer, app: App, request: Request, p: ForkSessionParams
+) -> dict[str, Any]:
+    """A new session holding a copy of the source's completed turns
+    (`AgentCore.fork_session`), set up as `session/new`'s: in `cwd` (confined
+    to it as a new session is), with the `mcpServers` given. No replay: the
+    client shows the conversation it forked; the title follows the reply."""
+    root = pin_root(workspace_path(p.cwd, "cwd"))
+    servers = mcp_servers(p.mcp_servers)
+    session = await app.core.fork_session(p.session_id, root, server.runner)
+    app.start_memory(root)
+    app.attach_tools(session, server.runner, servers)
+    _after(server, request, options.commands_update(session.id))
+    if session.title:
+        info = {"sessionUpdate": "session_info_update", "title": session.title}
+        _after(server, request, (SESSION_UPDATE, {"sessionId": session.id, "update": info}))
+    return {"sessionId": session.id, **options.session_setup(app.core, session)}
+
+
+async def delete_session(
+    server: AcpServer, app: App, request: Request, p: SessionParams
+) -> dict[str, Any]:
+    """Closes the session if it is live (a running prompt ends `cancelled`),
+    then removes its transcript. Idempotent, as ACP asks: an id that names
+    nothing is answered `{}` too (`_meta.agentd.deleted` says which)."""
+    deleted = await app.delete_session(p.session_id)
+    server.runner.forget(p.session_id)
+    return {"_meta": {"agentd": {"deleted": deleted}}}
 
 
 async def list_sessions(
@@ -414,6 +445,8 @@ HANDLERS: dict[str, Handler] = {
     "session/resume": resume_session,
     "session/list": list_sessions,
     "session/close": close_session,
+    "session/fork": fork_session,
+    "session/delete": delete_session,
     "session/set_mode": set_mode,
     "session/set_config_option": set_config_option,
     "session/prompt": prompt,

@@ -64,6 +64,14 @@ class LoadSessionParams(AcpModel):
     mcp_servers: list[McpServer] = []
 
 
+class ForkSessionParams(AcpModel):
+    """`session/fork`; `additionalDirectories` is not supported (not advertised)."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServer] = []
+
+
 class StatusParams(AcpModel):
     pass
 

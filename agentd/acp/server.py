@@ -11,7 +11,8 @@ answered while the App is still being built.
 Routing: `handlers.HANDLERS` is the one table of methods; the server knows
 only `initialize` (it starts the warm-up) and the `session/cancel`
 notification, and advertises `session/load`, the session capabilities
-(`list`, `resume`, `close`) and the extension methods from the table.
+(`list`, `resume`, `close`, `fork`, `delete`) and the extension methods
+from the table.
 
 Every request is answered exactly once: by its handler's result, by the
 error it raised (`RpcError` as is, agentd's `ProtocolError`s mapped in
@@ -21,7 +22,7 @@ shuts down under it, by `-32800`. A handler failure never stops the loop.
 Cancellation: `session/cancel` marks the session's prompt (registered when
 its request arrived, so a cancel that races the prompt's start still counts)
 and cancels the task running it; the prompt handler turns that cancel (or
-the core's, on `_agentd/session/reset` or `close`) into `stopReason:
+the core's, on `_agentd/session/reset`, `close` or `session/delete`) into `stopReason:
 "cancelled"`. A cancel caused by shutdown is not turned into an outcome.
 """
 
@@ -73,7 +74,7 @@ NOTIFICATIONS_SENT = [
 ]
 # `agentCapabilities.sessionCapabilities` entries, each advertised when its
 # `session/<name>` method is in the handler table.
-SESSION_CAPABILITIES = ("list", "resume", "close")
+SESSION_CAPABILITIES = ("list", "resume", "close", "fork", "delete")
 
 
 @dataclass(eq=False)

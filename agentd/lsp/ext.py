@@ -162,6 +162,9 @@ class AgentdCapabilities(WireModel):
     default_mode: Literal["ask", "code", "auto-edit"]
     # `agent/compact` and the `compaction` update kind are supported.
     compaction: bool
+    # `agent/forkSession` and `agent/deleteSession` are supported.
+    fork_session: bool
+    delete_session: bool
 
 
 # --- requests -------------------------------------------------------------------
@@ -288,6 +291,26 @@ class ListSessionsResult(WireModel):
 class LoadSessionParams(WireModel):
     session_id: str
     workspace_root: str | None = None
+
+
+class ForkSessionParams(WireModel):
+    session_id: str
+    # The fork's workspace; absent: the source's.
+    workspace_root: str | None = Field(default=None, min_length=1)
+    # How the fork runs; absent: as the source does.
+    mode: str | None = None
+    model: str | None = None
+
+
+class ForkSessionResult(SessionSetup):
+    session_id: str
+    # The plan copied from the source.
+    plan: list[PlanEntryOut]
+
+
+class DeleteSessionResult(WireModel):
+    # False when the id named no session (deleting is idempotent).
+    deleted: bool
 
 
 class CompactParams(WireModel):
@@ -562,6 +585,8 @@ REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
     "agent/closeSession": (SessionParams, Empty),
     "agent/listSessions": (WorkspaceParams, ListSessionsResult),
     "agent/loadSession": (LoadSessionParams, LoadSessionResult),
+    "agent/forkSession": (ForkSessionParams, ForkSessionResult),
+    "agent/deleteSession": (SessionParams, DeleteSessionResult),
     "agent/setMode": (SetModeParams, SetModeResult),
     "agent/setModel": (SetModelParams, SetModelResult),
     "agent/listCommands": (ListCommandsParams, ListCommandsResult),

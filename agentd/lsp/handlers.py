@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from agentd.lsp.ext import (
         CompactParams,
         Empty,
+        ForkSessionParams,
         ListCommandsParams,
         LoadSessionParams,
         NewSessionParams,
@@ -227,6 +228,31 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     return {**setup, "plan": plan_to_wire(session.plan)}
 
 
+async def fork_session(ls: AgentdServer, app: App, p: ForkSessionParams) -> dict[str, Any]:
+    """A new session holding a copy of the source's completed turns
+    (`AgentCore.fork_session`); no replay (`agent/loadSession` gives one)."""
+    from agentd.agent.modes import MODES
+    from agentd.agent.session import AwaitClientResult
+    from agentd.lsp.updates import plan_to_wire
+
+    root = pin_root(workspace_path(p.workspace_root)) if p.workspace_root else None
+    mode = check_choice(p.mode, list(MODES), "mode") if p.mode is not None else None
+    model = None
+    if p.model is not None:
+        model = check_choice(p.model, [m for m, _ in app.settings.model_choices()], "model")
+    session = await app.core.fork_session(
+        p.session_id, root, AwaitClientResult(app.client_specs), mode=mode, model=model
+    )
+    app.attach_tools(session, _permissions(ls))
+    app.start_memory(session.workspace_root)
+    setup = _setup(app.settings, session.mode, app.core.model_of(session))
+    return {"sessionId": session.id, **setup, "plan": plan_to_wire(session.plan)}
+
+
+async def delete_session(ls: AgentdServer, app: App, p: SessionParams) -> dict[str, Any]:
+    return {"deleted": await app.delete_session(p.session_id)}
+
+
 async def set_mode(ls: AgentdServer, app: App, p: SetModeParams) -> dict[str, Any]:
     from agentd.agent.modes import MODES
     from agentd.events import ModeChanged
@@ -313,6 +339,8 @@ REQUESTS: dict[str, Handler] = {
     "agent/closeSession": close_session,
     "agent/listSessions": list_sessions,
     "agent/loadSession": load_session,
+    "agent/forkSession": fork_session,
+    "agent/deleteSession": delete_session,
     "agent/setMode": set_mode,
     "agent/setModel": set_model,
     "agent/listCommands": list_commands,

@@ -93,6 +93,8 @@ class ServerProtocol(AgentdProtocol):
                 ],
                 "defaultMode": DEFAULT_MODE,
                 "compaction": True,
+                "forkSession": True,
+                "deleteSession": True,
             }
         }
         result.server_info = types.ServerInfo(name="agentd", version=__version__)

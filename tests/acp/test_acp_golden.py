@@ -26,6 +26,8 @@ RESPONSES = {
     "session_load_response": "session/load",
     "session_resume_response": "session/resume",
     "session_list_response": "session/list",
+    "session_fork_response": "session/fork",
+    "session_delete_response": "session/delete",
     "session_set_mode_response": "session/set_mode",
     "session_set_config_option_response": "session/set_config_option",
     "session_prompt_response_end_turn": "session/prompt",

@@ -1,0 +1,166 @@
+"""`agent/forkSession` and `agent/deleteSession` over the LSP-framed protocol:
+the real daemon driven by pytest-lsp, the bundled model server."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from agentd.testing.daemon import agentd_home, daemon_env
+from agentd.testing.model_server import ModelServer
+from agentd.transcript import sessions_dir
+from tests.e2e.test_compaction import main_requests, new_client, request_text, turn_text
+from tests.lsp_client import AgentdClient, start_client
+
+pytestmark = pytest.mark.e2e
+
+REMINDER = re.compile(r"^(<system-reminder>.*?</system-reminder>\n\n)+", re.S)
+
+
+def contents(request: dict[str, Any]) -> list[str]:
+    """A model request's messages after the system prompt, less the reminders."""
+    return [REMINDER.sub("", str(m.get("content"))) for m in request["body"]["messages"][1:]]
+
+
+def bad_field(error: JsonRpcException) -> str:
+    assert error.code == -32602 and isinstance(error.data, dict)
+    return str(error.data["fields"][0]["field"])
+
+
+async def test_a_fork_goes_on_from_the_source_which_stays_as_it_was(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    c = await start_client(env, {"models": ["other-model"]})
+    try:
+        assert c.init_result is not None
+        experimental = c.init_result.capabilities.experimental
+        assert isinstance(experimental, dict)
+        caps = experimental["agentd"]
+        assert caps["forkSession"] is True and caps["deleteSession"] is True
+        source = await c.new_session(workspace)
+        await c.prompt(source, "alpha")
+        await c.request("agent/setMode", {"sessionId": source, "mode": "ask"})
+
+        forked = await c.request("agent/forkSession", {"sessionId": source})
+        fork = forked["sessionId"]
+        assert fork != source
+        assert (forked["mode"], forked["model"], forked["plan"]) == ("ask", "test-model", [])
+        # What the request says wins over the source's.
+        other = await c.request(
+            "agent/forkSession",
+            {
+                "sessionId": source,
+                "workspaceRoot": str(workspace),
+                "mode": "code",
+                "model": "other-model",
+            },
+        )
+        assert (other["mode"], other["model"]) == ("code", "other-model")
+
+        await c.prompt(fork, "beta")
+        assert contents(model_server.requests("main")[-1]) == ["alpha", "Echo: alpha", "beta"]
+        await c.prompt(other["sessionId"], "delta")
+        last = model_server.requests("main")[-1]
+        assert last["body"]["model"] == "other-model"
+        assert contents(last) == ["alpha", "Echo: alpha", "delta"]
+        await c.prompt(source, "gamma")
+        assert contents(model_server.requests("main")[-1]) == ["alpha", "Echo: alpha", "gamma"]
+
+        listed = await c.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert {s["sessionId"] for s in listed["sessions"]} == {source, fork, other["sessionId"]}
+        assert {s["title"] for s in listed["sessions"]} == {"alpha"}
+
+        for params, field in [
+            ({"sessionId": source, "mode": "plan"}, "mode"),
+            ({"sessionId": source, "model": "gpt-99"}, "model"),
+            ({"sessionId": source, "workspaceRoot": "relative"}, "workspaceRoot"),
+            ({"workspaceRoot": str(workspace)}, "sessionId"),
+        ]:
+            with pytest.raises(JsonRpcException) as info:
+                await c.request("agent/forkSession", params)
+            assert bad_field(info.value) == field
+        with pytest.raises(JsonRpcException) as info:
+            await c.request("agent/forkSession", {"sessionId": "no-such"})
+        assert info.value.code == -32001
+    finally:
+        await c.lsp.shutdown_session()
+
+
+async def test_a_compacted_session_on_disk_is_forked_with_its_summary(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    c = await new_client(model_server, tmp_path, 50_000)
+    try:
+        source = await c.new_session(workspace)
+        for n in range(4):
+            await c.prompt(source, turn_text(n))
+        result = await c.request("agent/compact", {"sessionId": source})
+        assert result["status"] == "done" and result["summarized"] > 0
+    finally:
+        await c.lsp.shutdown_session()
+    c2 = await new_client(model_server, tmp_path, 50_000)
+    try:
+        fork = (await c2.request("agent/forkSession", {"sessionId": source}))["sessionId"]
+        await c2.prompt(fork, "and now?")
+        request = main_requests(model_server)[-1]
+        assert "was compacted" in request["body"]["messages"][1]["content"]
+        assert turn_text(3) in request_text(request)
+        assert turn_text(0) not in request_text(request)
+        # A replay of the fork shows what one of the source shows: the divider first.
+        before = len(c2.updates)
+        await c2.request("agent/loadSession", {"sessionId": fork})
+        await c2.request("agent/loadSession", {"sessionId": source})
+        replays = {
+            sid: [u["update"] for u in c2.updates[before:] if u["sessionId"] == sid]
+            for sid in (source, fork)
+        }
+        assert replays[source][0]["kind"] == "compaction"
+        own = len(replays[fork]) - len(replays[source])
+        assert replays[fork][:-own] == replays[source]
+        assert replays[fork][-own] == {"kind": "user_message", "text": "and now?"}
+    finally:
+        await c2.lsp.shutdown_session()
+
+
+async def test_delete_cancels_a_running_prompt_and_the_session_leaves_the_listing(
+    client: AgentdClient, workspace: Path, tmp_path: Path
+) -> None:
+    sid = await client.new_session(workspace)
+    await client.prompt(sid, "first")
+    keep = await client.new_session(workspace)
+    await client.prompt(keep, "kept")
+    seen = len(client.updates)
+    turn = asyncio.create_task(client.prompt(sid, "!delay 0.05\n!chunks 400"))
+    await client.wait_for_update(
+        lambda u: (
+            client.updates.index(u) >= seen
+            and u["sessionId"] == sid
+            and u["update"]["kind"] == "message_chunk"
+        )
+    )
+    assert await client.request("agent/deleteSession", {"sessionId": sid}) == {"deleted": True}
+    with pytest.raises(JsonRpcException) as info:
+        await turn
+    assert info.value.code == -32800
+    listed = await client.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+    assert [s["sessionId"] for s in listed["sessions"]] == [keep]
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    assert not [p for p in folder.iterdir() if p.name.startswith(sid)]
+    with pytest.raises(JsonRpcException) as info:
+        await client.prompt(sid, "still there?")
+    assert info.value.code == -32001
+    with pytest.raises(JsonRpcException) as info:
+        await client.request("agent/loadSession", {"sessionId": sid})
+    assert info.value.code == -32001
+    assert await client.request("agent/deleteSession", {"sessionId": sid}) == {"deleted": False}
+    for hostile in ["../" + keep, "..", "a/b", "x" * 100_000, "\ud800", ""]:
+        with pytest.raises(JsonRpcException) as info:
+            await client.request("agent/deleteSession", {"sessionId": hostile})
+        assert bad_field(info.value) == "sessionId"
+    assert (folder / f"{keep}.jsonl").is_file()
