@@ -15,6 +15,8 @@ from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.transcript import sessions_dir
 from tests.e2e.test_compaction import main_requests, new_client, request_text, turn_text
+from tests.e2e.test_extraction import body_text, wait_caught_up
+from tests.e2e.test_extraction import new_client as extraction_client
 from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
@@ -164,3 +166,26 @@ async def test_delete_cancels_a_running_prompt_and_the_session_leaves_the_listin
             await client.request("agent/deleteSession", {"sessionId": hostile})
         assert bad_field(info.value) == "sessionId"
     assert (folder / f"{keep}.jsonl").is_file()
+
+
+async def test_the_copied_turns_are_extracted_once_as_the_sources(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    c = await extraction_client(model_server, tmp_path, modelTier=False)
+    try:
+        source = await c.new_session(workspace)
+        await c.prompt(source, "remember the source fact alpha-77")
+        await wait_caught_up(c, workspace, sessions=1)
+        fork = (await c.request("agent/forkSession", {"sessionId": source}))["sessionId"]
+        await c.prompt(fork, "remember the fork fact beta-88")
+        ext = await wait_caught_up(c, workspace, sessions=2)
+        assert {r["sessionId"]: r["processedOffset"] for r in ext["cursors"]} == {
+            source: 2,
+            fork: 2,  # the fork's own turn: its offsets count from 0
+        }
+        bodies = [body_text(r) for r in model_server.requests("extract")]
+        assert sum("alpha-77" in b for b in bodies) == 1
+        (forked,) = [b for b in bodies if "beta-88" in b]
+        assert "alpha-77" not in forked
+    finally:
+        await c.lsp.shutdown_session()
