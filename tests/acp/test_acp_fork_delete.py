@@ -159,6 +159,19 @@ async def test_a_session_only_on_disk_is_forked_after_a_restart(
         assert info.value.data == {
             "fields": [{"field": "cwd", "message": "must be an absolute path"}]
         }
+        # mcpServers as session/new takes them: an entry it cannot use is refused.
+        unusable = {"name": "db", "type": "http", "url": "ftp://db", "headers": []}
+        with pytest.raises(RequestError) as info:
+            await conn._conn.send_request(
+                "session/fork",
+                {"sessionId": source, "cwd": str(workspace), "mcpServers": [unusable]},
+            )
+        assert info.value.code == -32602
+        assert isinstance(info.value.data, dict)
+        assert info.value.data["fields"][0]["field"] == "mcpServers.0"
+        # No fork was made by the refused requests.
+        listed = await conn.list_sessions()
+        assert sorted(s.session_id for s in listed.sessions) == sorted([source, fork])
     assert again.schema_problems == []
     # The source's transcript was read, never written.
     assert transcript(tmp_path, workspace, source).read_bytes() == before
