@@ -1016,13 +1016,20 @@ class ForkBase:
 
     @classmethod
     def of(cls, source_id: str, loaded: LoadedTranscript) -> ForkBase:
+        """The finished turns of `loaded`: a prompt that had not ended when
+        its transcript was read (running in another daemon, or cut short by
+        a crash) is left out, so the fork never starts with tool calls
+        that have no results."""
+        history = loaded.history
+        cut = finished_length(history, loaded.notes)
+        dropped = sum(1 for m in history[cut:] if _is_prompt(m))
         return cls(
             source_id,
-            loaded.history,
-            loaded.notes,
+            history[:cut],
+            [(i, n) for i, n in loaded.notes if i <= cut],
             loaded.plan,
             loaded.summary,
-            loaded.turns,
+            max(0, loaded.turns - dropped),
             loaded.tokens_used,
             loaded.title,
         )
@@ -1063,6 +1070,40 @@ class ForkBase:
             max(0, _int(data.get("tokensUsed"), 0)),
             str(data.get("title") or EMPTY_TITLE),
         )
+
+
+def _is_summary(message: Message) -> bool:
+    return any(isinstance(p, ReminderPart) and p.source == SUMMARY_SOURCE for p in message.parts)
+
+
+def _is_prompt(message: Message) -> bool:
+    """A user's prompt: a user message that is neither tool results nor a
+    compaction's summary."""
+    return (
+        message.role == "user"
+        and not _is_summary(message)
+        and not any(isinstance(p, ToolResultPart) for p in message.parts)
+    )
+
+
+def finished_length(history: list[Message], notes: list[tuple[int, Note]]) -> int:
+    """How many of `history`'s messages end with a finished prompt. A prompt
+    that ended, whatever its outcome, left a `prompt_end` note after its
+    messages; one without it (older transcripts) is finished when the model
+    answered without calling a tool. Otherwise the last prompt had not ended:
+    its messages, from its user message on, are not finished."""
+    n = len(history)
+    if n == 0 or any(isinstance(note, PromptEnded) and i >= n for i, note in notes):
+        return n
+    last = history[-1]
+    if last.role == "assistant" and not last.tool_calls:
+        return n
+    for i in range(n - 1, -1, -1):
+        if _is_prompt(history[i]):
+            return i
+        if _is_summary(history[i]):
+            return i + 1  # the summary stands for finished turns
+    return n
 
 
 def fork_lines(

@@ -10,19 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from agentd.events import PlanEntry, PlanUpdated, UsageReport
-from agentd.messages import ImagePart, Message, TextPart
+from agentd.events import PlanEntry, PlanUpdated, PromptEnded, UsageReport
+from agentd.messages import ImagePart, Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.session_files import delete_session_files, write_fork
 from agentd.transcript import (
     ForkBase,
     SessionCatalog,
     TranscriptWriter,
+    finished_length,
     fork_lines,
     images_dir,
     load,
     meta_bytes,
     read_from,
     sessions_dir,
+    summary_message,
     valid_session_id,
 )
 
@@ -136,3 +138,35 @@ def test_delete_removes_every_copy_inside_the_sessions_folders_and_follows_no_li
     assert delete_session_files("x", home) == 0
     with pytest.raises(ValueError):
         delete_session_files("../x", home)
+
+
+def test_a_prompt_that_had_not_ended_is_not_copied(tmp_path: Path) -> None:
+    """A transcript read while another daemon ran a prompt in it (or left by a
+    crash): the fork starts from the last finished prompt, never with a tool
+    call that has no result; a prompt that ended cancelled mid-tool is kept."""
+    call = ToolCall("c1", "read_file", {"path": "a.py"})
+    path = tmp_path / "s.jsonl"
+    w = TranscriptWriter(path, "s", tmp_path)
+    w.append(msg("user", "first"))
+    w.append(msg("assistant", "done"))
+    w.note(PromptEnded("end_turn"))
+    w.append(msg("user", "second"))
+    w.append(Message("assistant", [ToolCallPart(call)]))
+    w.append(Message("user", [ToolResultPart("c1", "cancelled", True)]))
+    w.note(PromptEnded("cancelled"))
+    w.append(msg("user", "third"))
+    w.append(Message("assistant", [TextPart("let me look"), ToolCallPart(call)]))
+    w.close()
+    loaded = load(path)
+    assert loaded is not None and loaded.turns == 3
+    base = ForkBase.of("s", loaded)
+    assert [m.text for m in base.history] == ["first", "done", "second", "", ""]
+    assert base.turns == 2
+    assert isinstance(base.notes[-1][1], PromptEnded) and base.notes[-1][0] == 5
+    # Older transcripts have no end notes: an answer without tool calls ends a prompt.
+    history = [msg("user", "a"), msg("assistant", "b"), msg("user", "c")]
+    assert finished_length(history, []) == 2
+    assert finished_length(history[:2], []) == 2
+    assert finished_length([summary_message("the story so far")], []) == 1
+    tail = [summary_message("so far"), msg("user", "c"), Message("assistant", [ToolCallPart(call)])]
+    assert finished_length(tail, []) == 1
