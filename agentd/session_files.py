@@ -2,18 +2,20 @@
 
 Both work inside agentd's sessions folders (`$AGENTD_HOME/projects/<slug>/
 sessions/`) only, by names made from a session id that `valid_session_id`
-accepted (no separator, no `..`), relative to a descriptor of the folder
-opened without following a symlink; nothing here follows one:
+accepted (no separator, no `..`), relative to a descriptor of the folder;
+no file is written, read or removed through a symlink:
 
 - `write_fork` creates a fork's transcript (`transcript.fork_lines`) under a
-  temporary name and renames it into place, links the source's images into
-  the fork's images folder (hard links: an image is never written twice;
-  copied where a link is refused), writes its meta file, and makes it all
-  durable (fsync of the files and folders) before it returns: a fork that
-  was answered survives a crash.
+  temporary name and links it into place (never replacing a file), links
+  the source's images into the fork's images folder (hard links: an image
+  is never written twice; copied where a link is refused), writes its meta
+  file, and makes it all durable (fsync of the files and folders) before it
+  returns: a fork that was answered survives a crash.
 - `delete_session_files` removes a session's transcript, then its meta file
   and its images folder, from every project's sessions folder (a listing
-  shows them all), and makes the removal durable. The transcript goes
+  shows them all), and makes the removal durable. A project or sessions
+  folder that is a symlink is left alone (as `collect_orphan_images` does):
+  what it points at is not agentd's to remove from. The transcript goes
   first: a meta file or an images folder left by a crash is never listed,
   and `collect_orphan_images` removes such a folder at the next start.
 
@@ -72,7 +74,10 @@ def write_fork(
     FileExistsError if a transcript has that name already."""
     folder = path.parent
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    dir_fd = _open_folder(folder)
+    # The folder as the transcript writer reaches it (a sessions folder the
+    # user moved elsewhere with a symlink included); every name made in it
+    # is created exclusively, never through a symlink.
+    dir_fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
         tmp = f".{path.name}.tmp"
         try:
