@@ -117,6 +117,40 @@ async def test_reasoning_text_in_the_history_refused_or_required_by_model(
     assert (await chat(client, model="qwen3-thinking", messages=tool_turn())).status_code == 400
 
 
+async def test_openai_tool_calls_and_results_must_pair_up(client: httpx.AsyncClient) -> None:
+    answered = tool_turn()
+    assert (await chat(client, messages=answered)).status_code == 200
+    # A call without its result (the daemon died while it ran), the next prompt after it.
+    cut = [*answered[:2], {"role": "user", "content": "go on"}]
+    error = openai_error(await chat(client, messages=cut))
+    assert error["message"] == (
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        "to each 'tool_call_id'. The following tool_call_ids did not have response messages: c1"
+    )
+    assert error["param"] == "messages.[1].role"
+    assert openai_error(await chat(client, messages=answered[:2]))["param"] == "messages.[1].role"
+    # A result with no call before it.
+    orphan = [answered[0], answered[2]]
+    error = openai_error(await chat(client, messages=orphan))
+    assert "must be a response to a preceeding message with 'tool_calls'" in error["message"]
+    assert error["param"] == "messages.[1].role"
+
+
+async def test_anthropic_tool_uses_and_results_must_pair_up(client: httpx.AsyncClient) -> None:
+    answered = after_tool([])
+    assert (await messages(client, messages=answered)).status_code == 200
+    cut = [*answered[:2], {"role": "user", "content": [{"type": "text", "text": "go on"}]}]
+    assert anthropic_error(await messages(client, messages=cut)) == (
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: "
+        "t1. Each `tool_use` block must have a corresponding `tool_result` block in the next "
+        "message."
+    )
+    orphan = [answered[0], {"role": "assistant", "content": "ok"}, answered[2]]
+    assert anthropic_error(await messages(client, messages=orphan)).startswith(
+        "messages.2.content.0: unexpected `tool_use_id` found in `tool_result` blocks: t1."
+    )
+
+
 async def test_reasoning_text_is_streamed_as_reasoning_content(
     server: ModelServer, client: httpx.AsyncClient
 ) -> None:

@@ -9,10 +9,16 @@ OpenAI Chat Completions, by model (`ModelRules`):
   assistant message): models that require it back (DeepSeek's and
   Moonshot's thinking models, or configured so) refuse an assistant message
   with tool calls that lacks it; every other model refuses it anywhere, as
-  DeepSeek R1 did.
+  DeepSeek R1 did;
+- tool calls and their results pair up: an assistant message with
+  `tool_calls` must be followed by `tool` messages answering every call id,
+  and a `tool` message must answer a call of the assistant message before it.
 
 Anthropic Messages:
 - at most four `cache_control` breakpoints (checked by the cache emulation);
+- tool calls and their results pair up: every `tool_use` block of an
+  assistant message has its `tool_result` block in the next message, and
+  every `tool_result` block answers a `tool_use` of the message before it;
 - `thinking`: a budget of at least 1,024 tokens, below `max_tokens`, no
   temperature but 1 and no forced tool; with thinking on, the final assistant
   message, when tool results answer it, must start with a thinking or
@@ -114,6 +120,42 @@ def check_openai(body: JSONDict, rules: ModelRules) -> None:
                 "accepted as input; remove the model's reasoning from the history.",
                 param=f"messages[{i}].{present[0]}",
             )
+    _check_openai_tool_pairs([m if isinstance(m, dict) else {} for m in body.get("messages") or ()])
+
+
+def _check_openai_tool_pairs(messages: list[JSONDict]) -> None:
+    """Every call of an assistant message answered by the `tool` messages right
+    after it, and no `tool` message without its call: OpenAI's 400s, in its words."""
+    asked: list[Any] = []
+    since = 0
+    for i, msg in enumerate(messages):
+        role = msg.get("role")
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if call_id not in asked:
+                raise BadRequest(
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
+                    param=f"messages.[{i}].role",
+                )
+            asked.remove(call_id)
+            continue
+        if asked:
+            raise _unanswered(since, asked)
+        calls = msg.get("tool_calls") if role == "assistant" else None
+        asked = [c.get("id") for c in calls or () if isinstance(c, dict)]
+        since = i
+    if asked:
+        raise _unanswered(since, asked)
+
+
+def _unanswered(index: int, ids: list[Any]) -> BadRequest:
+    return BadRequest(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(str(i) for i in ids),
+        param=f"messages.[{index}].role",
+    )
 
 
 class Signer:
@@ -205,9 +247,48 @@ def check_anthropic(body: JSONDict, signer: Signer) -> int | None:
                 raise BadRequest(
                     f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
                 )
+    _check_anthropic_tool_pairs(messages)
     if budget is not None:
         _check_final_assistant(messages)
     return budget
+
+
+def _blocks_of(message: JSONDict, kind: str) -> list[tuple[int, JSONDict]]:
+    content = message.get("content")
+    return [
+        (j, b)
+        for j, b in enumerate(content if isinstance(content, list) else ())
+        if isinstance(b, dict) and b.get("type") == kind
+    ]
+
+
+def _check_anthropic_tool_pairs(messages: list[JSONDict]) -> None:
+    """Each `tool_use` answered by a `tool_result` in the next message, and each
+    `tool_result` answering a `tool_use` of the message before: the API's 400s."""
+    asked: list[Any] = []
+    for i, msg in enumerate(messages):
+        for j, block in _blocks_of(msg, "tool_result"):
+            call_id = block.get("tool_use_id")
+            if call_id not in asked:
+                raise BadRequest(
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in "
+                    f"`tool_result` blocks: {call_id}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+            asked.remove(call_id)
+        if asked:
+            raise _without_results(i - 1, asked)
+        asked = [b.get("id") for _, b in _blocks_of(msg, "tool_use")]
+    if asked:
+        raise _without_results(len(messages) - 1, asked)
+
+
+def _without_results(index: int, ids: list[Any]) -> BadRequest:
+    return BadRequest(
+        f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
+        f"immediately after: {', '.join(str(i) for i in ids)}. Each `tool_use` block "
+        "must have a corresponding `tool_result` block in the next message."
+    )
 
 
 def _check_final_assistant(messages: list[JSONDict]) -> None:

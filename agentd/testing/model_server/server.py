@@ -41,7 +41,8 @@ text, chunks, thinking, redactedThinking, toolCalls, stopReason, ttft,
 chunkDelay, usage ({input, output, cacheRead?, cacheWrite?}), status,
 retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
 
-Requests are checked as the real APIs check them (`checks`): reasoning
+Requests are checked as the real APIs check them (`checks`): tool calls
+without their results (and results without their calls) are refused, reasoning
 models refuse `max_tokens`, reasoning text in the history is refused or
 required by model, Anthropic thinking blocks must come back signed and
 unchanged, and with thinking on the assistant message that tool results
