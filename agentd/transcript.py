@@ -107,6 +107,7 @@ from agentd.messages import (
     message_from_json,
     message_to_json,
 )
+from agentd.turn_ends import SUMMARY_SOURCE, answer_missing, finished_length, is_prompt
 
 log = logging.getLogger(__name__)
 
@@ -242,10 +243,6 @@ def collect_orphan_images(home: Path | None = None) -> int:
 
 def meta_path(path: Path) -> Path:
     return path.with_suffix(".meta.json")
-
-
-# The `ReminderPart.source` of the message that holds a compaction's summary.
-SUMMARY_SOURCE = "compaction"
 
 
 @dataclass
@@ -472,6 +469,9 @@ class TranscriptWriter:
         # The session was deleted: nothing is written any more (a cancelled
         # prompt's last lines would otherwise bring its file back).
         self.discarded = False
+        # Lines that close a prompt a crash cut short (`close_cut_turn`),
+        # written before this writer's first line, never on their own.
+        self._held: list[bytes] = []
 
     @property
     def pending(self) -> int:
@@ -502,6 +502,8 @@ class TranscriptWriter:
             # title) is never left behind a line: a listing would believe it.
             self._meta_due = False
             self._write_meta()
+        self._pending.extend(self._held)
+        self._held = []
         if self._pending_config:
             self._pending.append(
                 _encode({"type": "config", "ts": time.time(), **self._pending_config})
@@ -606,6 +608,26 @@ class TranscriptWriter:
         self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
         return offset
 
+    def close_cut_turn(self, message: Message, note: Note) -> int:
+        """The lines that close a prompt a crash cut short (`agentd.turn_ends`),
+        given their offset now and written just before the next line this
+        writer writes, never by themselves: a load alone writes nothing (the
+        session may be running in another daemon, which a line from here
+        would cut short), and `close` drops them (the next load closes the
+        prompt again, the same way). Returns the message's offset."""
+        offset = self.offset
+        self.offset += 1
+        record = {"type": "message", "offset": offset, "ts": time.time()}
+        lines = [
+            _encode({**record, "message": message_to_json(message)}),
+            _encode({"type": "note", "ts": time.time(), "note": note_to_json(note)}),
+        ]
+        if self._started:
+            self._pending.extend(lines)  # written with the next line
+        else:
+            self._held.extend(lines)
+        return offset
+
     def reset(self) -> None:
         self.title = ""
         self._meta_due = False
@@ -629,6 +651,7 @@ class TranscriptWriter:
         and let its file go."""
         self.discarded = True
         self._pending.clear()
+        self._held.clear()
         self._files.close(self.path)
 
     def _store_image(self, data: str) -> str:
@@ -931,6 +954,10 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
             except (KeyError, ValueError, TypeError):
                 log.warning("skipping an unreadable message in %s", path)
                 continue
+            if history:
+                # Calls a crash left unanswered, in a transcript from before
+                # cut prompts were closed (`agentd.turn_ends`).
+                message = answer_missing(history[-1], message)
             history.append(message)
             total = int(record.get("offset", total)) + 1
             if message.role == "user" and message.text:
@@ -1022,7 +1049,7 @@ class ForkBase:
         that have no results."""
         history = loaded.history
         cut = finished_length(history, loaded.notes)
-        dropped = sum(1 for m in history[cut:] if _is_prompt(m))
+        dropped = sum(1 for m in history[cut:] if is_prompt(m))
         return cls(
             source_id,
             history[:cut],
@@ -1070,40 +1097,6 @@ class ForkBase:
             max(0, _int(data.get("tokensUsed"), 0)),
             str(data.get("title") or EMPTY_TITLE),
         )
-
-
-def _is_summary(message: Message) -> bool:
-    return any(isinstance(p, ReminderPart) and p.source == SUMMARY_SOURCE for p in message.parts)
-
-
-def _is_prompt(message: Message) -> bool:
-    """A user's prompt: a user message that is neither tool results nor a
-    compaction's summary."""
-    return (
-        message.role == "user"
-        and not _is_summary(message)
-        and not any(isinstance(p, ToolResultPart) for p in message.parts)
-    )
-
-
-def finished_length(history: list[Message], notes: list[tuple[int, Note]]) -> int:
-    """How many of `history`'s messages end with a finished prompt. A prompt
-    that ended, whatever its outcome, left a `prompt_end` note after its
-    messages; one without it (older transcripts) is finished when the model
-    answered without calling a tool. Otherwise the last prompt had not ended:
-    its messages, from its user message on, are not finished."""
-    n = len(history)
-    if n == 0 or any(isinstance(note, PromptEnded) and i >= n for i, note in notes):
-        return n
-    last = history[-1]
-    if last.role == "assistant" and not last.tool_calls:
-        return n
-    for i in range(n - 1, -1, -1):
-        if _is_prompt(history[i]):
-            return i
-        if _is_summary(history[i]):
-            return i + 1  # the summary stands for finished turns
-    return n
 
 
 def fork_lines(

@@ -62,7 +62,8 @@ from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDeliv
 from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
 from agentd.providers.base import ModelProvider, ModelRequest, ReportsContextWindow, ToolCallReady
 from agentd.tasks import Supervisor
-from agentd.transcript import SUMMARY_SOURCE, CompactionRecord, apply_compaction
+from agentd.transcript import CompactionRecord, apply_compaction
+from agentd.turn_ends import SUMMARY_SOURCE
 
 if TYPE_CHECKING:
     from agentd.agent.session import Session

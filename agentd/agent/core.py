@@ -82,6 +82,7 @@ from agentd.transcript import (
     sessions_dir,
     valid_session_id,
 )
+from agentd.turn_ends import closing
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +256,17 @@ class AgentCore:
         session.tokens_used = loaded.tokens_used
         session.title = "" if loaded.title == EMPTY_TITLE else loaded.title
         self._track(session, offset=loaded.total)
+        closed = closing(session.history, session.notes)
+        if closed is not None:
+            # A prompt a crash cut short, closed so that the session goes on:
+            # its calls answered as interrupted (every request would be refused
+            # without), the model and a replay told (`agentd.turn_ends`).
+            message, ended = closed
+            session.history.append(message)
+            session.notes.append((len(session.history), ended))
+            writer = self.writers.get(session.id)
+            if writer is not None:
+                writer.close_cut_turn(message, ended)
         self.compactor.restore(session, loaded.summary)
         return session
 

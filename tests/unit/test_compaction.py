@@ -50,12 +50,12 @@ from agentd.messages import (
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
 from agentd.tasks import Supervisor
 from agentd.transcript import (
-    SUMMARY_SOURCE,
     CompactionRecord,
     TranscriptWriter,
     apply_compaction,
     load,
 )
+from agentd.turn_ends import SUMMARY_SOURCE
 
 # --- the window ------------------------------------------------------------------------------
 

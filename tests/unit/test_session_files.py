@@ -17,7 +17,6 @@ from agentd.transcript import (
     ForkBase,
     SessionCatalog,
     TranscriptWriter,
-    finished_length,
     fork_lines,
     images_dir,
     load,
@@ -27,6 +26,7 @@ from agentd.transcript import (
     summary_message,
     valid_session_id,
 )
+from agentd.turn_ends import finished_length
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n-pixels").decode()
 

@@ -1,0 +1,144 @@
+"""A session whose daemon was killed mid-turn loads and goes on (LSP): the real
+daemon killed with SIGKILL while a client tool call waits on the editor, a new
+daemon loads the session and is prompted, against the bundled model server,
+which refuses tool calls without results as the real APIs do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.testing.daemon import agentd_home, daemon_env
+from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
+from agentd.transcript import sessions_dir
+from tests.lsp_client import AgentdClient, start_client
+
+pytestmark = pytest.mark.e2e
+
+CLIENT_TOOLS = {"clientTools": ["edit_file", "run_command"]}
+INTERRUPTED = "This tool call was interrupted"
+
+
+async def killed_mid_tool(env: dict[str, str], workspace: Path, prompt: str) -> tuple[str, str]:
+    """A session whose daemon is killed (SIGKILL) while the editor holds the
+    client tool call `prompt` asked for; its id and the call's id."""
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize(CLIENT_TOOLS)
+        d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = str((await d.response(1))["result"]["sessionId"])
+        d.request(2, "agent/prompt", {"sessionId": sid, "prompt": prompt})
+        while True:
+            msg = await d.read_message()
+            update = msg.get("params", {}).get("update", {})
+            if msg.get("method") == "agent/update" and update.get("kind") == "tool_call":
+                break
+        d.proc.kill()
+        await d.wait_exit()
+    finally:
+        await d.close()
+    return sid, str(update["toolCallId"])
+
+
+def replayed(c: AgentdClient, sid: str, since: int) -> list[dict[str, Any]]:
+    return [u["update"] for u in c.updates[since:] if u["sessionId"] == sid]
+
+
+def transcript(tmp_path: Path, workspace: Path, sid: str) -> Path:
+    return sessions_dir(workspace, agentd_home(tmp_path)) / f"{sid}.jsonl"
+
+
+async def test_a_session_killed_while_a_client_tool_ran_loads_and_goes_on(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    call = '!tool run_command {"command": "make test"}'
+    sid, call_id = await killed_mid_tool(env, workspace, call)
+    path = transcript(tmp_path, workspace, sid)
+    written = path.read_bytes()
+
+    c = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c.request("agent/loadSession", {"sessionId": sid})
+        shown = replayed(c, sid, 0)
+        # The call replays as failed, saying why, and the prompt as cut short.
+        assert [u["kind"] for u in shown] == [
+            "user_message",
+            "tool_call",
+            "usage",
+            "tool_call_update",
+            "prompt_end",
+        ]
+        assert shown[3]["status"] == "failed" and INTERRUPTED in shown[3]["content"]
+        assert shown[4]["stopReason"] == "error"
+        assert shown[4]["error"]["kind"] == "interrupted"
+        # A load alone writes nothing: the session may be running elsewhere.
+        assert path.read_bytes() == written
+
+        result = await c.prompt(sid, "what happened?")
+        assert result["stopReason"] == "end_turn"
+        assert c.text(sid) == "Echo: what happened?"
+        request = model_server.requests("main")[-1]["body"]["messages"]
+        roles = [m["role"] for m in request]
+        assert roles == ["system", "user", "assistant", "tool", "user", "user"]
+        assert request[2]["tool_calls"][0]["id"] == call_id
+        assert request[3]["tool_call_id"] == call_id and INTERRUPTED in request[3]["content"]
+        # The model is told the turn was cut short, as the harness's words.
+        assert "<system-reminder>" in request[4]["content"]
+        assert "stopped" in request[4]["content"]
+    finally:
+        await c.lsp.shutdown_session()
+    # Appended to, never rewritten: what the killed daemon wrote is still the start.
+    assert path.read_bytes().startswith(written)
+
+    # The next daemon reads the closed turn back from the file: the same
+    # history, the interruption shown once.
+    c2 = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c2.request("agent/loadSession", {"sessionId": sid})
+        kinds = [u["kind"] for u in replayed(c2, sid, 0)]
+        assert kinds.count("prompt_end") == 2 and kinds.count("tool_call_update") == 1
+        before = len(model_server.requests("main"))
+        assert (await c2.prompt(sid, "and now?"))["stopReason"] == "end_turn"
+        again = model_server.requests("main")[before]["body"]["messages"]
+        assert again[: len(request)] == request
+    finally:
+        await c2.lsp.shutdown_session()
+
+
+async def test_a_session_killed_while_the_model_streamed_loads_and_goes_on(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    model_server.enqueue({"chunks": ["x "] * 400, "chunkDelay": 0.05})
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize(CLIENT_TOOLS)
+        d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = str((await d.response(1))["result"]["sessionId"])
+        d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "write a long story"})
+        await model_server.wait_for(lambda e: e["type"] == "first_chunk")
+        d.proc.kill()
+        await d.wait_exit()
+    finally:
+        await d.close()
+
+    c = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c.request("agent/loadSession", {"sessionId": sid})
+        shown = replayed(c, sid, 0)
+        assert [u["kind"] for u in shown] == ["user_message", "prompt_end"]
+        assert shown[1]["error"]["kind"] == "interrupted"
+        result = await c.prompt(sid, "shorter, please")
+        assert result["stopReason"] == "end_turn"
+        assert c.text(sid) == "Echo: shorter, please"
+        request = model_server.requests("main")[-1]["body"]["messages"]
+        texts = [json.dumps(m["content"]) for m in request[1:]]
+        assert "write a long story" in texts[0] and "stopped" in texts[1]
+        assert "shorter, please" in texts[-1]
+    finally:
+        await c.lsp.shutdown_session()
