@@ -163,6 +163,8 @@ class LoadedTranscript:
     title: str = "(empty session)"  # EMPTY_TITLE, defined below
     # The structured summary of the last compaction (None: none yet).
     summary: dict[str, Any] | None = None
+    # The file ends in the middle of a line: a crash cut its last write short.
+    torn: bool = False
 
 
 EMPTY_TITLE = "(empty session)"
@@ -435,6 +437,7 @@ class TranscriptWriter:
         files: OpenFiles | None = None,
         *,
         fresh: bool = False,
+        torn: bool = False,
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -469,6 +472,10 @@ class TranscriptWriter:
         # The session was deleted: nothing is written any more (a cancelled
         # prompt's last lines would otherwise bring its file back).
         self.discarded = False
+        # The file ends in the middle of a line (a crash cut a write short):
+        # the first line written starts a line of its own, or it would be
+        # glued to the torn one and lost with it to every reader.
+        self._torn = torn
         # Lines that close a prompt a crash cut short (`close_cut_turn`),
         # written before this writer's first line, never on their own.
         self._held: list[bytes] = []
@@ -483,6 +490,8 @@ class TranscriptWriter:
         settings chosen before there was a file; its meta file is due."""
         self._started = True
         new = self._fresh or not self.path.exists()
+        if self._torn and not new:
+            self._pending.append(b"\n")
         if new:
             self._header = _encode(
                 {
@@ -778,17 +787,29 @@ def _prefix_offset(line: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _iter_records(path: Path, skip_below: int = 0) -> Iterator[dict[str, Any]]:
+@dataclass
+class _Tail:
+    """Whether the lines read so far end in the middle of one."""
+
+    torn: bool = False
+
+
+def _iter_records(
+    path: Path, skip_below: int = 0, tail: _Tail | None = None
+) -> Iterator[dict[str, Any]]:
     """The file's records, one line at a time: a reader that keeps only a
     slice (extraction, after every reply) holds one decoded line at once, not
     the whole append-only file, whose size grows for the daemon's lifetime.
-    Message lines with an offset below `skip_below` are not even decoded."""
+    Message lines with an offset below `skip_below` are not even decoded.
+    `tail` is told whether the last line read lacks its newline."""
     try:
         f = os.fdopen(open_regular(path), encoding="utf-8", errors="replace")
     except OSError:
         return
     with f:
         for line in f:
+            if tail is not None:
+                tail.torn = not line.endswith("\n")
             if not line.strip():
                 continue
             if skip_below:
@@ -803,8 +824,8 @@ def _iter_records(path: Path, skip_below: int = 0) -> Iterator[dict[str, Any]]:
                 yield record
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return list(_iter_records(path))
+def _records(path: Path, tail: _Tail | None = None) -> list[dict[str, Any]]:
+    return list(_iter_records(path, tail=tail))
 
 
 def note_to_json(note: Note) -> dict[str, Any]:
@@ -922,7 +943,8 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
     image parts without their bytes. With `end`, as it stood before its
     message at offset `end` was written: the line of that message and every
     line after it are not read (a running prompt's half turn, for a fork)."""
-    records = _records(path)
+    tail = _Tail()
+    records = _records(path, tail)
     if not records or records[0].get("type") != "session":
         return None
     if end is not None:
@@ -1020,6 +1042,7 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
         turns,
         title or EMPTY_TITLE,
         summary,
+        tail.torn,
     )
 
 

@@ -148,13 +148,22 @@ class AgentCore:
         self._track(session, offset=0, fresh=True)
         return session
 
-    def _track(self, session: Session, offset: int, *, fresh: bool = False) -> None:
+    def _track(
+        self, session: Session, offset: int, *, fresh: bool = False, torn: bool = False
+    ) -> None:
         self.sessions[session.id] = session
         if not self.persist:
             return
         path = sessions_dir(session.workspace_root, self.home) / f"{session.id}.jsonl"
         writer = TranscriptWriter(
-            path, session.id, session.workspace_root, offset, session.title, self.files, fresh=fresh
+            path,
+            session.id,
+            session.workspace_root,
+            offset,
+            session.title,
+            self.files,
+            fresh=fresh,
+            torn=torn,
         )
         self.writers[session.id] = writer
 
@@ -255,7 +264,7 @@ class AgentCore:
         # The session's token count goes on where it was (the limit too).
         session.tokens_used = loaded.tokens_used
         session.title = "" if loaded.title == EMPTY_TITLE else loaded.title
-        self._track(session, offset=loaded.total)
+        self._track(session, offset=loaded.total, torn=loaded.torn)
         closed = closing(session.history, session.notes)
         if closed is not None:
             # A prompt a crash cut short, closed so that the session goes on:

@@ -142,3 +142,42 @@ async def test_a_session_killed_while_the_model_streamed_loads_and_goes_on(
         assert "shorter, please" in texts[-1]
     finally:
         await c.lsp.shutdown_session()
+
+
+async def test_a_transcript_torn_mid_line_loads_and_the_next_line_is_kept(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    c = await start_client(env, CLIENT_TOOLS)
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "first")
+    finally:
+        await c.lsp.shutdown_session()
+    path = transcript(tmp_path, workspace, sid)
+    # A crash in the middle of a write: the last line ends half-way.
+    torn = b'{"type":"message","offset":2,"ts":1,"message":{"role":"user","par'
+    with path.open("ab") as f:
+        f.write(torn)
+
+    c2 = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c2.request("agent/loadSession", {"sessionId": sid})
+        assert [u["kind"] for u in replayed(c2, sid, 0) if u["kind"] != "usage"] == [
+            "user_message",
+            "message_chunk",
+            "prompt_end",
+        ]
+        assert (await c2.prompt(sid, "second"))["stopReason"] == "end_turn"
+    finally:
+        await c2.lsp.shutdown_session()
+    # The torn line stays as it was, and the next daemon's lines start on a
+    # line of their own: a third daemon reads the second prompt back.
+    assert torn + b"\n" in path.read_bytes()
+    c3 = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c3.request("agent/loadSession", {"sessionId": sid})
+        said = [u["text"] for u in replayed(c3, sid, 0) if u["kind"] == "user_message"]
+        assert said == ["first", "second"]
+    finally:
+        await c3.lsp.shutdown_session()

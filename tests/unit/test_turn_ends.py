@@ -1,6 +1,6 @@
 """Prompts a crash cut short: closed when their session is loaded, valid for
 both providers' encodings, written back only with the session's next line,
-and read back the same way."""
+and read back the same way; a torn last line never swallows the next one."""
 
 from __future__ import annotations
 
@@ -138,3 +138,21 @@ def test_an_older_transcript_continued_after_a_crash_loads_valid_and_aligned(
     assert compacted is not None
     assert compacted.history[0].parts == [ReminderPart("the story so far", "compaction")]
     assert [m.text for m in compacted.history[1:]] == ["done"]
+
+
+def test_the_first_line_after_a_torn_one_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    w = TranscriptWriter(path, "s", tmp_path)
+    w.append(prompt("one"))
+    w.close()
+    with path.open("ab") as f:
+        f.write(b'{"type":"message","offset":1,"ts":1,"mess')
+    loaded = load(path)
+    assert loaded is not None and loaded.torn
+    assert [m.text for m in loaded.history] == ["one"]
+    w2 = TranscriptWriter(path, "s", tmp_path, offset=loaded.total, torn=loaded.torn)
+    w2.append(prompt("two"))
+    w2.close()
+    again = load(path)
+    assert again is not None and not again.torn
+    assert [m.text for m in again.history] == ["one", "two"]
