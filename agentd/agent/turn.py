@@ -70,6 +70,7 @@ from agentd.providers.base import (
     ToolCallReady,
     Usage,
 )
+from agentd.turn_ends import NOT_RUN_RESULT, unanswered
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,11 @@ async def run_prompt(
                 continue
             retried = False
             if end.stop_reason == "refusal":
+                if calls:
+                    # A refused reply's calls never run, but each needs its
+                    # result: with a call unanswered, every later request of
+                    # the session would be refused by the API.
+                    session.append(Message("user", list(unanswered(calls, NOT_RUN_RESULT))))
                 return PromptOutcome("refusal", usage)
             if not calls:
                 return PromptOutcome(

@@ -12,6 +12,7 @@ from pygls.exceptions import JsonRpcException
 
 from agentd.testing.daemon import daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
+from agentd.turn_ends import NOT_RUN_RESULT
 from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
@@ -278,6 +279,16 @@ async def test_refusal(client: AgentdClient, model_server: ModelServer, workspac
     model_server.enqueue({"text": "I can't help with that.", "stopReason": "refusal"})
     sid = await client.new_session(workspace)
     assert (await client.prompt(sid, "bad"))["stopReason"] == "refusal"
+    # A refusal that came with a tool call: the call is not run, and is
+    # answered so, or the API would refuse every later request of the session.
+    call = {"name": "run_command", "arguments": {"command": "rm -rf /"}}
+    model_server.enqueue({"toolCalls": [call], "stopReason": "refusal"})
+    assert (await client.prompt(sid, "worse"))["stopReason"] == "refusal"
+    assert "tool_call_update" not in client.kinds(sid)
+    assert (await client.prompt(sid, "sorry"))["stopReason"] == "end_turn"
+    messages = model_server.requests("main")[-1]["body"]["messages"]
+    assert messages[-3]["role"] == "assistant" and messages[-2]["role"] == "tool"
+    assert messages[-2]["content"] == NOT_RUN_RESULT
 
 
 @pytest.mark.parametrize(
