@@ -342,7 +342,14 @@ def _anthropic_view(body: JSONDict) -> RequestView:
     blocks = last.get("content")
     if last["role"] == "user" and isinstance(blocks, list):
         kinds = [b.get("type") if isinstance(b, dict) else None for b in blocks]
-        while kinds and kinds[-1] == "text":
+        # Reminders the provider put after the results leave the conversation
+        # ending with a tool result; a prompt's own words (merged in after
+        # results that closed a cut turn) do not.
+        while (
+            kinds
+            and kinds[-1] == "text"
+            and not strip_reminders(str(blocks[len(kinds) - 1].get("text", "")))
+        ):
             kinds.pop()
         if kinds and kinds[-1] == "tool_result":
             tool_result = _text_of(blocks[len(kinds) - 1].get("content"))
