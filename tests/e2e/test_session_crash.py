@@ -15,20 +15,23 @@ from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
 from agentd.transcript import sessions_dir
+from tests.e2e.test_providers import anthropic_env
 from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
 
-CLIENT_TOOLS = {"clientTools": ["edit_file", "run_command"]}
+CLIENT_TOOLS: dict[str, Any] = {"clientTools": ["edit_file", "run_command"]}
 INTERRUPTED = "This tool call was interrupted"
 
 
-async def killed_mid_tool(env: dict[str, str], workspace: Path, prompt: str) -> tuple[str, str]:
+async def killed_mid_tool(
+    env: dict[str, str], options: dict[str, Any], workspace: Path, prompt: str
+) -> tuple[str, str]:
     """A session whose daemon is killed (SIGKILL) while the editor holds the
     client tool call `prompt` asked for; its id and the call's id."""
     d = await RawDaemon.spawn(env)
     try:
-        await d.initialize(CLIENT_TOOLS)
+        await d.initialize(options)
         d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
         sid = str((await d.response(1))["result"]["sessionId"])
         d.request(2, "agent/prompt", {"sessionId": sid, "prompt": prompt})
@@ -52,19 +55,66 @@ def transcript(tmp_path: Path, workspace: Path, sid: str) -> Path:
     return sessions_dir(workspace, agentd_home(tmp_path)) / f"{sid}.jsonl"
 
 
+def plain(messages: list[Any]) -> list[Any]:
+    """Messages without Anthropic's cache breakpoints, which move as the
+    conversation grows."""
+    text = json.dumps(messages).replace(', "cache_control": {"type": "ephemeral"}', "")
+    out: list[Any] = json.loads(text)
+    return out
+
+
+def check_closed_request(api: str, body: dict[str, Any], call_id: str) -> list[Any]:
+    """The request after the cut prompt, in each API's shape: the call, its
+    interrupted result right after it, the reminder, the new prompt."""
+    messages: list[Any] = body["messages"]
+    if api == "openai":
+        assert [m["role"] for m in messages] == [
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "user",
+            "user",
+        ]
+        assert messages[2]["tool_calls"][0]["id"] == call_id
+        assert messages[3]["tool_call_id"] == call_id and INTERRUPTED in messages[3]["content"]
+        # The model is told the turn was cut short, in the harness's words.
+        assert "<system-reminder>" in messages[4]["content"] and "stopped" in messages[4]["content"]
+        return messages
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    # The call goes back after its signed thinking (thinking is on).
+    assert [b["type"] for b in messages[1]["content"]] == ["thinking", "tool_use"]
+    assert messages[1]["content"][1]["id"] == call_id
+    result, reminder, asked = messages[2]["content"]
+    assert (result["type"], result["tool_use_id"], result["is_error"]) == (
+        "tool_result",
+        call_id,
+        True,
+    )
+    assert INTERRUPTED in result["content"]
+    assert "<system-reminder>" in reminder["text"] and "stopped" in reminder["text"]
+    assert asked["text"] == "what happened?"
+    return messages
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_a_session_killed_while_a_client_tool_ran_loads_and_goes_on(
-    model_server: ModelServer, tmp_path: Path, workspace: Path
+    api: str, model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
-    env = daemon_env(model_server.openai_base_url, tmp_path)
+    if api == "openai":
+        env, options = daemon_env(model_server.openai_base_url, tmp_path), CLIENT_TOOLS
+    else:
+        env = anthropic_env(model_server, tmp_path)
+        options = {**CLIENT_TOOLS, "thinking": {"budgetTokens": 2048}}
     call = '!tool run_command {"command": "make test"}'
-    sid, call_id = await killed_mid_tool(env, workspace, call)
+    sid, call_id = await killed_mid_tool(env, options, workspace, call)
     path = transcript(tmp_path, workspace, sid)
     written = path.read_bytes()
 
-    c = await start_client(env, CLIENT_TOOLS)
+    c = await start_client(env, options)
     try:
         await c.request("agent/loadSession", {"sessionId": sid})
-        shown = replayed(c, sid, 0)
+        shown = [u for u in replayed(c, sid, 0) if u["kind"] != "thought_chunk"]
         # The call replays as failed, saying why, and the prompt as cut short.
         assert [u["kind"] for u in shown] == [
             "user_message",
@@ -82,14 +132,7 @@ async def test_a_session_killed_while_a_client_tool_ran_loads_and_goes_on(
         result = await c.prompt(sid, "what happened?")
         assert result["stopReason"] == "end_turn"
         assert c.text(sid) == "Echo: what happened?"
-        request = model_server.requests("main")[-1]["body"]["messages"]
-        roles = [m["role"] for m in request]
-        assert roles == ["system", "user", "assistant", "tool", "user", "user"]
-        assert request[2]["tool_calls"][0]["id"] == call_id
-        assert request[3]["tool_call_id"] == call_id and INTERRUPTED in request[3]["content"]
-        # The model is told the turn was cut short, as the harness's words.
-        assert "<system-reminder>" in request[4]["content"]
-        assert "stopped" in request[4]["content"]
+        request = check_closed_request(api, model_server.requests("main")[-1]["body"], call_id)
     finally:
         await c.lsp.shutdown_session()
     # Appended to, never rewritten: what the killed daemon wrote is still the start.
@@ -97,7 +140,7 @@ async def test_a_session_killed_while_a_client_tool_ran_loads_and_goes_on(
 
     # The next daemon reads the closed turn back from the file: the same
     # history, the interruption shown once.
-    c2 = await start_client(env, CLIENT_TOOLS)
+    c2 = await start_client(env, options)
     try:
         await c2.request("agent/loadSession", {"sessionId": sid})
         kinds = [u["kind"] for u in replayed(c2, sid, 0)]
@@ -105,7 +148,7 @@ async def test_a_session_killed_while_a_client_tool_ran_loads_and_goes_on(
         before = len(model_server.requests("main"))
         assert (await c2.prompt(sid, "and now?"))["stopReason"] == "end_turn"
         again = model_server.requests("main")[before]["body"]["messages"]
-        assert again[: len(request)] == request
+        assert plain(again[: len(request)]) == plain(request)
     finally:
         await c2.lsp.shutdown_session()
 
