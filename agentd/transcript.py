@@ -511,8 +511,9 @@ class TranscriptWriter:
             # title) is never left behind a line: a listing would believe it.
             self._meta_due = False
             self._write_meta()
-        self._pending.extend(self._held)
-        self._held = []
+        if self._held:
+            self._pending.extend(self._held)
+            self._held = []
         if self._pending_config:
             self._pending.append(
                 _encode({"type": "config", "ts": time.time(), **self._pending_config})
