@@ -71,9 +71,15 @@ end, {
   desc = "agentd: the session's model among the configured ones (no argument: pick one)",
 })
 
-cmd('AgentdSessions', function()
-  agentd().sessions()
-end, { desc = "agentd: pick a saved session of the project and load it" })
+cmd('AgentdSessions', function(o)
+  agentd().sessions(o.args ~= '' and { action = o.args } or nil)
+end, {
+  nargs = '?',
+  complete = function()
+    return { 'open', 'fork', 'delete' }
+  end,
+  desc = 'agentd: pick a saved session of the project, then open, fork or delete it',
+})
 
 cmd('AgentdMemory', function(o)
   agentd().memory({ folder = o.bang })

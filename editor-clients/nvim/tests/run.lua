@@ -313,6 +313,20 @@ local function item_with(field, value)
   end
 end
 
+--- A chooser for :AgentdSessions: the session `sid`, then the action
+--- `action` ('open', 'fork', 'delete'), then `confirm` for a confirmation.
+local function session_chooser(sid, action, confirm)
+  return function(items, opts)
+    if opts.kind == 'agentd_session' then
+      return item_with('sessionId', sid)(items)
+    elseif opts.kind == 'agentd_session_action' then
+      return item_with('action', action)(items)
+    elseif opts.kind == 'agentd_confirm' then
+      return confirm
+    end
+  end
+end
+
 --- A request straight to the daemon, waited for: err, result.
 local function request(method, params)
   local done, err, res = false, nil, nil
@@ -865,6 +879,55 @@ test(':AgentdAsk completes and runs slash commands', function()
   check(not contains(text, '_compaction failed'), '/compact failed: %s', text)
 end)
 
+test(':AgentdSessions forks a saved session, and deletes one once confirmed', function()
+  vim.cmd('AgentdNew')
+  ask_and_wait('remember the word heron')
+  local sid = state().session_id
+  local done, res, err
+  local function pick(chooser)
+    done, res, err = false, nil, nil
+    with_select(chooser, function()
+      agentd.sessions(nil, function(r, e)
+        done, res, err = true, r, e
+      end)
+      wait_for(':AgentdSessions', function()
+        return done
+      end)
+    end)
+  end
+  pick(session_chooser(sid, 'fork'))
+  check(res, 'fork failed: %s', tostring(err))
+  local fork = state().session_id
+  check(fork and fork ~= sid, 'not in the fork: %s', tostring(fork))
+  check(contains(chat.content(), 'Echo: remember the word heron'), 'the fork shows no history:\n%s', chat.content())
+  -- The fork goes on with the source's history.
+  ask_and_wait('what was the word?')
+  wait_log('a request of the fork with the history', function(e)
+    local body = type(e.body) == 'table' and vim.json.encode(e.body.messages or {}) or ''
+    return e.type == 'request' and contains(body, 'what was the word?') and contains(body, 'heron')
+  end)
+
+  -- Deleting asks first: "Keep" leaves the session.
+  pick(session_chooser(fork, 'delete', 'Keep'))
+  check(err == 'kept', 'not kept: %s', tostring(err))
+  local _, listed = request('agent/listSessions', { workspaceRoot = root })
+  local ids = vim.tbl_map(function(x)
+    return x.sessionId
+  end, listed.sessions)
+  check(vim.tbl_contains(ids, fork), 'the kept fork is gone: %s', vim.inspect(ids))
+  pick(session_chooser(fork, 'delete', 'Delete'))
+  check(res and res.deleted == true, 'not deleted: %s %s', vim.inspect(res), tostring(err))
+  check(state().session_id == nil, 'the chat still holds the deleted session')
+  _, listed = request('agent/listSessions', { workspaceRoot = root })
+  ids = vim.tbl_map(function(x)
+    return x.sessionId
+  end, listed.sessions)
+  check(not vim.tbl_contains(ids, fork) and vim.tbl_contains(ids, sid), 'listed: %s', vim.inspect(ids))
+  -- The next prompt starts a new session.
+  ask_and_wait('a fresh start')
+  check(state().session_id and state().session_id ~= fork, 'no new session')
+end)
+
 test(':AgentdSessions loads a saved session picked in vim.ui.select', function()
   ask_and_wait('remember the word pelican')
   local sid = state().session_id
@@ -873,7 +936,7 @@ test(':AgentdSessions loads a saved session picked in vim.ui.select', function()
   local other = state().session_id
   check(other ~= sid, 'no new session')
   local done, res
-  local offered = with_select(item_with('sessionId', sid), function()
+  local offered = with_select(session_chooser(sid, 'open'), function()
     agentd.sessions(nil, function(r)
       done, res = true, r
     end)
@@ -882,6 +945,8 @@ test(':AgentdSessions loads a saved session picked in vim.ui.select', function()
     end)
   end)
   check(res, 'load failed')
+  local actions = vim.tbl_map(offered[2].opts.format_item, offered[2].items)
+  check(vim.deep_equal(actions, { 'Open', 'Fork: a new session from a copy of it', 'Delete…' }), 'actions: %s', vim.inspect(actions))
   local shown = vim.tbl_map(offered[1].opts.format_item, offered[1].items)
   check(#shown >= 2, 'sessions offered: %s', vim.inspect(shown))
   check(vim.iter(shown):any(function(l)

@@ -1219,11 +1219,62 @@ function M.load_session(session_id, opts, cb)
   end)
 end
 
+local SESSION_ACTIONS = {
+  { action = 'open', label = 'Open' },
+  { action = 'fork', label = 'Fork: a new session from a copy of it' },
+  { action = 'delete', label = 'Delete…' },
+}
+
+--- Fork a saved session (agent/forkSession) and load the fork into the
+--- chat; the source stays as it was. cb(result|nil, err) as for load_session.
+local function fork_session(p, c, session, cb)
+  c:request('agent/forkSession', { sessionId = session.sessionId, workspaceRoot = p.root }, function(e, res)
+    if e or type(res) ~= 'table' or type(res.sessionId) ~= 'string' then
+      notify('agent/forkSession failed: ' .. errmsg(e or 'no result'), vim.log.levels.ERROR)
+      return cb and cb(nil, e or 'no result')
+    end
+    M.load_session(res.sessionId, { root = p.root, title = 'fork of ' .. (session.title or '') }, cb)
+  end, chat.buf())
+end
+
+--- Delete a saved session (agent/deleteSession) once the user confirms it in
+--- vim.ui.select. The chat showing it is cleared. cb({deleted}|nil, err).
+local function delete_session(p, c, session, cb)
+  local title = (type(session.title) == 'string' and session.title ~= '') and session.title or '(untitled)'
+  vim.ui.select({ 'Delete', 'Keep' }, {
+    prompt = ('Delete the session "%s"? Its transcript is removed.'):format((title:gsub('\n', ' '))),
+    kind = 'agentd_confirm',
+  }, function(choice)
+    if choice ~= 'Delete' then
+      return cb and cb(nil, 'kept')
+    end
+    c:request('agent/deleteSession', { sessionId = session.sessionId }, function(e, res)
+      if e then
+        notify('agent/deleteSession failed: ' .. errmsg(e), vim.log.levels.ERROR)
+        return cb and cb(nil, e)
+      end
+      if p.session_id == session.sessionId then
+        -- The chat showed the deleted session: the next prompt starts a new one.
+        forget_session(p)
+        chat.clear(header(p))
+      end
+      notify('deleted the session ' .. title)
+      if cb then
+        cb({ deleted = type(res) == 'table' and res.deleted or false })
+      end
+    end, chat.buf())
+  end)
+end
+
 --- The project's saved sessions (agent/listSessions) in vim.ui.select; the
---- one picked is loaded. cb(result|nil, err) as for load_session.
+--- one picked is opened (loaded), forked (the fork loaded) or deleted (after
+--- a confirmation), as picked in a second vim.ui.select, or as
+--- `opts.action` ('open', 'fork', 'delete') says. cb(result|nil, err) as for
+--- load_session.
 function M.sessions(opts, cb)
   local p = target(opts)
   last_root = p.root
+  local action = (opts or {}).action
   with_client(p, function(c, err)
     if not c then
       notify(tostring(err), vim.log.levels.ERROR)
@@ -1239,6 +1290,15 @@ function M.sessions(opts, cb)
         notify('no saved sessions for ' .. p.root)
         return cb and cb(nil, 'none')
       end
+      local function act(choice, what)
+        if what == 'fork' then
+          fork_session(p, c, choice, cb)
+        elseif what == 'delete' then
+          delete_session(p, c, choice, cb)
+        else
+          M.load_session(choice.sessionId, { root = p.root, title = choice.title }, cb)
+        end
+      end
       vim.ui.select(sessions, {
         prompt = 'agentd sessions',
         kind = 'agentd_session',
@@ -1251,7 +1311,21 @@ function M.sessions(opts, cb)
         if not choice then
           return cb and cb(nil, 'none chosen')
         end
-        M.load_session(choice.sessionId, { root = p.root, title = choice.title }, cb)
+        if action then
+          return act(choice, action)
+        end
+        vim.ui.select(SESSION_ACTIONS, {
+          prompt = 'agentd session',
+          kind = 'agentd_session_action',
+          format_item = function(a)
+            return a.label
+          end,
+        }, function(picked)
+          if not picked then
+            return cb and cb(nil, 'none chosen')
+          end
+          act(choice, picked.action)
+        end)
       end)
     end, chat.buf())
   end)
