@@ -317,6 +317,47 @@ describe('activation and the chat view', () => {
     ]);
   });
 
+  it("a listed session's buttons fork it (the fork is opened) and delete it once confirmed", async () => {
+    const listed = [
+      { sessionId: 'old1', title: 'Fix the tests', updatedAt: '2026-01-01T00:00:00Z' },
+      { sessionId: 'old2', title: 'Tidy up', updatedAt: '2026-01-02T00:00:00Z' },
+    ];
+    const { receive, flat, made } = await activated((d) => {
+      d.handlers.set('agent/listSessions', () => ({ sessions: listed }));
+      d.handlers.set('agent/forkSession', () => ({ sessionId: 'fork1' }));
+      d.handlers.set('agent/loadSession', (p) => {
+        d.notify('agent/update', { sessionId: p.sessionId, update: { kind: 'user_message', text: 'why does it fail?' } });
+        return {};
+      });
+      d.handlers.set('agent/deleteSession', () => ({ deleted: true }));
+    });
+    type Offered = { sessionId: string; buttons: { tooltip: string }[] }[];
+    const press = (sessionId: string, tooltip: string) => async (items: unknown) => {
+      const item = (items as Offered).find((i) => i.sessionId === sessionId)!;
+      return { item, button: item.buttons.find((b) => b.tooltip.startsWith(tooltip)) };
+    };
+    receive({ type: 'ready' });
+
+    window.showQuickPick.mockImplementationOnce(press('old1', 'Fork'));
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'session' && e.sessionId === 'fork1')).toBe(true));
+    const requests = made[0].requests;
+    expect(requests.find((r) => r.method === 'agent/forkSession')?.params).toMatchObject({ sessionId: 'old1' });
+    expect(requests.find((r) => r.method === 'agent/loadSession')?.params).toMatchObject({ sessionId: 'fork1' });
+
+    // Delete asks first: dismissing the dialog deletes nothing.
+    window.showQuickPick.mockImplementationOnce(press('old2', 'Delete'));
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(window.showWarningMessage).toHaveBeenCalledTimes(1));
+    expect(window.showWarningMessage.mock.calls[0]).toMatchObject(['Delete the agentd session "Tidy up"?', { modal: true }, 'Delete']);
+    window.showWarningMessage.mockImplementationOnce(async () => 'Delete');
+    window.showQuickPick.mockImplementationOnce(press('old2', 'Delete'));
+    receive({ type: 'switchSession' });
+    await vi.waitFor(() => expect(requests.some((r) => r.method === 'agent/deleteSession')).toBe(true));
+    expect(requests.filter((r) => r.method === 'agent/deleteSession').map((r) => r.params)).toEqual([{ sessionId: 'old2' }]);
+    await vi.waitFor(() => expect(window.showInformationMessage).toHaveBeenCalledWith('Deleted the agentd session "Tidy up".'));
+  });
+
   it('refreshes the memory list on memory/changed for this workspace only', async () => {
     const docs = [{ path: '/m/x.md', name: 'x', description: 'd', type: 'project', mtime: 1 }];
     const { receive, flat, made, root } = await activated((d) => {

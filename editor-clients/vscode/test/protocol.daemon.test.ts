@@ -299,6 +299,40 @@ describe('sessions', () => {
     expect(other.events.find((e) => e.type === 'toolState')).toMatchObject({ state: 'denied' });
   });
 
+  it('fork switches to a copy of the session that goes on from its history; delete removes one and clears the view that showed it', async () => {
+    await h.controller.prompt('remember the word heron');
+    const source = h.controller.currentSessionId!;
+    const fork = await h.controller.forkSession(source);
+    expect(fork).not.toBe(source);
+    expect(h.controller.currentSessionId).toBe(fork);
+    expect(sent(h.wire, 'request', 'agent/forkSession')[0]?.params).toEqual({ sessionId: source, workspaceRoot: h.root });
+    // The fork's history was replayed into the view, and the next prompt goes on from it.
+    expect(h.events.some((e) => e.type === 'turnStart' && e.replay && e.prompt === 'remember the word heron')).toBe(true);
+    expect((await h.controller.prompt('what was the word?')).outcome).toBe('completed');
+    const requests = (await model.log()).filter((e) => e.type === 'request' && e.purpose === 'main');
+    const body = JSON.stringify(requests[requests.length - 1]?.body);
+    expect(body).toContain('what was the word?');
+    expect(body).toContain('remember the word heron');
+
+    // Deleting another session leaves the view as it is.
+    expect(await h.controller.deleteSession(source)).toBe(true);
+    expect(h.controller.currentSessionId).toBe(fork);
+    // Deleting the view's session clears it; the next prompt starts a new one.
+    const shown = h.events.length;
+    expect(await h.controller.deleteSession(fork)).toBe(true);
+    expect(h.events.slice(shown).filter((e) => e.type !== 'mcp').slice(0, 2)).toEqual([
+      { type: 'cleared' },
+      { type: 'session', sessionId: undefined },
+    ]);
+    expect(h.controller.currentSessionId).toBeUndefined();
+    const listed = (await h.controller.listSessions()).map((s) => s.sessionId);
+    expect(listed).not.toContain(source);
+    expect(listed).not.toContain(fork);
+    expect(await h.controller.deleteSession(fork)).toBe(false);
+    expect((await h.controller.prompt('a fresh start')).outcome).toBe('completed');
+    expect([source, fork]).not.toContain(h.controller.currentSessionId);
+  });
+
   it('a new session starts with an empty history', async () => {
     await h.controller.prompt('remember this');
     const first = h.controller.currentSessionId;

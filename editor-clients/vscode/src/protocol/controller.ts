@@ -351,6 +351,53 @@ export class AgentController {
     this.emit({ type: 'session', sessionId });
   }
 
+  /**
+   * Fork a persisted (or the live) session (agent/forkSession) and switch to
+   * the fork: a new session holding a copy of its finished turns, replayed
+   * into the view. The source stays as it was. Resolves with the fork's id.
+   */
+  async forkSession(sessionId: string): Promise<string> {
+    let res: { sessionId: string };
+    try {
+      res = await this.connection().sendRequest<{ sessionId: string }>('agent/forkSession', {
+        sessionId,
+        workspaceRoot: this.root(),
+      });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/forkSession');
+      throw err;
+    }
+    await this.loadSession(res.sessionId);
+    return res.sessionId;
+  }
+
+  /**
+   * Delete a persisted session (agent/deleteSession): its transcript is
+   * removed, a prompt it runs is cancelled. When it is the view's session,
+   * the view is cleared and the next prompt starts a new one. Resolves with
+   * whether there was something to delete.
+   */
+  async deleteSession(sessionId: string): Promise<boolean> {
+    const current = sessionId === this.currentSessionId;
+    if (current) await this.stopAndWait();
+    let res: { deleted?: boolean } | null;
+    try {
+      res = await this.connection().sendRequest<{ deleted?: boolean } | null>('agent/deleteSession', { sessionId });
+    } catch (err) {
+      if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/deleteSession');
+      throw err;
+    }
+    this.tools.forgetSession(sessionId);
+    if (current) {
+      this.sessionId = undefined;
+      this.staleSessionId = undefined;
+      this.emit({ type: 'cleared' });
+      this.emit({ type: 'session', sessionId: undefined });
+      this.clearPlan();
+    }
+    return res?.deleted === true;
+  }
+
   private async load(sessionId: string, quiet: boolean): Promise<void> {
     this.replay = { turnId: undefined, quiet, count: 0 };
     this.pendingReplaySession = sessionId;

@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { isWebviewMessage, type ChatEvent, type WebviewMessage } from '../common/messages';
 import { AgentController, NotSupportedError, explain } from '../protocol/controller';
+import type { SessionInfo } from '../protocol/types';
 import { chatHtml, makeNonce } from '../webview/html';
 import type { DaemonManager } from './daemon';
 import type { EditReviews } from './review';
@@ -225,24 +226,69 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
       return;
     }
     const current = this.controller.currentSessionId;
-    const pick = await vscode.window.showQuickPick(
-      sessions.map((s) => ({
-        label: s.title || '(untitled)',
-        description: s.sessionId === current ? 'current' : new Date(s.updatedAt).toLocaleString(),
-        sessionId: s.sessionId,
-      })),
-      { placeHolder: 'Switch to an agentd session' },
-    );
-    if (!pick || pick.sessionId === current) return;
+    const pick = await this.pickSession(sessions, current);
+    if (!pick) return;
     try {
-      await this.controller.loadSession(pick.sessionId);
+      if (pick.action === 'fork') await this.controller.forkSession(pick.sessionId);
+      else if (pick.action === 'delete') await this.deleteSession(pick.sessionId, pick.title);
+      else if (pick.sessionId !== current) await this.controller.loadSession(pick.sessionId);
     } catch (err) {
       if (err instanceof NotSupportedError) {
-        void vscode.window.showInformationMessage('This version of agentd cannot load saved sessions yet.');
+        void vscode.window.showInformationMessage(`This version of agentd cannot do that yet (${err.message}).`);
         return;
       }
       throw err;
     }
+  }
+
+  /**
+   * The sessions in a QuickPick: picking one opens it; its buttons fork it or
+   * delete it. Resolves with what was asked (undefined: dismissed).
+   */
+  private pickSession(
+    sessions: SessionInfo[],
+    current: string | undefined,
+  ): Promise<{ action: 'open' | 'fork' | 'delete'; sessionId: string; title: string } | undefined> {
+    type Item = vscode.QuickPickItem & { sessionId: string };
+    const fork: vscode.QuickInputButton = { iconPath: new vscode.ThemeIcon('repo-forked'), tooltip: 'Fork: a new session from a copy of it' };
+    const remove: vscode.QuickInputButton = { iconPath: new vscode.ThemeIcon('trash'), tooltip: 'Delete' };
+    const quickPick = vscode.window.createQuickPick<Item>();
+    quickPick.placeholder = 'Switch to an agentd session (or fork or delete one with its buttons)';
+    quickPick.items = sessions.map((s) => ({
+      label: s.title || '(untitled)',
+      description: s.sessionId === current ? 'current' : new Date(s.updatedAt).toLocaleString(),
+      sessionId: s.sessionId,
+      buttons: [fork, remove],
+    }));
+    return new Promise((resolve) => {
+      let answer: { action: 'open' | 'fork' | 'delete'; sessionId: string; title: string } | undefined;
+      quickPick.onDidAccept(() => {
+        const item = quickPick.selectedItems[0];
+        if (item) answer = { action: 'open', sessionId: item.sessionId, title: item.label };
+        quickPick.hide();
+      });
+      quickPick.onDidTriggerItemButton((e) => {
+        answer = { action: e.button === fork ? 'fork' : 'delete', sessionId: e.item.sessionId, title: e.item.label };
+        quickPick.hide();
+      });
+      quickPick.onDidHide(() => {
+        quickPick.dispose();
+        resolve(answer);
+      });
+      quickPick.show();
+    });
+  }
+
+  /** Delete a session once the user confirms it in a modal dialog. */
+  private async deleteSession(sessionId: string, title: string): Promise<void> {
+    const confirmed = await vscode.window.showWarningMessage(
+      `Delete the agentd session "${title}"?`,
+      { modal: true, detail: 'Its transcript is removed; this cannot be undone.' },
+      'Delete',
+    );
+    if (confirmed !== 'Delete') return;
+    await this.controller.deleteSession(sessionId);
+    void vscode.window.showInformationMessage(`Deleted the agentd session "${title}".`);
   }
 
   /** Open a file the panel links to: only recalled/listed memories or files in the workspace. */

@@ -32,6 +32,45 @@ export class EventEmitter<T> {
   }
 }
 
+export class ThemeIcon {
+  constructor(readonly id: string) {}
+}
+
+/**
+ * `window.createQuickPick`, answered through the `window.showQuickPick` mock
+ * so that tests queue answers the same way for both: an item (accepted),
+ * `{ item, button }` (one of the item's buttons pressed), or undefined
+ * (dismissed).
+ */
+function quickPick(): Record<string, unknown> {
+  const accepted = new EventEmitter<void>();
+  const pressed = new EventEmitter<{ item: unknown; button: unknown }>();
+  const hidden = new EventEmitter<void>();
+  const qp = {
+    items: [] as unknown[],
+    placeholder: '',
+    selectedItems: [] as unknown[],
+    onDidAccept: accepted.event,
+    onDidTriggerItemButton: pressed.event,
+    onDidHide: hidden.event,
+    show(): void {
+      void window.showQuickPick(qp.items, { placeHolder: qp.placeholder }).then((answer) => {
+        if (answer && typeof answer === 'object' && 'button' in answer) {
+          pressed.fire(answer as { item: unknown; button: unknown });
+        } else if (answer) {
+          qp.selectedItems = [answer];
+          accepted.fire();
+        } else qp.hide();
+      });
+    },
+    hide(): void {
+      hidden.fire();
+    },
+    dispose(): void {},
+  };
+  return qp;
+}
+
 export class Uri {
   constructor(
     readonly scheme: string,
@@ -332,6 +371,7 @@ export const window = {
   showErrorMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showInformationMessage: vi.fn(async (..._args: unknown[]): Promise<string | undefined> => undefined),
   showQuickPick: vi.fn(async (..._args: unknown[]): Promise<unknown> => undefined),
+  createQuickPick: vi.fn(() => quickPick()),
   showTextDocument: vi.fn(async (doc: unknown, _options?: unknown) => doc),
   showInputBox: vi.fn(async (_options?: unknown): Promise<string | undefined> => undefined),
   createOutputChannel: vi.fn((name: string) => outputChannel(name)),
