@@ -56,7 +56,7 @@ from agentd.agent.context import (
     overhead_bytes,
 )
 from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
-from agentd.agent.image_cost import image_tokens
+from agentd.agent.image_cost import Formula, formula_for, image_tokens
 from agentd.errors import AgentdError, ContextOverflow, ModelError
 from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
 from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
@@ -244,8 +244,12 @@ class Compactor:
         fast_model: str = "",
         max_output: int = 8192,
         commit: Commit | None = None,
+        provider_kind: str = "openai",
     ) -> None:
         self.provider = provider
+        # The settings' `provider`: with the session's model, whose count
+        # images are estimated by (`image_cost.formula_for`).
+        self.provider_kind = provider_kind
         self.supervisor = supervisor
         self.window = window
         self.options = options or CompactionOptions()
@@ -285,7 +289,16 @@ class Compactor:
         st = self._sessions.get(session.id)
         if st is None:
             st = self._sessions[session.id] = SessionContext()
+        # Images are counted as the session's model bills them, which a model
+        # switch may change (a Claude model behind a router, say).
+        formula = self._formula(session)
+        if st.meter.formula != formula:
+            st.meter.reformulate(session.history, formula)
+            st.index = HistoryIndex(formula)
         return st
+
+    def _formula(self, session: Session) -> Formula:
+        return formula_for(self.provider_kind, session.model or self.window.model)
 
     def estimate(self, session: Session) -> int:
         st = self.state(session)
@@ -418,7 +431,7 @@ class Compactor:
         cleared = plan_clearing(
             session.history, self.options.keep_tool_results, budget // 2, self.calibration, index
         )
-        if tokens - self._saved_tokens(session.history, cleared) >= limit:
+        if tokens - self._saved_tokens(session.history, cleared, st.meter.formula) >= limit:
             self._start(session, st, "threshold", index=index)
 
     async def compact(
@@ -458,7 +471,9 @@ class Compactor:
         st.index.sync(session.history)
         return st.index
 
-    def _saved_tokens(self, history: list[Message], cleared: dict[str, str]) -> int:
+    def _saved_tokens(
+        self, history: list[Message], cleared: dict[str, str], formula: Formula
+    ) -> int:
         if not cleared:
             return 0
         saved = images = 0
@@ -467,7 +482,7 @@ class Compactor:
                 if part.tool_call_id in cleared:
                     saved += len(part.content) - len(cleared[part.tool_call_id])
                     # A cleared result's images go with it.
-                    images += sum(image_tokens(i) for i in part.images)
+                    images += sum(image_tokens(i, formula) for i in part.images)
         return self.calibration.tokens(saved) + images
 
     def _clear(
@@ -581,10 +596,14 @@ class Compactor:
         # The tail stays verbatim unless the request would still be too long.
         budget = self.budget()
         after, _ = apply_compaction(session.history, session.notes, record)
-        fresh = Meter()
+        fresh = Meter(formula=st.meter.formula)
         if fresh.estimate(after, st.overhead, self.calibration) >= self.options.threshold * budget:
             record.cleared = plan_clearing(
-                after, self.options.keep_tool_results, budget // 2, self.calibration
+                after,
+                self.options.keep_tool_results,
+                budget // 2,
+                self.calibration,
+                HistoryIndex.of(after, st.meter.formula),
             )
             report.cleared = len(record.cleared)
         st.summary = summary
