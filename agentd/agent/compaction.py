@@ -136,6 +136,9 @@ class SessionContext:
     failed_turn: int = -1
     # What the checks before each request read of the history, kept per message.
     index: HistoryIndex = field(default_factory=HistoryIndex)
+    # The session's model (`Session.model`) its images' formula was chosen
+    # for (`Compactor.state`); a model's name is never the empty string.
+    formula_model: str | None = ""
 
 
 # (session, record, the history and notes after it): the core commits it.
@@ -290,15 +293,16 @@ class Compactor:
         if st is None:
             st = self._sessions[session.id] = SessionContext()
         # Images are counted as the session's model bills them, which a model
-        # switch may change (a Claude model behind a router, say).
-        formula = self._formula(session)
-        if st.meter.formula != formula:
-            st.meter.reformulate(session.history, formula)
-            st.index = HistoryIndex(formula)
+        # switch may change (a Claude model behind a router, say). Asked
+        # several times a request: the formula is looked up when the model
+        # changed only.
+        if st.formula_model != session.model:
+            st.formula_model = session.model
+            formula = formula_for(self.provider_kind, session.model or self.window.model)
+            if st.meter.formula != formula:
+                st.meter.reformulate(session.history, formula)
+                st.index = HistoryIndex(formula)
         return st
-
-    def _formula(self, session: Session) -> Formula:
-        return formula_for(self.provider_kind, session.model or self.window.model)
 
     def estimate(self, session: Session) -> int:
         st = self.state(session)
