@@ -56,9 +56,10 @@ from agentd.agent.context import (
     overhead_bytes,
 )
 from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
-from agentd.agent.image_cost import Formula, formula_for, image_tokens
+from agentd.agent.image_cost import formula_for, image_tokens
 from agentd.errors import AgentdError, ContextOverflow, ModelError
 from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
+from agentd.image_billing import Formula
 from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
 from agentd.providers.base import ModelProvider, ModelRequest, ReportsContextWindow, ToolCallReady
 from agentd.tasks import Supervisor

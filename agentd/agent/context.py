@@ -32,7 +32,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from agentd.agent.image_cost import Formula, history_image_tokens
+from agentd.agent.image_cost import history_image_tokens
+from agentd.image_billing import Formula
 from agentd.messages import (
     Message,
     ReminderPart,

@@ -27,7 +27,8 @@ import bisect
 from collections.abc import Callable
 
 from agentd.agent.context import message_bytes
-from agentd.agent.image_cost import Formula, message_image_tokens
+from agentd.agent.image_cost import message_image_tokens
+from agentd.image_billing import Formula
 from agentd.messages import Message
 
 # Tool output shorter than this is left alone by clearing: a stub would save nothing.

@@ -16,16 +16,9 @@ import pytest
 
 from agentd.agent.compaction import Compactor
 from agentd.agent.context import Calibration, ContextWindow, Meter, history_bytes
-from agentd.agent.image_cost import (
-    MAX_TOKENS,
-    OPENAI_MAX_TOKENS,
-    formula_for,
-    image_size,
-    image_tokens,
-    message_image_tokens,
-    tokens_for,
-)
+from agentd.agent.image_cost import formula_for, image_tokens, message_image_tokens
 from agentd.agent.session import AwaitClientResult, Session
+from agentd.image_billing import MAX_TOKENS, OPENAI_MAX_TOKENS, image_size, tokens_for
 from agentd.messages import ImagePart, Message, TextPart, ToolResultPart
 from agentd.providers.base import ModelProvider, Usage
 from agentd.tasks import Supervisor

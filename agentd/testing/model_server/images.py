@@ -5,7 +5,7 @@ characters (`RequestView.input_tokens`, the prompt cache's prefixes), which
 would bill a screenshot by the length of its base64 text: tens of
 thousands of tokens for a photo, a few hundred for a flat PNG. The real
 APIs bill it by its size in pixels, each by its documented count
-(`agentd.agent.image_cost`: OpenAI's 512-px tiles, honouring an image
+(`agentd.image_billing`: OpenAI's 512-px tiles, honouring an image
 part's `detail`; Anthropic's pixels / 750). `image_chars` is what turns the
 one into the other: the characters to add to a value's JSON length so that
 a quarter of it counts each image at its API's figure.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from agentd.agent.image_cost import UNREADABLE, image_size, tokens_for
+from agentd.image_billing import UNREADABLE, image_size, tokens_for
 
 Api = Literal["openai", "anthropic"]
 
