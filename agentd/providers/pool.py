@@ -5,10 +5,10 @@ streams, kept and handed out by plain asyncio bookkeeping.
 httpcore's own pool (`AsyncConnectionPool`) costs a kept-alive request about
 0.2 ms after the daemon sat idle, before its head is written, none of it
 HTTP: a queue entry with an `anyio.Event` (set at once, made through
-`sniffio`), the whole pool's state walked twice, a shielded cancel scope
-entered with nothing to close, and an `AsyncHTTPConnection` around the
-HTTP/1.1 connection, whose `anyio.Lock` yields to the event loop once per
-request though no one else holds it. Here a request takes the most
+`sniffio`), the whole pool's state walked, a shielded cancel scope entered
+with nothing to close, and an `AsyncHTTPConnection` around the HTTP/1.1
+connection, whose `anyio.Lock` yields to the event loop once per request
+though no one else holds it. Here a request takes the most
 recently used idle connection of its origin (checked as httpcore checks it:
 `has_expired`, a keep-alive expiry or a server that closed it while idle) or
 opens one, as httpcore does (connect, then TLS with the pool's context and
@@ -18,7 +18,7 @@ when closed: kept while idle (at most `max_keepalive_connections`),
 dropped when closed. `max_connections` bounds connections open and opening;
 a request over it waits for one (httpcore's `PoolTimeout` after the pool
 timeout). The HTTP/1.1 connection's own `anyio.Lock` (`_state_lock`) yields
-to the loop too; where it is where expected, it is swapped for an asyncio
+to the loop too; where httpcore keeps it so, it is swapped for an asyncio
 lock, which does not yield when free (`_quick_state_lock`).
 """
 
@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import ssl
 import types
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
 import httpcore
-
-log = logging.getLogger(__name__)
 
 
 class ModelPool:
@@ -96,7 +93,12 @@ class ModelPool:
         while True:
             connection, stale = self._take_idle(origin)
             if stale:
-                await _close(stale)
+                try:
+                    await _close(stale)
+                except BaseException:
+                    if connection is not None:
+                        self._idle.append(connection)  # not lost with the request
+                    raise
             if connection is not None:
                 self._busy.add(connection)
                 return connection
@@ -286,8 +288,8 @@ class _QuickLock:
 
 def _quick_state_lock(connection: httpcore.AsyncHTTP11Connection) -> None:
     """Swap the connection's state lock (`_state_lock`, not public: an
-    `anyio.Lock` whose every acquire yields to the loop, 0.04 ms a request
-    after idle) for a `_QuickLock`. Where httpcore keeps it elsewhere or
+    `anyio.Lock` whose every acquire yields to the loop, 0.05-0.1 ms of a
+    prompt's request in the daemon) for a `_QuickLock`. Where httpcore keeps it elsewhere or
     otherwise, the connection keeps its own (and a test fails)."""
     lock = connection.__dict__.get("_state_lock")
     if type(lock).__name__ == "AsyncLock" and type(lock).__module__ == "httpcore._synchronization":
