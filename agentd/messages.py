@@ -133,9 +133,10 @@ class ImagePart:
     mime_type: str
     data: str
     sha256: str = ""
-    # Its estimated cost in input tokens, once computed (`agentd.agent.image_cost`):
-    # not part of the image's value.
-    tokens: int = field(default=0, compare=False, repr=False)
+    # Its (width, height) in pixels once read from its header ((0, 0): not
+    # readable), which each provider's count of its cost starts from
+    # (`agentd.agent.image_cost`): not part of the image's value.
+    pixels: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

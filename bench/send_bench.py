@@ -1,8 +1,9 @@
 """httpx's send -> the request's first socket write, in process, over one
-kept-alive loopback connection: httpx's stock transport (httpcore over
-anyio) beside the model client's (`agentd.providers.network.model_transport`,
-httpcore over plain asyncio), interleaved; and the `httpx.Request` itself,
-`client.build_request` beside `ModelHTTP._request`.
+kept-alive loopback connection: httpx's stock transport (httpcore's pool
+over anyio), httpcore's pool on agentd's network backend, and the model
+client's (`agentd.providers.network.model_transport`: `ModelPool`,
+httpcore's HTTP/1.1 connections on that backend), interleaved; and the
+`httpx.Request` itself, `client.build_request` beside `ModelHTTP._request`.
 
     python bench/send_bench.py [--runs 200] [--idle 0.05]
 
@@ -17,17 +18,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import ssl
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+import httpcore
 import httpx
 
 from agentd.providers.config import ProviderConfig
 from agentd.providers.http import ModelHTTP, _tls_context
-from agentd.providers.network import model_transport
+from agentd.providers.network import AsyncioBackend, model_transport
 
 BODY = b'{"model":"m","messages":[' + b'{"role":"user","content":"hi"},' * 100 + b"{}]}"
 ANSWER = (
@@ -64,12 +67,28 @@ def _stats(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} (p10 {values[len(values) // 10]:.3f})"
 
 
+def _httpcore_pool(verify: ssl.SSLContext | bool) -> httpx.AsyncHTTPTransport:
+    """httpx's transport with httpcore's own pool on agentd's backend (the
+    model client's before `ModelPool`)."""
+    context = httpx.create_ssl_context(verify=verify, trust_env=True)
+    transport = httpx.AsyncHTTPTransport(verify=context, limits=LIMITS)
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=context,
+        max_connections=LIMITS.max_connections,
+        max_keepalive_connections=LIMITS.max_keepalive_connections,
+        keepalive_expiry=LIMITS.keepalive_expiry,
+        network_backend=AsyncioBackend(),
+    )
+    return transport
+
+
 async def bench_send(runs: int, idle: float) -> dict[str, list[float]]:
     server = await asyncio.start_server(_answer, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
     verify = _tls_context(url)
     clients = {
         "httpx stock transport": httpx.AsyncClient(verify=verify, limits=LIMITS),
+        "httpcore's pool on AsyncioBackend": httpx.AsyncClient(transport=_httpcore_pool(verify)),
         "model_transport": httpx.AsyncClient(transport=model_transport(verify, LIMITS)),
     }
     samples: dict[str, list[float]] = {name: [] for name in clients}

@@ -56,9 +56,10 @@ from agentd.agent.context import (
     overhead_bytes,
 )
 from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
-from agentd.agent.image_cost import image_tokens
+from agentd.agent.image_cost import formula_for, image_tokens
 from agentd.errors import AgentdError, ContextOverflow, ModelError
 from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
+from agentd.image_billing import Formula
 from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
 from agentd.providers.base import ModelProvider, ModelRequest, ReportsContextWindow, ToolCallReady
 from agentd.tasks import Supervisor
@@ -137,6 +138,9 @@ class SessionContext:
     failed_turn: int = -1
     # What the checks before each request read of the history, kept per message.
     index: HistoryIndex = field(default_factory=HistoryIndex)
+    # The session's model (`Session.model`) its images' formula was chosen
+    # for (`Compactor.state`); a model's name is never the empty string.
+    formula_model: str | None = ""
 
 
 # (session, record, the history and notes after it): the core commits it.
@@ -245,8 +249,12 @@ class Compactor:
         fast_model: str = "",
         max_output: int = 8192,
         commit: Commit | None = None,
+        provider_kind: str = "openai",
     ) -> None:
         self.provider = provider
+        # The settings' `provider`: with the session's model, whose count
+        # images are estimated by (`image_cost.formula_for`).
+        self.provider_kind = provider_kind
         self.supervisor = supervisor
         self.window = window
         self.options = options or CompactionOptions()
@@ -286,6 +294,16 @@ class Compactor:
         st = self._sessions.get(session.id)
         if st is None:
             st = self._sessions[session.id] = SessionContext()
+        # Images are counted as the session's model bills them, which a model
+        # switch may change (a Claude model behind a router, say). Asked
+        # several times a request: the formula is looked up when the model
+        # changed only.
+        if st.formula_model != session.model:
+            st.formula_model = session.model
+            formula = formula_for(self.provider_kind, session.model or self.window.model)
+            if st.meter.formula != formula:
+                st.meter.reformulate(session.history, formula)
+                st.index = HistoryIndex(formula)
         return st
 
     def estimate(self, session: Session) -> int:
@@ -419,7 +437,7 @@ class Compactor:
         cleared = plan_clearing(
             session.history, self.options.keep_tool_results, budget // 2, self.calibration, index
         )
-        if tokens - self._saved_tokens(session.history, cleared) >= limit:
+        if tokens - self._saved_tokens(session.history, cleared, st.meter.formula) >= limit:
             self._start(session, st, "threshold", index=index)
 
     async def compact(
@@ -459,7 +477,9 @@ class Compactor:
         st.index.sync(session.history)
         return st.index
 
-    def _saved_tokens(self, history: list[Message], cleared: dict[str, str]) -> int:
+    def _saved_tokens(
+        self, history: list[Message], cleared: dict[str, str], formula: Formula
+    ) -> int:
         if not cleared:
             return 0
         saved = images = 0
@@ -468,7 +488,7 @@ class Compactor:
                 if part.tool_call_id in cleared:
                     saved += len(part.content) - len(cleared[part.tool_call_id])
                     # A cleared result's images go with it.
-                    images += sum(image_tokens(i) for i in part.images)
+                    images += sum(image_tokens(i, formula) for i in part.images)
         return self.calibration.tokens(saved) + images
 
     def _clear(
@@ -582,10 +602,14 @@ class Compactor:
         # The tail stays verbatim unless the request would still be too long.
         budget = self.budget()
         after, _ = apply_compaction(session.history, session.notes, record)
-        fresh = Meter()
+        fresh = Meter(formula=st.meter.formula)
         if fresh.estimate(after, st.overhead, self.calibration) >= self.options.threshold * budget:
             record.cleared = plan_clearing(
-                after, self.options.keep_tool_results, budget // 2, self.calibration
+                after,
+                self.options.keep_tool_results,
+                budget // 2,
+                self.calibration,
+                HistoryIndex.of(after, st.meter.formula),
             )
             report.cleared = len(record.cleared)
         st.summary = summary

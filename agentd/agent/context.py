@@ -17,8 +17,9 @@ The window (`ContextWindow`), strongest source first:
 The count (`Meter`): the provider's own `input_tokens` of the last request,
 plus an estimate of what was added since, in UTF-8 bytes divided by a
 bytes-per-token ratio calibrated from the provider's usage figures
-(`Calibration`), and for images what providers bill for their pixels
-(`image_cost`: a session of screenshots is compacted before it overflows).
+(`Calibration`), and for images what the provider bills for their pixels
+(`image_cost`, by its API's count: a session of screenshots is compacted
+before it overflows).
 No tokenizer is imported: the estimate is only ever asked "is this near the
 window", and the provider's count re-anchors it after every request.
 """
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentd.agent.image_cost import history_image_tokens
+from agentd.image_billing import Formula
 from agentd.messages import (
     Message,
     ReminderPart,
@@ -235,17 +237,34 @@ class Meter:
     mark_bytes: int = 0
     mark_images: int = 0
     valid: bool = False
+    # Whose count its images are estimated by (`image_cost.formula_for`);
+    # Anthropic's, the higher one for screenshots, until the compactor says.
+    formula: Formula = "anthropic"
 
     def invalidate(self) -> None:
         """The history changed before `mark` (a compaction, a reset, a reload)."""
         self.valid = False
 
+    def reformulate(self, history: list[Message], formula: Formula) -> None:
+        """The session's model bills images by another count (a model switch):
+        the images of what `base_tokens` counted are estimated anew, so that
+        the next calibration leaves out what this provider bills for them."""
+        self.formula = formula
+        if self.valid and self.mark <= len(history):
+            self.mark_images = history_image_tokens(history[: self.mark], formula)
+
     def estimate(self, history: list[Message], overhead: int, cal: Calibration) -> int:
         """The input tokens of a request made of `history` now."""
         if self.valid and self.mark <= len(history):
             added = history[self.mark :]
-            return self.base_tokens + cal.tokens(history_bytes(added)) + history_image_tokens(added)
-        return cal.tokens(overhead + history_bytes(history)) + history_image_tokens(history)
+            return (
+                self.base_tokens
+                + cal.tokens(history_bytes(added))
+                + history_image_tokens(added, self.formula)
+            )
+        return cal.tokens(overhead + history_bytes(history)) + history_image_tokens(
+            history, self.formula
+        )
 
     def observe(
         self, history: list[Message], sent: int, overhead: int, usage: Usage, cal: Calibration
@@ -257,10 +276,10 @@ class Meter:
         if self.valid and self.mark <= sent:
             added = history[self.mark : sent]
             size = self.mark_bytes + history_bytes(added)
-            images = self.mark_images + history_image_tokens(added)
+            images = self.mark_images + history_image_tokens(added, self.formula)
         else:
             size = overhead + history_bytes(history[:sent])
-            images = history_image_tokens(history[:sent])
+            images = history_image_tokens(history[:sent], self.formula)
         # The bytes' share of the provider's count: what its images took is not theirs.
         cal.observe(size, tokens - images)
         self.base_tokens, self.mark, self.mark_bytes, self.valid = tokens, sent, size, True

@@ -135,6 +135,7 @@ class AgentCore:
                 reasoning_model=pc.reasoning_model,
             ),
             commit=self._commit_compaction,
+            provider_kind=pc.kind,
         )
 
     # --- sessions ------------------------------------------------------------

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from agentd.agent.context import message_bytes
 from agentd.agent.image_cost import message_image_tokens
+from agentd.image_billing import Formula
 from agentd.messages import Message
 
 # Tool output shorter than this is left alone by clearing: a stub would save nothing.
@@ -43,9 +44,11 @@ def worth_clearing(message: Message) -> bool:
 class HistoryIndex:
     """Per-message facts of one history, for compaction's checks."""
 
-    __slots__ = ("_messages", "clearable", "cum", "images", "starts", "steps")
+    __slots__ = ("_messages", "clearable", "cum", "formula", "images", "starts", "steps")
 
-    def __init__(self) -> None:
+    def __init__(self, formula: Formula = "anthropic") -> None:
+        # Whose count the images are estimated by (`image_cost.formula_for`).
+        self.formula: Formula = formula
         # The messages indexed: the history's own objects.
         self._messages: list[Message] = []
         # cum[i]: the size of history[:i] in bytes (`context.message_bytes`).
@@ -61,8 +64,8 @@ class HistoryIndex:
         self.clearable: list[int] = []
 
     @classmethod
-    def of(cls, history: list[Message]) -> HistoryIndex:
-        index = cls()
+    def of(cls, history: list[Message], formula: Formula = "anthropic") -> HistoryIndex:
+        index = cls(formula)
         index.sync(history)
         return index
 
@@ -114,7 +117,7 @@ class HistoryIndex:
     def _add(self, i: int, message: Message) -> None:
         self._messages.append(message)
         self.cum.append(self.cum[-1] + message_bytes(message))
-        self.images.append(self.images[-1] + message_image_tokens(message))
+        self.images.append(self.images[-1] + message_image_tokens(message, self.formula))
         if message.role == "user" and message.text:
             self.starts.append(i)
         if message.tool_results:

@@ -15,7 +15,8 @@ there) and a timeout is one timer handle.
 
 Errors are httpcore's (`ConnectError`, `ReadTimeout`, ...), as its own
 backends raise them, so httpx maps them to its exceptions as usual.
-`model_transport` builds the httpx transport whose pool uses it.
+`model_transport` builds the httpx transport whose pool (`pool.ModelPool`:
+httpcore's HTTP/1.1 connections) uses it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any
 
 import httpcore
 import httpx
+
+from agentd.providers.pool import ModelPool
 
 log = logging.getLogger(__name__)
 
@@ -316,16 +319,17 @@ def _stream(
 def model_transport(
     verify: ssl.SSLContext | bool, limits: httpx.Limits
 ) -> httpx.AsyncBaseTransport | None:
-    """An `httpx.AsyncHTTPTransport` whose connection pool uses `AsyncioBackend`,
-    with the TLS context, limits and settings httpx's own default transport
-    would get; None when the client must build its own (the stock one):
+    """An `httpx.AsyncHTTPTransport` whose connection pool is a `ModelPool`
+    on `AsyncioBackend`, with the TLS context, limits and settings httpx's
+    own default transport would get (HTTP/1.1, no connect retries); None
+    when the client must build its own (the stock one):
 
     - a proxy is configured in the environment (`HTTPS_PROXY` and the like):
       httpx honours those only for a client without a transport of ours;
     - this httpx keeps its connection pool elsewhere than `_pool`, the one
       attribute (not public) this relies on: httpx's transport does the
       request, response and exception mapping, and its pool is replaced
-      by one with the same settings and this backend.
+      by ours, with the same settings.
     """
     if any(urllib.request.getproxies().get(k) for k in ("http", "https", "all")):
         return None
@@ -335,14 +339,11 @@ def model_transport(
     if type(getattr(transport, "_pool", None)) is not httpcore.AsyncConnectionPool:
         log.warning("httpx's transport has no connection pool where expected; using its own")
         return None
-    transport._pool = httpcore.AsyncConnectionPool(
+    transport._pool = ModelPool(  # type: ignore[assignment]  # httpx calls two methods
         ssl_context=ssl_context,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
-        http1=True,
-        http2=False,
-        retries=0,
         network_backend=AsyncioBackend(),
     )
     return transport

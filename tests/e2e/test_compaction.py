@@ -455,13 +455,14 @@ def screenshot(width: int, height: int) -> str:
 async def test_screenshots_in_a_prompt_count_toward_the_threshold(
     model_server: ModelServer, tmp_path: Path, workspace: Path
 ) -> None:
-    """Five full-HD screenshots cost about 8,000 input tokens (1,600 each by
-    Anthropic's count) though their bytes are few: with a 14,000-token window
-    (threshold 8,400, budget 10,500) and about 1,500 for the system prompt,
-    the tools and a first turn, the prompt that brings them is past the
-    threshold, so the summary starts then, in the background, while the
-    request still goes (it fits); counted by their bytes they were invisible
-    and nothing was compacted until the provider refused a request."""
+    """Seven full-HD screenshots cost about 7,700 input tokens (1,105 each by
+    OpenAI's count, the API the daemon talks to here) though their bytes are
+    few: with a 14,000-token window (threshold 8,400, budget 10,500) and
+    about 1,500 for the system prompt, the tools and a first turn, the
+    prompt that brings them is past the threshold, so the summary starts
+    then, in the background, while the request still goes (it fits);
+    counted by their bytes they were invisible and nothing was compacted
+    until the provider refused a request."""
     c = await new_client(model_server, tmp_path, 14_000, supportsImages=True)
     try:
         sid = await c.new_session(workspace)
@@ -469,10 +470,10 @@ async def test_screenshots_in_a_prompt_count_toward_the_threshold(
         # (The set-up's arithmetic: the images alone take the count past the
         # threshold, and not past the budget.)
         tokens = updates(c, sid, "usage")[-1]["contextTokens"]
-        assert threshold(14_000) < tokens + 5 * 1600 < 14_000 - 14_000 // 4 - 200
+        assert threshold(14_000) < tokens + 7 * 1105 < 14_000 - 14_000 // 4 - 200
         image = screenshot(1920, 1080)
         content = [{"type": "text", "text": "What do these screenshots show?"}] + [
-            {"type": "image", "data": image, "mimeType": "image/png"} for _ in range(5)
+            {"type": "image", "data": image, "mimeType": "image/png"} for _ in range(7)
         ]
         result = await c.request("agent/prompt", {"sessionId": sid, "prompt": content})
         assert result["stopReason"] == "end_turn"
@@ -487,5 +488,45 @@ async def test_screenshots_in_a_prompt_count_toward_the_threshold(
         # Nobody waited for it (a wait is reported `started`): the request fit.
         assert [u["status"] for u in updates(c, sid, "compaction")] == []
         assert any("screenshots" in request_text(r) for r in main_requests(model_server))
+    finally:
+        await c.lsp.shutdown_session()
+
+
+@pytest.mark.parametrize(("provider", "billed"), [("openai", 1105), ("anthropic", 1600)])
+async def test_the_meter_counts_a_screenshot_as_the_server_bills_it(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, provider: str, billed: int
+) -> None:
+    """The meter's figure for a prompt with a full-HD screenshot, before its
+    request is sent, is what the model server then bills for that request
+    (which bills the image as the API it emulates does: 1105 tokens by
+    OpenAI's tiles, 1600 by Anthropic's pixels). The figure is read from the
+    request's `max_tokens`: with a known window the daemon asks for the
+    window less its estimate with a 5 % margin."""
+    window = 9_000
+    init: dict[str, Any] = {"provider": provider, "supportsImages": True}
+    if provider == "anthropic":
+        init["baseUrl"] = model_server.base_url
+    c = await new_client(model_server, tmp_path, window, **init)
+    try:
+        sid = await c.new_session(workspace)
+        # The first answer anchors the count and calibrates the text's share.
+        assert (await c.prompt(sid, "Hello."))["stopReason"] == "end_turn"
+        content = [
+            {"type": "text", "text": "What does this screenshot show?"},
+            {"type": "image", "data": screenshot(1920, 1080), "mimeType": "image/png"},
+        ]
+        result = await c.request("agent/prompt", {"sessionId": sid, "prompt": content})
+        assert result["stopReason"] == "end_turn"
+        request = main_requests(model_server)[-1]
+        body = request["body"]
+        room = body.get("max_completion_tokens") or body["max_tokens"]
+        estimate = (window - room) / 1.05
+        charged = request["cache"]["input"]  # the server's count, as its usage reports it
+        before = main_requests(model_server)[-2]["cache"]["input"]
+        assert billed < charged - before < billed + 100  # the image, and a few lines of text
+        # Within a few tokens (about 30 here: the JSON around the image and
+        # the text parts, which the meter's bytes leave out); counting the
+        # image by the other API's formula is off by about 500.
+        assert abs(charged - estimate) < 80, (charged, estimate)
     finally:
         await c.lsp.shutdown_session()

@@ -47,7 +47,7 @@ def reference_split(history: list[Message], keep_tokens: int, cal: Calibration) 
     if not starts:
         return 0
     sizes = [message_bytes(m) for m in history]
-    images = [message_image_tokens(m) for m in history]
+    images = [message_image_tokens(m, "anthropic") for m in history]
     tail = tail_images = 0
     split = len(history)
     for start in reversed(starts):
@@ -74,7 +74,7 @@ def reference_clearing(
     kept: set[int] = set()
     used = 0
     for i in reversed(steps):
-        cost = cal.tokens(message_bytes(history[i])) + message_image_tokens(history[i])
+        cost = cal.tokens(message_bytes(history[i])) + message_image_tokens(history[i], "anthropic")
         if kept and (len(kept) >= keep_results or used + cost > keep_tokens):
             break
         kept.add(i)

@@ -7,11 +7,14 @@ has read, never by sleeps; no test asserts a duration.
 from __future__ import annotations
 
 import asyncio
+import base64
 import codecs
 import json
 import re
 import signal
+import struct
 import sys
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -1114,3 +1117,66 @@ async def test_compact_requests_get_the_stand_in_summary(
         json.loads(resp.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
         == {}
     )
+
+
+# --- images billed by their pixels --------------------------------------------------------------
+
+
+def _png_b64(width: int, height: int, padding: int) -> str:
+    """A PNG header of that size and `padding` bytes after it: the server reads
+    only the header, and the padding makes the base64 long, as a photo's is."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    body = b"IHDR" + header
+    png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + body + struct.pack(">I", zlib.crc32(body))
+    return base64.b64encode(png + b"\x07" * padding).decode()
+
+
+def _with_image(api: str, data: str, detail: str | None = None) -> dict[str, Any]:
+    if api == "openai":
+        image: dict[str, Any] = {"url": f"data:image/png;base64,{data}"}
+        if detail is not None:
+            image["detail"] = detail
+        part: dict[str, Any] = {"type": "image_url", "image_url": image}
+        text = {"type": "text", "text": "look"}
+        return openai_body(max_tokens=16) | {
+            "messages": [{"role": "user", "content": [text, part]}]
+        }
+    source = {"type": "base64", "media_type": "image/png", "data": data}
+    content = [{"type": "text", "text": "look"}, {"type": "image", "source": source}]
+    return anthropic_body(max_tokens=16) | {"messages": [{"role": "user", "content": content}]}
+
+
+def _without_image(api: str) -> dict[str, Any]:
+    content = [{"type": "text", "text": "look"}]
+    make = openai_body if api == "openai" else anthropic_body
+    return make(max_tokens=16) | {"messages": [{"role": "user", "content": content}]}
+
+
+async def _input_tokens(client: httpx.AsyncClient, api: str, body: dict[str, Any]) -> int:
+    path = "/v1/chat/completions" if api == "openai" else "/v1/messages"
+    resp = await client.post(path, json=body)
+    assert resp.status_code == 200, resp.text
+    usage = resp.json()["usage"]
+    return int(usage["prompt_tokens"] if api == "openai" else usage["input_tokens"])
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("api", "detail", "billed"),
+    [("openai", None, 1105), ("openai", "low", 85), ("anthropic", None, 1600)],
+)
+async def test_an_image_is_billed_by_its_pixels_as_the_api_counts_them(
+    server: ModelServer, client: httpx.AsyncClient, api: str, detail: str | None, billed: int
+) -> None:
+    """A 1920x1080 screenshot whose base64 is 100 KB (25,000 tokens as text):
+    OpenAI bills 1105 (6 tiles; 85 at low detail), Anthropic 1600, in the
+    usage and in the count a context window refuses by."""
+    data = _png_b64(1920, 1080, 75_000)
+    assert len(data) > 100_000
+    plain = await _input_tokens(client, api, _without_image(api))
+    with_image = await _input_tokens(client, api, _with_image(api, data, detail))
+    # The image part's own JSON (its type, the data URL's head) is text.
+    assert billed <= with_image - plain <= billed + 30
+    # The window's count too: 4,000 tokens hold the screenshot.
+    server.set_context_window(4_000)
+    assert await _input_tokens(client, api, _with_image(api, data, detail)) == with_image

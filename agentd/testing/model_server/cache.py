@@ -20,7 +20,8 @@ The prefix at every breakpoint is stored; what lies between the read prefix
 and the last breakpoint is reported as written, the rest as plain input.
 
 Tokens are estimated as characters / 4 of each segment's JSON (the server's
-estimate everywhere), a prefix's count from its cumulative characters.
+estimate everywhere), an image's base64 counted as its API bills the image
+(`images`), a prefix's count from its cumulative characters.
 Entries live `ttl` seconds from their last use (five minutes, the APIs'
 default), and prefixes under `min_tokens` are not cached (1,024, the
 minimum of most models of both APIs).
@@ -35,6 +36,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from agentd.testing.model_server.images import image_chars
 
 MIN_TOKENS = 1024
 TTL = 300.0
@@ -103,12 +106,16 @@ class PromptCache:
 
     def openai(self, body: dict[str, Any]) -> CacheUse:
         segments: list[str] = []
+        extra: list[int] = []  # characters each segment's images add (`images`)
         tools = body.get("tools")
         if tools:
             segments.append(_segment(tools))
-        segments += [_segment(m) for m in body.get("messages") or ()]
+            extra.append(0)
+        for message in body.get("messages") or ():
+            segments.append(_segment(message))
+            extra.append(image_chars(message, "openai", segments[-1]))
         model = str(body.get("model", ""))
-        chain, chars = _chain(segments)
+        chain, chars = _chain(segments, extra)
         total = max(1, chars[-1] // 4)
         if not self.enabled:
             return CacheUse(total)
@@ -126,6 +133,7 @@ class PromptCache:
     def anthropic(self, body: dict[str, Any]) -> CacheUse:
         """Raises TooManyBreakpoints as the API refuses more than four."""
         segments: list[str] = []
+        extra: list[int] = []  # characters each segment's images add (`images`)
         marks: list[int] = []  # prefix lengths (in segments) ending at a breakpoint
 
         def add(obj: Any, role: Any = None) -> None:
@@ -133,6 +141,7 @@ class PromptCache:
             if role is not None and isinstance(plain, dict):
                 plain = {"role": role, **plain}  # the same block from the other side differs
             segments.append(_segment(plain))
+            extra.append(image_chars(plain, "anthropic", segments[-1]))
             if marked:
                 marks.append(len(segments))
 
@@ -157,7 +166,7 @@ class PromptCache:
                 f"Found {len(marks)}."
             )
         model = str(body.get("model", ""))
-        chain, chars = _chain(segments)
+        chain, chars = _chain(segments, extra)
         total = max(1, chars[-1] // 4)
         if not self.enabled or not marks:
             return CacheUse(total)
@@ -197,11 +206,12 @@ class PromptCache:
             self._entries.popitem(last=False)
 
 
-def _chain(segments: list[str]) -> tuple[list[bytes], list[int]]:
-    """Hashes and cumulative characters of each prefix: index i covers segments[:i]."""
+def _chain(segments: list[str], extra: list[int]) -> tuple[list[bytes], list[int]]:
+    """Hashes and cumulative characters of each prefix (`extra` added to
+    each segment's length): index i covers segments[:i]."""
     chain = [b""]
     chars = [0]
-    for seg in segments:
+    for seg, more in zip(segments, extra, strict=True):
         chain.append(hashlib.sha256(chain[-1] + seg.encode()).digest())
-        chars.append(chars[-1] + len(seg))
+        chars.append(chars[-1] + len(seg) + more)
     return chain, chars

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentd.testing.model_server.images import image_chars
+
 Api = Literal["openai", "anthropic"]
 JSONDict = dict[str, Any]
 
@@ -203,7 +205,8 @@ class RequestView:
 
     @property
     def input_tokens(self) -> int:
-        """The server's count of the request's input: a quarter of its JSON."""
+        """The server's count of the request's input: a quarter of its JSON,
+        its images billed by their pixels (`images`)."""
         return max(1, self.input_chars // 4)
 
 
@@ -316,9 +319,16 @@ def _openai_view(body: JSONDict) -> RequestView:
         forced_tool=forced,
         last_user_text=last_user,
         tool_result=tool_result,
-        input_chars=len(json.dumps(messages)) + len(json.dumps(body.get("tools", []))),
+        input_chars=_billed_chars(messages, "openai") + len(json.dumps(body.get("tools", []))),
         max_tokens=_int(body.get("max_tokens") or body.get("max_completion_tokens")),
     )
+
+
+def _billed_chars(messages: list[JSONDict], api: Api) -> int:
+    """The characters of the messages' JSON, each image's counted as its
+    API bills it (`images.image_chars`)."""
+    text = json.dumps(messages)
+    return len(text) + image_chars(messages, api, text)
 
 
 def _int(value: Any) -> int:
@@ -362,7 +372,7 @@ def _anthropic_view(body: JSONDict) -> RequestView:
         forced_tool=forced,
         last_user_text=last_user,
         tool_result=tool_result,
-        input_chars=len(json.dumps(messages))
+        input_chars=_billed_chars(messages, "anthropic")
         + len(json.dumps(system))
         + len(json.dumps(body.get("tools", []))),
         max_tokens=_int(body.get("max_tokens")),

@@ -19,7 +19,8 @@ code path a real provider uses. It speaks:
 A context window (`context_window`, `--context-window`, the control
 endpoint; none by default) makes the server count each request's input
 tokens as a real API would (here: a quarter of the characters of its
-messages, system prompt and tools as JSON, the same count its `usage`
+messages, system prompt and tools as JSON, each image billed by its pixels
+as the API emulated counts them (`images`), the same count its `usage`
 reports) and refuse one that does not fit, before any reply is chosen, the
 way each API does: OpenAI-style 400 `context_length_exceeded` ("This
 model's maximum context length is W tokens. However, you requested T tokens

@@ -544,6 +544,54 @@ test('an edit question the daemon withdraws (its prompt cancelled elsewhere) has
   check(stop:match('^end_turn'), 'stop: %s', stop)
 end)
 
+test('a confirm hook is told when its question is withdrawn (by a cancel here or in the daemon), and a late yes applies nothing', function()
+  local sid = state().session_id
+  local withdrawals = {
+    here = function()
+      agentd.cancel()
+    end,
+    daemon = function()
+      client():notify('agent/cancel', { sessionId = sid })
+    end,
+  }
+  for _, how in ipairs({ 'here', 'daemon' }) do
+    approvals.edit_file = nil
+    local answer, closed = nil, 0
+    -- A hook with its own question (a window, say): it returns what closes it.
+    agentd.config.confirm = function(_, _, _, cb)
+      answer = cb
+      return function()
+        closed = closed + 1
+      end
+    end
+    local ok, err = pcall(function()
+      local edit = ('!tool edit_file {"path": "a.txt", "old_text": "x", "new_text": "hook-%s"}'):format(how)
+      check(agentd.ask(edit) ~= nil, 'ask refused')
+      local function last_turn()
+        return chat.content():match('.*## You\n(.*)$') or ''
+      end
+      wait_for('the question', function()
+        return answer ~= nil and contains(last_turn(), '`a.txt` · editor — awaiting approval')
+      end)
+      check(closed == 0, 'closed before it was withdrawn')
+      withdrawals[how]()
+      wait_for('the call cancelled', function()
+        return contains(last_turn(), '- tool **edit_file** `a.txt` · editor — cancelled')
+      end)
+      wait_turn()
+    end)
+    approvals.edit_file = true
+    agentd.config.confirm = nil
+    check(ok, tostring(err))
+    check(closed == 1, '%s: the close function was called %d times', how, closed)
+    answer(true) -- the user answers the withdrawn question, late
+    check(vim.deep_equal(a_lines(), { 'hello x' }), '%s: the withdrawn edit was applied: %s', how, vim.inspect(a_lines()))
+    check(closed == 1, '%s: closed again by the late answer', how)
+  end
+  local stop = ask_and_wait('after the hook questions were withdrawn')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+end)
+
 test('read_file answers from the unsaved buffer', function()
   local buf = chat.find(root .. '/a.txt')
   api.nvim_buf_set_lines(buf, 0, -1, false, { 'unsaved text' })
@@ -604,13 +652,55 @@ test('write_file creates a buffer (approved through the confirm hook); run_comma
   check(contains(text, '`echo hi-from-sh; exit 3` · editor — completed (exit code 3)'), 'run_command line')
 end)
 
-test('cancel kills a running command and the session goes on', function()
-  check(agentd.ask('!tool run_command {"command": "sleep 30"}') ~= nil, 'ask refused')
+--- Whether process `pid` runs: a zombie (dead, not yet reaped by its
+--- parent, which for an orphan is init) does not.
+local function alive(pid)
+  if uv.kill(pid, 0) ~= 0 then
+    return false
+  end
+  if not uv.fs_stat('/proc/self/stat') then
+    return true -- no /proc: kill's answer is all there is
+  end
+  local f = io.open(('/proc/%d/stat'):format(pid), 'r')
+  if not f then
+    return false
+  end
+  local stat = f:read('*a') or ''
+  f:close()
+  return stat:match('^%d+ %b() (%a)') ~= 'Z'
+end
+
+--- Ask for a run_command whose shell starts a child in the background and
+--- waits for it, and wait until it runs. Returns the pids of the shell and
+--- of the child: killing the shell alone would leave the child running.
+local function start_command(tag)
+  local pids = ('%s/pids-%s'):format(tmp, tag)
+  local command = ('sleep 60 & echo $$ $! > %s; wait'):format(pids)
+  check(agentd.ask('!tool run_command ' .. vim.json.encode({ command = command })) ~= nil, 'ask refused')
+  local sh, child
   wait_for('the command to run', function()
-    return contains(chat.content(), '`sleep 30` · editor — running')
+    if vim.fn.filereadable(pids) == 1 then
+      sh, child = (vim.fn.readfile(pids)[1] or ''):match('^(%d+) (%d+)$')
+    end
+    return sh ~= nil and contains(chat.content(), ' · editor — running')
   end)
+  sh, child = tonumber(sh), tonumber(child)
+  check(alive(sh) and alive(child), 'the command is not running')
+  return sh, child
+end
+
+--- Wait until the shell and its child are gone (SIGTERM to their group).
+local function wait_killed(sh, child)
+  wait_for('the command and its child to be killed', function()
+    return not alive(sh) and not alive(child)
+  end)
+end
+
+test('cancel kills a running command, with the processes it started, and the session goes on', function()
+  local sh, child = start_command('cancel')
   agentd.cancel()
-  check(contains(chat.content(), '`sleep 30` · editor — cancelled'), 'tool line not cancelled')
+  check(contains(chat.content(), ' · editor — cancelled'), 'tool line not cancelled')
+  wait_killed(sh, child)
   local stop = ask_and_wait('still here')
   check(stop:match('^end_turn'), 'stop: %s', stop)
   -- The model server's default responder currently answers this prompt with
@@ -619,6 +709,37 @@ test('cancel kills a running command and the session goes on', function()
   -- only an answer of some kind is required here.
   local answer = chat.content():match('## You\n\nstill here\n\n## agentd\n\n(.-)\n\n_end_turn')
   check(answer and answer ~= '', 'no answer after the cancel')
+end)
+
+test('a running command the daemon withdraws is killed, with the processes it started', function()
+  local sid = state().session_id
+  local sh, child = start_command('withdrawn')
+  -- agent/cancel, as another panel of the same daemon would send it: the
+  -- daemon withdraws the call (tool_call_update cancelled), then the prompt.
+  client():notify('agent/cancel', { sessionId = sid })
+  wait_for('the call withdrawn', function()
+    local last = chat.content():match('.*## You\n(.*)$') or ''
+    return contains(last, ' · editor — cancelled')
+  end)
+  wait_killed(sh, child)
+  check(wait_turn() == 'cancelled', 'stop: %s', tostring(state().last_stop))
+  local stop = ask_and_wait('after the withdrawn command')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+end)
+
+test('a command over command_timeout is stopped with the processes it started, and reported timed out', function()
+  local pids = tmp .. '/pids-timeout'
+  local command = ('sleep 60 & echo $$ $! > %s; wait'):format(pids)
+  -- Long enough for the shell to write its pids first on a loaded machine.
+  agentd.config.command_timeout = 3000
+  local ok, err = pcall(ask_and_wait, '!tool run_command ' .. vim.json.encode({ command = command }))
+  agentd.config.command_timeout = 120000
+  check(ok, tostring(err)) -- (the child holds the output pipe: no result while it runs)
+  local sh, child = (vim.fn.readfile(pids)[1] or ''):match('^(%d+) (%d+)$')
+  check(sh and child, 'no pids')
+  wait_killed(tonumber(sh), tonumber(child))
+  local text = chat.content()
+  check(contains(text, '[timed out after 3000 ms, killed by signal 15]'), 'no timeout in the result')
 end)
 
 test('memory delivery is shown in the chat', function()

@@ -25,7 +25,9 @@ local defaults = {
   -- or a function(name, args) returning true, false or nil (nil: ask).
   auto_approve = {},
   -- function(name, args, question, callback(yes)) replacing the default
-  -- vim.ui.select Yes/No question.
+  -- vim.ui.select Yes/No question. It may return a function that takes its
+  -- question back (closes its window): called once if the call is withdrawn
+  -- (the prompt cancelled, here or in the daemon) before the callback.
   confirm = nil,
   -- Write a buffer to disk after edit_file/write_file changed it. Off by
   -- default: the change stays in the buffer, to review and undo, until :w.
@@ -58,8 +60,7 @@ end
 ---@class agentd.Turn
 ---@field prompt string|table
 ---@field r table chat render state
----@field calls table<string, table> tool calls by id
----@field procs vim.SystemObj[] commands to kill on cancel
+---@field calls table<string, table> tool calls by id (a cancel withdraws them: their commands are killed)
 ---@field request_id integer?
 ---@field client_id integer?
 ---@field cancelled boolean?
@@ -458,9 +459,6 @@ local function run_client_tool(p, turn, c, sid, call, args)
     cancelled = function()
       return turn.cancelled == true or p.turn ~= turn
     end,
-    on_process = function(proc)
-      table.insert(turn.procs, proc)
-    end,
     -- The session's mode runs this call without asking (an edit in auto-edit).
     auto_approved = call.auto_approve,
   }
@@ -816,7 +814,7 @@ function M.ask(prompt, opts)
   end
   local shown = type(prompt) == 'string' and prompt or vim.json.encode(prompt)
   ---@type agentd.Turn
-  local turn = { prompt = prompt, r = chat.begin_turn(shown), calls = {}, procs = {}, started = vim.uv.now() }
+  local turn = { prompt = prompt, r = chat.begin_turn(shown), calls = {}, started = vim.uv.now() }
   p.turn = turn
   local function go()
     if p.turn ~= turn or turn.cancelled then
@@ -869,9 +867,8 @@ function M.cancel(opts)
   end
   turn.cancelled = true
   p.turn = nil
-  for _, proc in ipairs(turn.procs) do
-    pcall(proc.kill, proc, 15)
-  end
+  -- Withdrawn: a question taken back, a running command killed with its
+  -- process group (tools.run).
   for _, call in pairs(turn.calls) do
     withdraw(call)
     if not call.final then
@@ -1187,7 +1184,7 @@ function M.load_session(session_id, opts, cb)
       chat.open(M.config.chat_position)
     end
     chat.clear(header(p) .. ' · session ' .. ((opts or {}).title or session_id))
-    local replay = { replay = true, session_id = session_id, calls = {}, procs = {} }
+    local replay = { replay = true, session_id = session_id, calls = {} }
     p.replay = replay
     by_session[session_id] = p
     c:request('agent/loadSession', { sessionId = session_id, workspaceRoot = p.root }, function(e, res)

@@ -19,11 +19,37 @@ M.needs_approval = { edit_file = true, write_file = true, run_command = true }
 ---@field root string project root (absolute)
 ---@field config table the plugin's options
 ---@field cancelled fun(): boolean true once the turn was cancelled
----@field on_process fun(proc: vim.SystemObj) registers a process to kill on cancel
 ---@field auto_approved boolean? the session's mode runs this call without asking (`autoApprove`)
+---@field on_process fun(proc: vim.SystemObj)? set by M.run: the command its handler started
+
+--- How long a command being stopped (withdrawn, or past command_timeout)
+--- has to exit after SIGTERM before its process group gets SIGKILL (ms).
+M.KILL_GRACE = 3000
 
 local function fail(msg)
   error({ agentd = msg }, 0)
+end
+
+--- Stop a command that run_command started: SIGTERM to its whole process
+--- group (it leads one, see run_command), so that what the shell started
+--- (a pipeline, a job in the background, a test runner's workers) stops
+--- too, then SIGKILL to what is left of the group after M.KILL_GRACE.
+---@param proc vim.SystemObj
+function M.kill(proc)
+  local function signal(sig)
+    -- A negative pid is the group; the process alone if the group cannot
+    -- be signalled (a `shell` that made a group of its own, say).
+    if not (proc.pid and uv.kill(-proc.pid, sig) == 0) then
+      pcall(proc.kill, proc, sig)
+    end
+  end
+  signal('sigterm')
+  vim.defer_fn(function()
+    -- kill(-pgid, 0) answers whether any process of the group is left.
+    if proc.pid and uv.kill(-proc.pid, 0) == 0 then
+      signal('sigkill')
+    end
+  end, M.KILL_GRACE)
 end
 
 --- The real path of `path`, or of its nearest existing ancestor with the
@@ -268,12 +294,17 @@ function handlers.run_command(ctx, args, done)
   end
   -- A POSIX shell by default, whatever 'shell' is: models write sh syntax.
   local argv = vim.list_extend(vim.deepcopy(ctx.config.shell or { 'sh', '-c' }), { args.command })
+  local exited, timed_out = false, false
   local ok, proc = pcall(vim.system, argv, {
     cwd = cwd,
     text = true,
-    timeout = ctx.config.command_timeout,
     stdin = false,
+    -- Its own session and process group (setsid), which M.kill stops whole:
+    -- killing the shell alone would leave what it started running. Without
+    -- a controlling terminal, it cannot read from or draw on Neovim's.
+    detach = true,
   }, function(res)
+    exited = true
     vim.schedule(function()
       local parts = {}
       if res.stdout and res.stdout ~= '' then
@@ -284,14 +315,14 @@ function handlers.run_command(ctx, args, done)
       end
       local output = table.concat(parts, parts[1] and not parts[1]:match('\n$') and '\n' or '')
       local status
-      local killed = res.signal and res.signal ~= 0
-      if killed then
+      local killed = (res.signal and res.signal ~= 0) or timed_out
+      if res.signal and res.signal ~= 0 then
         status = ('killed by signal %d'):format(res.signal)
-        if res.code == 124 then
-          status = ('timed out after %d ms, %s'):format(ctx.config.command_timeout, status)
-        end
       else
         status = ('exit code %d'):format(res.code)
+      end
+      if timed_out then
+        status = ('timed out after %d ms, %s'):format(ctx.config.command_timeout, status)
       end
       local text = ('$ %s\n%s%s[%s]'):format(args.command, output, output ~= '' and not output:match('\n$') and '\n' or '', status)
       -- A non-zero exit is an answer (a failing test run is what the model
@@ -302,7 +333,21 @@ function handlers.run_command(ctx, args, done)
   if not ok then
     fail('could not start the command: ' .. tostring(proc))
   end
-  ctx.on_process(proc)
+  -- The time limit is ours, not vim.system's `timeout` (which signals the
+  -- shell alone): the whole group is stopped, and what a shell that exited
+  -- left running in the background (holding the output pipes, so that no
+  -- result would come) goes too.
+  if ctx.config.command_timeout then
+    vim.defer_fn(function()
+      if not exited then
+        timed_out = true
+        M.kill(proc)
+      end
+    end, ctx.config.command_timeout)
+  end
+  if ctx.on_process then
+    ctx.on_process(proc)
+  end
 end
 
 --- Short text for the chat line of a call.
@@ -396,7 +441,9 @@ function M.verdict(config, name, args)
 end
 
 --- Ask whether a call may run; cb(yes) gets the answer. Returns a function
---- that closes the question's picker (nil when none was opened).
+--- that takes the question back (nil when there is none to take back): it
+--- closes the built-in question's picker, or is what the user's `confirm`
+--- hook returned.
 local function approve(ctx, name, args, cb)
   if not M.needs_approval[name] then
     return cb(true)
@@ -412,10 +459,21 @@ local function approve(ctx, name, args, cb)
   end
   local q = question(ctx, name, args)
   if type(ctx.config.confirm) == 'function' then
-    ctx.config.confirm(name, args, q, function(yes)
+    -- A hook may return a function that takes its question back (closes its
+    -- window): called once if the call is withdrawn before it answers. A
+    -- hook that returns nothing still works; its late answer is ignored.
+    local close = ctx.config.confirm(name, args, q, function(yes)
       cb(yes and true or false)
     end)
-    return nil
+    if type(close) ~= 'function' then
+      return nil
+    end
+    return function()
+      local ok, err = pcall(close)
+      if not ok then
+        vim.notify("agentd: the confirm hook's close function failed: " .. tostring(err), vim.log.levels.WARN)
+      end
+    end
   end
   return picker.select_closable({ 'Yes', 'No' }, { prompt = q }, function(choice)
     cb(choice == 'Yes')
@@ -427,8 +485,10 @@ end
 --- on the way ('awaiting approval', 'running') go to `progress(status)`.
 --- Returns a function that withdraws the call (the prompt was cancelled or
 --- the daemon gave up on the call): it is reported `cancelled` at once, an
---- approval still open has its picker closed and runs nothing when answered
---- late, and a tool still running has its result dropped.
+--- approval still open is taken back (its picker closed, or the `confirm`
+--- hook's close function called) and runs nothing when answered late, a
+--- command still running is killed with its process group (M.kill), and a
+--- tool still running has its result dropped.
 ---@param ctx agentd.ToolCtx
 ---@return fun() withdraw
 function M.run(ctx, name, args, progress, report)
@@ -456,13 +516,24 @@ function M.run(ctx, name, args, progress, report)
     end
   end
   local answered, close_question = false, nil
+  local running -- the command the handler started, until it exits
   local function withdraw()
     finish('cancelled', 'The call was withdrawn.', true)
     if close_question then
       close_question()
       close_question = nil
     end
+    if running then
+      M.kill(running)
+      running = nil
+    end
   end
+  -- The handler's own context: it says which command it started.
+  local call_ctx = setmetatable({
+    on_process = function(proc)
+      running = proc
+    end,
+  }, { __index = ctx })
   if M.needs_approval[name] then
     progress('awaiting approval')
   end
@@ -480,7 +551,8 @@ function M.run(ctx, name, args, progress, report)
       end
       progress('running')
       guarded(function()
-        handler(ctx, args, function(text, is_error, note)
+        handler(call_ctx, args, function(text, is_error, note)
+          running = nil -- exited: nothing left to kill
           if ctx.cancelled() then
             return finish('cancelled', 'The prompt was cancelled.', true)
           end
