@@ -566,8 +566,10 @@ async def test_the_bytes_sent_at_every_step_are_those_encoded_afresh(
         try:
             for step in range(8):
                 if step == 3:
+                    # At an assistant message: a split that parted a call from
+                    # its result would leave a result the APIs refuse.
                     record = CompactionRecord(
-                        20, "summary", {}, {}, CompactionReport("done", "manual")
+                        21, "summary", {}, {}, CompactionReport("done", "manual")
                     )
                     history[:] = apply_compaction(history, [], record)[0]
                 if step == 5:
