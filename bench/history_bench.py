@@ -101,7 +101,12 @@ def history(n: int) -> list[Message]:
         out.append(Message("assistant", [TextPart(f"Reading module {step}."), ToolCallPart(call)]))
         body = f"def handler_{step}(request):\n    return request.payload  # line\n" * 30
         out.append(Message("user", [ToolResultPart(call.id, body[:2048])]))
-    return out[:n]
+    out = out[:n]
+    if out[-1].tool_calls:
+        # A call without its result is refused by the APIs (and the model
+        # server): the history ends with the step's text alone.
+        out[-1] = Message("assistant", [TextPart(f"Reading module {step}.")])
+    return out
 
 
 def write_transcript(ws: Path, home: Path, n: int) -> str:
