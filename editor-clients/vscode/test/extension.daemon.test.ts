@@ -7,11 +7,12 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
 import { AgentController, explain } from '../src/protocol/controller';
 import { ClientToolRunner } from '../src/tools/clientTools';
-import { activate } from '../src/vscode/extension';
+import { activate, commandTimeoutMs } from '../src/vscode/extension';
 import { DaemonManager, NOT_FOUND_MESSAGE, type DaemonState } from '../src/vscode/daemon';
 import { tmpDir } from './helpers/agentd';
 import { FakeDaemon, RpcError, fakeFactory } from './helpers/fakeDaemon';
 import { FakeWorkspace } from './helpers/fakeWorkspace';
+import { gone, pidsFrom } from './helpers/processes';
 import { CancellationSource } from '../src/protocol/connection';
 import { __mock, chat, commands, LogLevel, Uri, window, workspace } from './mocks/vscode';
 import { TRACE_CHANNEL, TraceChannel } from '../src/vscode/trace';
@@ -444,6 +445,30 @@ describe('activation and the chat view', () => {
     for (const id of ['agentd.acceptEdit', 'agentd.rejectEdit', 'agentd.acceptAllEdits']) expect(__mock.commandRegistry.has(id), id).toBe(true);
   });
 
+  it('deactivation stops a command still running, with the child it started, and sends no result', async () => {
+    let pidsFile = '';
+    const { made, receive, flat, context } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 'r1', name: 'run_command', arguments: { command: `sleep 60 & echo $$ $! > ${pidsFile}; wait` }, executor: 'client' },
+        });
+        return new Promise(() => {}); // the daemon waits for the tool result
+      });
+    });
+    pidsFile = path.join(workspace.workspaceFolders![0].uri.fsPath, 'pids');
+    window.showWarningMessage.mockImplementationOnce(async (...args: unknown[]) => (args.slice(2) as { title: string }[])[0]); // Allow once
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'run it' });
+    // (No shell integration in the mock: the command runs as a child process once the wait for it ends.)
+    const [sh, child] = await pidsFrom(pidsFile);
+    expect(flat().some((e) => e.type === 'toolState' && e.state === 'running')).toBe(true);
+    // What VS Code does on deactivation (a window closed or reloaded).
+    for (const s of context.subscriptions) await s.dispose();
+    await gone([sh, child]);
+    expect(made[0].sent.filter((m) => m.method === 'agent/toolResult')).toEqual([]);
+  });
+
   it('a denied edit ends its card as "denied", live and in a replay', async () => {
     const { made, receive, flat, root } = await activated((d) => {
       d.handlers.set('agent/prompt', (p) => {
@@ -844,6 +869,18 @@ describe('activation and the chat view', () => {
     receive({ type: 'prompt', text: 'x', images: [{ mimeType: 'image/png', data: 'not base64!' }] });
     await new Promise((r) => setImmediate(r));
     expect(made[0].requests.length).toBe(before);
+  });
+});
+
+describe('agentd.commandTimeout', () => {
+  it('is read in seconds as each command starts; 0, a negative number or a non-number is no limit', () => {
+    expect(commandTimeoutMs()).toBe(0); // the default
+    for (const [value, ms] of [[2.5, 2500], [0, 0], [-1, 0], ['60', 0]] as const) {
+      __mock.configuration.set('agentd.commandTimeout', value);
+      expect(commandTimeoutMs(), String(value)).toBe(ms);
+    }
+    const pkg = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../package.json'), 'utf8'));
+    expect(pkg.contributes.configuration.properties['agentd.commandTimeout']).toMatchObject({ type: 'number', default: 0 });
   });
 });
 

@@ -12,6 +12,7 @@ import { EditReviews, PROPOSAL_SCHEME } from '../src/vscode/review';
 import { TerminalCommandRunner } from '../src/vscode/terminal';
 import { ALLOW_ONCE, ALLOW_SESSION_COMMANDS, ALLOW_SESSION_EDITS, DENY, VscodeWorkspace } from '../src/vscode/workspace';
 import { tmpDir } from './helpers/agentd';
+import { alive, gone, groupGone, pidsFrom } from './helpers/processes';
 import { __mock, Uri, window, workspace, type MockTerminal } from './mocks/vscode';
 
 let root: string;
@@ -425,5 +426,110 @@ describe('the session mode (autoApprove on the tool call)', () => {
     const cmd = await run({ ...call('run_command', { command: 'true' }), autoApprove: true });
     expect(cmd).toMatchObject({ content: DENIED_COMMAND, isError: true, denied: true });
     expect(window.showWarningMessage).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('stopping a running command stops what it started', () => {
+  // The shell starts a child in the background and waits for it: killing
+  // the shell alone would leave the child running.
+  const BACKGROUND = (pids: string) => `sleep 60 & echo $$ $! > ${pids}; wait`;
+  let spawned: number[];
+  const commandRunner = (options: ConstructorParameters<typeof TerminalCommandRunner>[1] = {}) => {
+    const terminals = new TerminalCommandRunner(0, { onSpawn: (pid) => spawned.push(pid), ...options });
+    runner = new ClientToolRunner(new VscodeWorkspace(reviews, terminals), { workspaceRoot: () => root, editApproval: () => editApproval });
+    return terminals;
+  };
+  beforeEach(() => {
+    spawned = [];
+  });
+
+  it('a withdrawn call (Stop, or the daemon cancelling it) kills the shell and its background child', async () => {
+    commandRunner();
+    const pids = path.join(root, 'pids');
+    answer(ALLOW_ONCE);
+    const ac = new AbortController();
+    const pending = run(call('run_command', { command: BACKGROUND(pids) }), ac.signal);
+    const [sh, child] = await pidsFrom(pids);
+    expect(spawned).toEqual([sh]); // the shell leads the group that is signalled
+    expect(alive(sh) && alive(child)).toBe(true);
+    ac.abort();
+    const res = await pending;
+    expect(res.content).toMatch(/\[killed by SIGTERM \(cancelled\)\]$/);
+    await gone([sh, child]);
+    await groupGone(sh);
+  });
+
+  it('a shell that already exited, leaving a child holding its output: the cancel still kills the child and the call ends', async () => {
+    commandRunner();
+    const pids = path.join(root, 'pids');
+    answer(ALLOW_ONCE);
+    const ac = new AbortController();
+    // The child keeps the output pipe open: no result until it is gone.
+    const pending = run(call('run_command', { command: `sleep 60 & echo $$ $! > ${pids}` }), ac.signal);
+    const [sh, child] = await pidsFrom(pids);
+    await gone([sh]);
+    expect(alive(child)).toBe(true);
+    ac.abort();
+    expect((await pending).content).toMatch(/\[killed by SIGTERM \(cancelled\)\]$/);
+    await gone([child]);
+  });
+
+  it('what ignores SIGTERM gets SIGKILL after the grace', async () => {
+    commandRunner({ killGraceMs: 200 });
+    const pids = path.join(root, 'pids');
+    answer(ALLOW_ONCE);
+    const ac = new AbortController();
+    // An ignored signal stays ignored in the child the shell starts.
+    const pending = run(call('run_command', { command: `trap '' TERM; ${BACKGROUND(pids)}` }), ac.signal);
+    const [sh, child] = await pidsFrom(pids);
+    ac.abort();
+    expect((await pending).content).toMatch(/\[killed by SIGKILL \(cancelled\)\]$/);
+    await gone([sh, child]);
+  });
+
+  it('a command past agentd.commandTimeout is stopped with what it started, and reported timed out', async () => {
+    commandRunner({ timeoutMs: () => 1500 });
+    const pids = path.join(root, 'pids');
+    answer(ALLOW_ONCE);
+    const res = await run(call('run_command', { command: BACKGROUND(pids) }));
+    expect(res.isError).toBe(true);
+    expect(res.content).toMatch(/\[timed out after 1\.5 s, killed by SIGTERM\]$/);
+    // Whether or not the shell had started its child by then, its group is empty.
+    expect(spawned).toHaveLength(1);
+    await groupGone(spawned[0]);
+    if (fs.existsSync(pids)) await gone(await pidsFrom(pids));
+  });
+
+  it('deactivation (dispose) stops the commands still running', async () => {
+    const terminals = commandRunner();
+    const pids = path.join(root, 'pids');
+    answer(ALLOW_ONCE);
+    const pending = run(call('run_command', { command: BACKGROUND(pids) }));
+    const [sh, child] = await pidsFrom(pids);
+    terminals.dispose();
+    expect((await pending).content).toMatch(/\[killed by SIGTERM\]$/);
+    await gone([sh, child]);
+    // A disposed runner starts nothing.
+    answer(ALLOW_ONCE);
+    expect((await run(call('run_command', { command: `touch ${path.join(root, 'late')}` }))).isError).toBe(true);
+    expect(fs.existsSync(path.join(root, 'late'))).toBe(false);
+  });
+
+  it('with shell integration, the time limit closes the terminal (its shell hangs up the command\'s job)', async () => {
+    const terminals = new TerminalCommandRunner(60_000, { timeoutMs: () => 50 });
+    runner = new ClientToolRunner(new VscodeWorkspace(reviews, terminals), { workspaceRoot: () => root, editApproval: () => editApproval });
+    const execution = {
+      async *read() {
+        yield 'started\r\n';
+        await new Promise(() => {}); // runs until stopped
+      },
+    };
+    answer(ALLOW_ONCE);
+    const pending = run(call('run_command', { command: 'make serve' }));
+    await vi.waitFor(() => expect(__mock.terminals).toHaveLength(1));
+    __mock.terminalEvents.integration.fire({ terminal: __mock.terminals[0], shellIntegration: { executeCommand: () => execution } });
+    const res = await pending;
+    expect(__mock.terminals[0].disposed).toBe(true);
+    expect(res).toEqual({ content: 'started\n[timed out after 0.05 s, killed by SIGHUP]', isError: true });
   });
 });

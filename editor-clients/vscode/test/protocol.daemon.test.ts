@@ -13,6 +13,7 @@ import { ErrorCodes } from '../src/protocol/types';
 import { ClientToolRunner, DENIED_COMMAND } from '../src/tools/clientTools';
 import { AGENTD_BIN, startDaemon, startModelServer, tmpDir, type Daemon, type ModelServer } from './helpers/agentd';
 import { FakeWorkspace } from './helpers/fakeWorkspace';
+import { alive, gone, pidsFrom } from './helpers/processes';
 import { recording, type WireEvent } from './helpers/recorder';
 
 let model: ModelServer;
@@ -177,6 +178,24 @@ describe('cancel', () => {
     await h.controller.toolsIdle();
     expect(toolResults(h.wire)).toEqual([]); // the withdrawn call gets no result
     expect(fs.readFileSync(path.join(h.root, 'a.txt'), 'utf8')).toBe('one two\n');
+    expect((await h.controller.prompt('next')).outcome).toBe('completed');
+  });
+
+  it('a running command the daemon withdraws (agent/cancel from another panel) is killed with its background child, and gets no result', async () => {
+    h.ws.answers = ['once'];
+    const pidsFile = path.join(h.root, 'pids');
+    const command = `sleep 60 & echo $$ $! > ${pidsFile}; wait`;
+    const pending = h.controller.prompt(`!tool run_command ${JSON.stringify({ command })}`);
+    const [sh, child] = await pidsFrom(pidsFile);
+    expect(alive(sh) && alive(child)).toBe(true);
+    const sessionId = h.controller.currentSessionId!;
+    // Not this controller's Stop: the daemon itself withdraws the call.
+    await daemon.agent.sendNotification('agent/cancel', { sessionId });
+    await h.next((e) => e.type === 'update' && e.update.kind === 'tool_call_update' && e.update.status === 'cancelled');
+    await gone([sh, child]);
+    expect((await pending).outcome).toBe('cancelled');
+    await h.controller.toolsIdle();
+    expect(toolResults(h.wire)).toEqual([]); // the withdrawn call gets no result
     expect((await h.controller.prompt('next')).outcome).toBe('completed');
   });
 });

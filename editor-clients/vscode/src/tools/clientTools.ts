@@ -46,6 +46,8 @@ export interface CommandResult {
   exitCode: number | null;
   /** Set when the process was killed (by the cancel, or by a signal); neither set: the shell did not say. */
   signal?: string | null;
+  /** Set when the command was stopped for running past its time limit (that limit, ms). */
+  timedOutMs?: number;
 }
 
 export interface WorkspaceAdapter {
@@ -61,7 +63,7 @@ export interface WorkspaceAdapter {
   writeText(absPath: string, content: string): Promise<boolean>;
   /** Ask the user (edits: as a reviewable diff). Resolve undefined when dismissed or when `signal` aborts. */
   approve(req: ApprovalRequest, signal: AbortSignal): Promise<ApprovalChoice | undefined>;
-  /** Run a shell command in `cwd`, killed when `signal` aborts. */
+  /** Run a shell command in `cwd`, killed with what it started when `signal` aborts. */
   runCommand(command: string, cwd: string, signal: AbortSignal): Promise<CommandResult>;
 }
 
@@ -254,11 +256,13 @@ export class ClientToolRunner {
     const output = clipMiddle(res.output, this.options.maxOutputChars ?? 40_000);
     // No exit code and no signal: the shell did not say how the command ended.
     const status =
-      res.exitCode !== null
-        ? `exit code: ${res.exitCode}`
-        : !res.signal && !signal.aborted
-          ? 'exit code unknown'
-          : `killed by ${res.signal ?? 'a signal'}${signal.aborted ? ' (cancelled)' : ''}`;
+      res.timedOutMs !== undefined
+        ? `timed out after ${res.timedOutMs / 1000} s, killed by ${res.signal ?? 'a signal'}`
+        : res.exitCode !== null
+          ? `exit code: ${res.exitCode}`
+          : !res.signal && !signal.aborted
+            ? 'exit code unknown'
+            : `killed by ${res.signal ?? 'a signal'}${signal.aborted ? ' (cancelled)' : ''}`;
     return { content: `${output}${output && !output.endsWith('\n') ? '\n' : ''}[${status}]`, isError: res.exitCode !== 0 };
   }
 

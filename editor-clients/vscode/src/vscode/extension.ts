@@ -36,7 +36,10 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
   // Loaded lazily: only the real editor needs vscode-languageclient (tests pass a factory).
   const clientFactory = factory ?? (await import('./languageClient')).languageClientFactory(output, trace);
   const daemon = new DaemonManager(clientFactory, output);
-  const tools = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner()), {
+  // Disposed on deactivation: the commands still running stop, with what they started.
+  const commands = new TerminalCommandRunner(undefined, { timeoutMs: commandTimeoutMs });
+  context.subscriptions.push(commands);
+  const tools = new ClientToolRunner(new VscodeWorkspace(reviews, commands), {
     workspaceRoot,
     editApproval: () => (vscode.workspace.getConfiguration('agentd').get<string>('approval.edits') === 'always' ? 'always' : 'ask'),
   });
@@ -82,6 +85,12 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
   return { daemon, chat, controller, reviews };
 }
 
+/** agentd.commandTimeout (seconds; 0 or less: no limit) in ms. */
+export function commandTimeoutMs(): number {
+  const seconds = vscode.workspace.getConfiguration('agentd').get<number>('commandTimeout', 0);
+  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 0;
+}
+
 /**
  * agent/requestPermission for the @agentd participant, which has no tool
  * cards: a modal dialog whose buttons are the daemon's options (closing it
@@ -95,5 +104,6 @@ export async function askPermissionInDialog(title: string, options: PermissionOp
 }
 
 export function deactivate(): void {
-  // Disposables in context.subscriptions stop the daemon (shutdown + exit).
+  // Disposables in context.subscriptions stop the daemon (shutdown + exit)
+  // and the commands still running (TerminalCommandRunner.dispose).
 }

@@ -4,11 +4,18 @@
 // output; without it (another shell, integration off, a remote that lacks
 // it) the command runs as a child process shown in a pseudo-terminal, so the
 // user still watches it in the terminal panel and the model still gets the
-// output and the exit code. A cancel kills it either way.
+// output and the exit code.
+//
+// A command is stopped, with what it started, when its call is withdrawn
+// (Stop, or the daemon cancelling the prompt), when it runs past
+// agentd.commandTimeout, and when the extension is deactivated (dispose):
+// the child process's whole group gets SIGTERM, then SIGKILL after a grace
+// (commandRunner.ts); the shell-integrated terminal is closed, and its shell
+// hangs up its jobs (SIGHUP to each job's process group).
 
 import * as vscode from 'vscode';
 import type { CommandResult } from '../tools/clientTools';
-import { runShellCommand } from '../tools/commandRunner';
+import { runShellCommand, type ShellCommandOptions } from '../tools/commandRunner';
 
 const MAX_CAPTURE = 2 * 1024 * 1024;
 /** How long a new terminal may take to report shell integration before the fallback is used. */
@@ -28,10 +35,56 @@ function terminalName(command: string): string {
   return `agentd: ${first.length > 40 ? `${first.slice(0, 39)}…` : first}`;
 }
 
-export class TerminalCommandRunner {
-  constructor(private readonly waitMs = SHELL_INTEGRATION_WAIT_MS) {}
+export interface TerminalRunnerOptions extends Pick<ShellCommandOptions, 'killGraceMs' | 'onSpawn'> {
+  /** The time limit of one command in ms (agentd.commandTimeout), read as each starts; 0: none. */
+  timeoutMs?: () => number;
+}
 
+export class TerminalCommandRunner {
+  /** Aborted by dispose (the extension's deactivation): every command running stops. */
+  private readonly disposed = new AbortController();
+
+  constructor(
+    private readonly waitMs = SHELL_INTEGRATION_WAIT_MS,
+    private readonly options: TerminalRunnerOptions = {},
+  ) {}
+
+  /** Stops the commands still running (the extension is deactivated; the window closes or reloads). */
+  dispose(): void {
+    this.disposed.abort();
+  }
+
+  /**
+   * Runs `command`; it is stopped when `signal` aborts (the call withdrawn),
+   * when the time limit passes (the result then has `timedOutMs`), and on
+   * dispose.
+   */
   async run(command: string, cwd: string, signal: AbortSignal): Promise<CommandResult> {
+    const stop = new AbortController();
+    const onStop = (): void => stop.abort();
+    if (signal.aborted || this.disposed.signal.aborted) onStop();
+    signal.addEventListener('abort', onStop, { once: true });
+    this.disposed.signal.addEventListener('abort', onStop, { once: true });
+    const limitMs = this.options.timeoutMs?.() ?? 0;
+    let timedOut = false;
+    const timer =
+      limitMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            stop.abort();
+          }, limitMs)
+        : undefined;
+    try {
+      const res = await this.runUntil(command, cwd, stop.signal);
+      return timedOut ? { ...res, timedOutMs: limitMs } : res;
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onStop);
+      this.disposed.signal.removeEventListener('abort', onStop);
+    }
+  }
+
+  private async runUntil(command: string, cwd: string, signal: AbortSignal): Promise<CommandResult> {
     if (signal.aborted) return { output: '', exitCode: null, signal: 'SIGTERM' };
     const terminal = vscode.window.createTerminal({ name: terminalName(command), cwd, isTransient: true });
     terminal.show(true);
@@ -141,7 +194,11 @@ export class TerminalCommandRunner {
     return (async () => {
       await isOpen;
       write.fire(`\x1b[2m$ ${command}\x1b[0m\r\n`);
-      const res = await runShellCommand(command, cwd, signal, (chunk) => write.fire(chunk.replace(/\r?\n/g, '\r\n')));
+      const res = await runShellCommand(command, cwd, signal, {
+        onOutput: (chunk) => write.fire(chunk.replace(/\r?\n/g, '\r\n')),
+        killGraceMs: this.options.killGraceMs,
+        onSpawn: this.options.onSpawn,
+      });
       write.fire(`\r\n\x1b[2m[${res.exitCode !== null ? `exit code ${res.exitCode}` : `killed by ${res.signal}`}]\x1b[0m\r\n`);
       write.dispose();
       close.dispose();
