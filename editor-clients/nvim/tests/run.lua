@@ -742,6 +742,46 @@ test('a command over command_timeout is stopped with the processes it started, a
   check(contains(text, '[timed out after 3000 ms, killed by signal 15]'), 'no timeout in the result')
 end)
 
+for _, how in ipairs({ 'qall', 'SIGHUP' }) do
+  test(('a command still running when Neovim exits (%s) is killed, with the processes it started'):format(how), function()
+    -- Another Neovim (tests/exit_child.lua), with a daemon of its own on the
+    -- same model server, asks for the command and quits while it runs, or
+    -- gets the hang-up of a closed terminal.
+    local child_root = tmp .. '/exitproj-' .. how
+    vim.fn.mkdir(child_root .. '/.git', 'p')
+    local pids = ('%s/pids-exit-%s'):format(tmp, how)
+    local said = ''
+    local nvim = vim.system({ vim.v.progpath, '--headless', '-u', 'NONE', '-i', 'NONE', '-n', '-l', here .. '/exit_child.lua' }, {
+      text = true,
+      stdout = function(_, data)
+        said = said .. (data or '')
+      end,
+      stderr = false,
+      env = {
+        AGENTD_BIN = AGENTD,
+        AGENTD_TEST_URL = info.url,
+        AGENTD_TEST_HOME = home,
+        AGENTD_TEST_ROOT = uv.fs_realpath(child_root),
+        AGENTD_TEST_PIDS = pids,
+        AGENTD_TEST_QUIT = how == 'qall' and 'qall' or 'wait',
+      },
+    })
+    wait_for('the other Neovim to run the command', function()
+      return contains(said, '\n')
+    end, 60000)
+    if how == 'SIGHUP' and contains(said, 'running') then
+      nvim:kill('sighup')
+    end
+    local res = nvim:wait(60000)
+    check(contains(said, 'running'), 'the other Neovim: exit %s, %s', tostring(res.code), said)
+    check(how == 'SIGHUP' or res.code == 0, 'the other Neovim: exit %s', tostring(res.code))
+    local sh, child = (vim.fn.readfile(pids)[1] or ''):match('^(%d+) (%d+)$')
+    check(sh and child, 'no pids')
+    -- Neovim has exited: what it left is gone by now, or going (bounded poll).
+    wait_killed(tonumber(sh), tonumber(child))
+  end)
+end
+
 test('memory delivery is shown in the chat', function()
   -- The folder the daemon reads: `agentd memory dir ROOT`, else memory/list.
   local dir

@@ -30,27 +30,105 @@ local function fail(msg)
   error({ agentd = msg }, 0)
 end
 
+--- How long the commands still running when Neovim exits have, after
+--- SIGTERM, to exit before SIGKILL (ms): Neovim waits that long at most.
+M.EXIT_GRACE = 1000
+
+--- The commands run_command started whose output has not ended yet (the
+--- shell, or something it left in the background, still holds the pipes).
+---@type table<vim.SystemObj, true>
+local running = {}
+
+--- Signal `proc`'s process group. A negative pid is the group; the process
+--- alone if the group cannot be signalled (a `shell` that made a group of
+--- its own, say).
+local function signal_group(proc, sig)
+  if not (proc.pid and uv.kill(-proc.pid, sig) == 0) then
+    pcall(proc.kill, proc, sig)
+  end
+end
+
+--- Whether any process of `proc`'s group is left. kill(-pgid, 0) answers
+--- that, but counts zombies (dead, not reaped yet: an orphan whose new
+--- parent, in a container, may never reap it); /proc tells them apart.
+local function group_left(proc)
+  if not (proc.pid and uv.kill(-proc.pid, 0) == 0) then
+    return false
+  end
+  local dir = uv.fs_scandir('/proc')
+  if not dir then
+    return true
+  end
+  for name in uv.fs_scandir_next, dir do
+    if name:match('^%d+$') then
+      local f = io.open('/proc/' .. name .. '/stat', 'r')
+      local stat = f and f:read('*a') or ''
+      if f then
+        f:close()
+      end
+      -- pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+      local state, pgrp = stat:match('^.*%) (%a) %-?%d+ (%d+)')
+      if state and state ~= 'Z' and tonumber(pgrp) == proc.pid then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 --- Stop a command that run_command started: SIGTERM to its whole process
 --- group (it leads one, see run_command), so that what the shell started
 --- (a pipeline, a job in the background, a test runner's workers) stops
 --- too, then SIGKILL to what is left of the group after M.KILL_GRACE.
 ---@param proc vim.SystemObj
 function M.kill(proc)
-  local function signal(sig)
-    -- A negative pid is the group; the process alone if the group cannot
-    -- be signalled (a `shell` that made a group of its own, say).
-    if not (proc.pid and uv.kill(-proc.pid, sig) == 0) then
-      pcall(proc.kill, proc, sig)
-    end
-  end
-  signal('sigterm')
+  signal_group(proc, 'sigterm')
   vim.defer_fn(function()
     -- kill(-pgid, 0) answers whether any process of the group is left.
     if proc.pid and uv.kill(-proc.pid, 0) == 0 then
-      signal('sigkill')
+      signal_group(proc, 'sigkill')
     end
   end, M.KILL_GRACE)
 end
+
+--- Stop every command still running, before Neovim exits (VimLeavePre): it
+--- runs in a session of its own, so nothing else would (no hang-up from
+--- the terminal, no timer after exit for M.kill's SIGKILL). SIGTERM to each
+--- group, up to M.EXIT_GRACE for them to go (most go at once), SIGKILL to
+--- what is left.
+function M.kill_running()
+  local procs = vim.tbl_keys(running)
+  if #procs == 0 then
+    return
+  end
+  for _, proc in ipairs(procs) do
+    signal_group(proc, 'sigterm')
+  end
+  local function any_left()
+    for _, proc in ipairs(procs) do
+      if group_left(proc) then
+        return true
+      end
+    end
+    return false
+  end
+  vim.wait(M.EXIT_GRACE, function()
+    return not any_left()
+  end, 20)
+  for _, proc in ipairs(procs) do
+    if group_left(proc) then
+      signal_group(proc, 'sigkill')
+    end
+  end
+end
+
+vim.api.nvim_create_autocmd('VimLeavePre', {
+  group = vim.api.nvim_create_augroup('agentd.commands', { clear = true }),
+  desc = 'agentd: stop the commands run_command started that still run',
+  callback = function()
+    M.kill_running()
+  end,
+})
 
 --- The real path of `path`, or of its nearest existing ancestor with the
 --- missing tail appended (a file that write_file is about to create).
@@ -295,6 +373,7 @@ function handlers.run_command(ctx, args, done)
   -- A POSIX shell by default, whatever 'shell' is: models write sh syntax.
   local argv = vim.list_extend(vim.deepcopy(ctx.config.shell or { 'sh', '-c' }), { args.command })
   local exited, timed_out = false, false
+  local started ---@type vim.SystemObj? the command, once vim.system returned
   local ok, proc = pcall(vim.system, argv, {
     cwd = cwd,
     text = true,
@@ -305,6 +384,9 @@ function handlers.run_command(ctx, args, done)
     detach = true,
   }, function(res)
     exited = true
+    if started then
+      running[started] = nil
+    end
     vim.schedule(function()
       local parts = {}
       if res.stdout and res.stdout ~= '' then
@@ -332,6 +414,10 @@ function handlers.run_command(ctx, args, done)
   end)
   if not ok then
     fail('could not start the command: ' .. tostring(proc))
+  end
+  started = proc
+  if not exited then
+    running[proc] = true -- stopped if Neovim exits first (M.kill_running)
   end
   -- The time limit is ours, not vim.system's `timeout` (which signals the
   -- shell alone): the whole group is stopped, and what a shell that exited
