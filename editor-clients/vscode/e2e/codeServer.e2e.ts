@@ -15,6 +15,7 @@ import * as readline from 'node:readline';
 import { chromium, type Browser, type Frame, type Locator, type Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AGENTD_BIN, startModelServer, stopChild, tmpDir, type ModelServer } from '../test/helpers/agentd';
+import { gone, pidsFrom } from '../test/helpers/processes';
 
 const ROOT = path.resolve(__dirname, '..');
 const VSIX = path.join(ROOT, 'dist', 'agentd-vscode.vsix');
@@ -319,6 +320,25 @@ describe('the extension in code-server', () => {
     // It ran in a terminal of its own, named after the command, in the panel.
     await page.locator('.part.panel', { hasText: 'agentd: echo check' }).waitFor();
     await shot('07-terminal');
+  });
+
+  it('Stop while a command runs in its terminal stops the command and the child it started in the background', async () => {
+    const pidsFile = path.join(workspaceDir, 'pids-stop');
+    const command = `sh -c 'sleep 600 & echo $$ $! > ${pidsFile}; wait'`;
+    await control('rule', { match: 'start the server', times: 1, reply: { toolCalls: [{ id: 'cmd2', name: 'run_command', arguments: { command } }] } });
+    const turn = await ask('start the server');
+    const dialog = page.locator('.monaco-dialog-box');
+    await dialog.waitFor({ timeout: 30_000 });
+    await dialog.locator('.monaco-button', { hasText: 'Allow once' }).click();
+    const [sh, child] = await pidsFrom(pidsFile);
+    // Which runner ran it: the user's shell (shell integration: its parent
+    // is bash) or the extension's own child process.
+    const parent = fs.readFileSync(`/proc/${fs.readFileSync(`/proc/${sh}/stat`, 'utf8').split(') ')[1].split(' ')[1]}/comm`, 'utf8').trim();
+    console.log(`run_command ran under ${parent}`);
+    await chat.locator('#btn-stop').click();
+    await ended(turn, 'cancelled');
+    await gone([sh, child]);
+    expect(await chat.locator('.tool-card[data-tool-call-id="cmd2"]').getAttribute('data-status')).toBe('cancelled');
   });
 
   it('delivers a memory that matches the prompt and lists it', async () => {
