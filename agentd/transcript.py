@@ -29,6 +29,12 @@ model again; an image whose file is gone becomes a line of text saying so.
 A folder of images whose transcript is gone (deleted by hand) is removed at
 start-up (`collect_orphan_images`).
 
+A new session's file is made ahead, empty, once its `session/new` is
+answered (`OpenFiles.prepare`), so that its first prompt only writes: an
+empty transcript is no session (no listing shows it, no load finds it),
+and it is removed when its session closes or the daemon exits, or, left by
+a killed daemon, at the next start (`collect_unused_transcripts`).
+
 `<sessionId>.meta.json` beside it holds what `session/list` shows (the title
 of the conversation since its last reset, the workspace), rewritten when the
 title changes, so that listing a thousand sessions reads a thousand small
@@ -72,12 +78,14 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import fcntl
 import hashlib
 import io
 import json
 import logging
 import os
 import shutil
+import stat
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -224,22 +232,39 @@ def collect_orphan_images(home: Path | None = None) -> int:
     """
     removed = 0
     for folder, entries, names in sessions_folders(home, follow_symlinks=False):
-        for entry in entries:
-            if not entry.name.endswith(".images"):
-                continue
-            transcript = entry.name.removesuffix(".images") + ".jsonl"
-            if transcript in names:
-                continue
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            if os.path.lexists(os.path.join(folder, transcript)):
-                continue
-            try:
-                shutil.rmtree(entry.path)
-            except OSError as exc:
-                log.warning("cannot remove orphaned images %s: %s", entry.path, exc)
-                continue
-            removed += 1
+        removed += _collect_orphans(folder, entries, names)
+    return removed
+
+
+def collect_at_start(home: Path | None = None) -> tuple[int, int]:
+    """The start-up's collection, one listing per sessions folder: the empty
+    transcripts a killed daemon left (`collect_unused_transcripts`), then the
+    orphaned images (`collect_orphan_images`); how many of each went."""
+    unused = orphans = 0
+    for folder, entries, names in sessions_folders(home, follow_symlinks=False):
+        unused += _collect_unused(folder, entries, names)
+        orphans += _collect_orphans(folder, entries, names)
+    return unused, orphans
+
+
+def _collect_orphans(folder: str, entries: list[os.DirEntry[str]], names: set[str]) -> int:
+    removed = 0
+    for entry in entries:
+        if not entry.name.endswith(".images"):
+            continue
+        transcript = entry.name.removesuffix(".images") + ".jsonl"
+        if transcript in names:
+            continue
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        if os.path.lexists(os.path.join(folder, transcript)):
+            continue
+        try:
+            shutil.rmtree(entry.path)
+        except OSError as exc:
+            log.warning("cannot remove orphaned images %s: %s", entry.path, exc)
+            continue
+        removed += 1
     return removed
 
 
@@ -339,27 +364,47 @@ class OpenFiles:
     def __init__(self, limit: int = 32) -> None:
         self.limit = max(1, limit)
         self._files: OrderedDict[Path, IO[bytes]] = OrderedDict()
-        # New sessions' files made ahead, nameless until `create` (`prepare`).
+        # New sessions' files made ahead, empty until `create` (`prepare`).
         self._spares: OrderedDict[Path, IO[bytes]] = OrderedDict()
 
     def prepare(self, path: Path) -> None:
-        """Make the file `create(path)` will create, ahead and without a name
-        (Linux's `O_TMPFILE`, in `path`'s folder): `create` then only links
-        it in. Creating a file (the inode and its open file object) took
-        about 0.1 ms of a new session's first prompt; an anonymous file left
-        unused is never seen and vanishes when closed. Nothing when the
-        folder does not exist yet (no folder is made for a session that may
-        never be prompted) or the system has no anonymous files; at most
-        `limit` kept, the oldest closed first."""
-        if not _TMPFILE or path in self._spares or path in self._files:
+        """Make the file `create(path)` will create, ahead: `create` then
+        only hands it over. Creating a file and naming it (the inode, the
+        directory entry, the open file object) took 0.1-0.15 ms of a new
+        session's first prompt, after the half second its editor idled.
+
+        The file is empty until that prompt's first line, which is what
+        keeps a session never prompted out of sight: an empty transcript is
+        no session to a listing or a load (`load` finds no header), its
+        writer's `close` (a closed session, the daemon's exit, a spare
+        pushed out past `limit`) removes it, and one a killed daemon left
+        is removed at the next start (`collect_unused_transcripts`). The
+        daemon holds an exclusive `flock` on it while it is open, so that
+        a daemon starting beside it tells a live session's file from a
+        dead daemon's. Nothing when the folder does not exist yet (no
+        folder is made for a session that may never be prompted), a file
+        has the name already, or the file system takes no `flock`."""
+        if path in self._spares or path in self._files:
             return
+        flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
         try:
-            fd = os.open(path.parent, os.O_WRONLY | os.O_APPEND | _TMPFILE | _CLOEXEC, 0o600)
+            fd = os.open(path, flags, 0o600)
         except OSError:
             return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A daemon starting meanwhile may have taken it for a dead one's
+            # between the open and the lock: then it is gone, and not used.
+            held = os.fstat(fd)
+            named = os.lstat(path)
+            if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+                raise FileNotFoundError(errno.ENOENT, "removed before it was locked", str(path))
+        except OSError:
+            _remove_unused(path, fd)
+            os.close(fd)
+            return
         while len(self._spares) >= self.limit:
-            _, oldest = self._spares.popitem(last=False)
-            oldest.close()
+            self._discard(*self._spares.popitem(last=False))
         self._spares[path] = io.FileIO(fd, "a")
 
     def get(self, path: Path) -> IO[bytes]:
@@ -376,25 +421,13 @@ class OpenFiles:
         transcript): FileExistsError if one does. Created exclusively, so
         nothing else is there to check (no symlink, FIFO or other file can
         be: the kernel refuses), which spares the `fstat` and the mode
-        changes `open_regular` makes on the prompt's path."""
+        changes `open_regular` makes on the prompt's path. A file made ahead
+        (`prepare`) is that file already."""
         if path in self._files:
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
         spare = self._spares.pop(path, None)
         if spare is not None:
-            try:
-                # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc link: how an
-                # O_TMPFILE file gets a name. A `dir_fd` makes Python call linkat
-                # (the kernel ignores it for an absolute source). It fails with
-                # EEXIST when anything, a link included, has the name.
-                fd = spare.fileno()
-                os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
-            except FileExistsError:
-                spare.close()
-                raise
-            except OSError:
-                spare.close()  # no /proc, or the folder went: made the usual way
-            else:
-                return self._keep(path, spare)
+            return self._keep(path, spare)
         flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
         fd = _in_folder(path, lambda: os.open(path, flags, 0o600))
         return self._keep(path, io.FileIO(fd, "a"))
@@ -407,13 +440,78 @@ class OpenFiles:
         return f
 
     def close(self, path: Path) -> None:
-        for files in (self._files, self._spares):
-            f = files.pop(path, None)
-            if f is not None:
-                f.close()
+        f = self._files.pop(path, None)
+        if f is not None:
+            f.close()
+        spare = self._spares.pop(path, None)
+        if spare is not None:
+            self._discard(path, spare)
+
+    @staticmethod
+    def _discard(path: Path, spare: IO[bytes]) -> None:
+        """A file made ahead and never written: removed, then closed (which
+        lets go of its lock)."""
+        try:
+            _remove_unused(path, spare.fileno())
+        finally:
+            spare.close()
 
     def __len__(self) -> int:
         return len(self._files)
+
+
+def _remove_unused(path: Path | str, fd: int) -> bool:
+    """Remove `path` if it is still the empty file open as `fd`; whether it was."""
+    try:
+        held = os.fstat(fd)
+        named = os.lstat(path)
+        if held.st_size or (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+def collect_unused_transcripts(home: Path | None = None) -> int:
+    """Remove the empty transcripts a killed daemon left: files made ahead
+    for new sessions that were never prompted (`OpenFiles.prepare`); returns
+    how many. Run once at start-up, beside `collect_orphan_images`.
+
+    Only a transcript without a meta file can be one (a prompted session's
+    meta file is written once its first request is out), so the others cost
+    no `stat`. An empty file is removed only when its `flock` can be taken:
+    a live daemon holds that lock on its sessions' files made ahead. Never
+    through a symlink; a FIFO is opened without waiting and left alone.
+    """
+    removed = 0
+    for folder, entries, names in sessions_folders(home, follow_symlinks=False):
+        removed += _collect_unused(folder, entries, names)
+    return removed
+
+
+def _collect_unused(folder: str, entries: list[os.DirEntry[str]], names: set[str]) -> int:
+    removed = 0
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".jsonl") or name.removesuffix(".jsonl") + ".meta.json" in names:
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live daemon's session, not prompted yet
+            removed += _remove_unused(entry.path, fd)
+        finally:
+            os.close(fd)
+    return removed
 
 
 class TranscriptWriter:
@@ -493,14 +591,8 @@ class TranscriptWriter:
         if self._torn and not new:
             self._pending.append(b"\n")
         if new:
-            self._header = _encode(
-                {
-                    "type": "session",
-                    "sessionId": self.session_id,
-                    "workspaceRoot": str(self.workspace_root),
-                    "createdAt": time.time(),
-                }
-            )
+            if self._header is None:
+                self._header = self._header_line()
             self._pending.append(self._header)
         if not (self._wrote_meta if self._fresh else meta_path(self.path).exists()):
             # A listing reads the transcript instead, which has the title: the
@@ -552,11 +644,24 @@ class TranscriptWriter:
             raise
         self._pending.clear()
 
+    def _header_line(self) -> bytes:
+        return _encode(
+            {
+                "type": "session",
+                "sessionId": self.session_id,
+                "workspaceRoot": str(self.workspace_root),
+                "createdAt": time.time(),
+            }
+        )
+
     def prepare(self) -> None:
-        """A new session's file made ahead (`OpenFiles.prepare`), for its first
-        line; nothing for another writer, or once a line was written."""
-        if self._fresh and not self._started:
+        """A new session's file (`OpenFiles.prepare`) and header line made
+        ahead, for its first line; nothing for another writer, or once a
+        line was written. The header says when the session was made."""
+        if self._fresh and not self._started and not self.discarded:
             self._files.prepare(self.path)
+            if self._header is None:
+                self._header = self._header_line()
 
     def _open(self) -> IO[bytes]:
         if not self._fresh:
@@ -574,7 +679,7 @@ class TranscriptWriter:
         given twice): appended to as `_start` treats an existing file, with
         no second header, and its meta file brought up to date if it has one."""
         self._fresh = False
-        if self._header in self._pending and self.path.exists():
+        if self._header in self._pending and _holds_data(self.path):
             self._pending.remove(self._header)
         if self._meta_due and meta_path(self.path).exists():
             self._meta_due = False
@@ -745,7 +850,15 @@ class TranscriptWriter:
 _APPEND = os.O_WRONLY | os.O_APPEND
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_TMPFILE = getattr(os, "O_TMPFILE", 0)
+
+
+def _holds_data(path: Path) -> bool:
+    """Whether `path` is a file with something in it (an empty one, made by
+    hand or left unused, still wants the session's header)."""
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _in_folder(path: Path, open_fd: Callable[[], int]) -> int:

@@ -160,9 +160,9 @@ class Warmup:
                 loop.call_soon_threadsafe(app.preconnect)
             # Start-up garbage collection, here in the warm-up thread: one
             # listing per project, no prompt can be answered before it is done.
-            from agentd.transcript import collect_orphan_images
+            from agentd.transcript import collect_at_start
 
-            collect_orphan_images()
+            collect_at_start()
             for module in _HTTP_BACKENDS:
                 try:
                     importlib.import_module(module)

@@ -179,9 +179,10 @@ class AgentCore:
 
     def prepare_session(self, session_id: str) -> None:
         """What a new session's first prompt would otherwise set up on its way
-        to the model request, done ahead: its transcript's file, unnamed
-        until that prompt's line (`TranscriptWriter.prepare`), its context
-        count, and an empty young generation for the collector
+        to the model request, done ahead: its transcript's file and header,
+        the file empty until that prompt's line (`TranscriptWriter.prepare`:
+        no session to a listing until then, and removed if never prompted),
+        its context count, and an empty young generation for the collector
         (`heap.collect_young`). For the front ends, once the new session's
         reply is written; a prompt that comes first does the first two itself."""
         session = self.sessions.get(session_id)

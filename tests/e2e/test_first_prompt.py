@@ -14,7 +14,7 @@ import pytest
 from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
-from agentd.transcript import meta_path, sessions_dir
+from agentd.transcript import load, meta_path, sessions_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -41,11 +41,13 @@ async def test_a_prompt_sent_the_instant_its_session_exists_is_on_disk_before_it
     model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool, earlier: bool
 ) -> None:
     """Default settings (memory on). `earlier`: another session of the project
-    was prompted first, so its sessions folder exists (the warm case); else
-    this prompt also makes the folder. The model holds its answer; once the
+    was prompted first, so its sessions folder exists (the warm case: the
+    file is made ahead, empty, once `session/new` is answered); else this
+    prompt also makes the folder. The model holds its answer; once the
     request has arrived the daemon is killed, and the transcript has the
-    session's header and the prompt, with no second header, and no meta file
-    of a session that was never prompted."""
+    session's header and the prompt, with no second header. A session that
+    was never prompted has no meta file, at most an empty transcript, which
+    the next daemon's start removes: it lists the prompted sessions only."""
     env = daemon_env(model_server.openai_base_url, tmp_path)
     d = await RawDaemon.spawn(env, acp=acp)
     try:
@@ -76,8 +78,104 @@ async def test_a_prompt_sent_the_instant_its_session_exists_is_on_disk_before_it
     assert records[0]["workspaceRoot"] == str(workspace)
     texts = [p["text"] for p in records[1]["message"]["parts"] if p["type"] == "text"]
     assert texts == ["the question the daemon must keep"]
-    assert not (folder / f"{unprompted}.jsonl").exists()
-    assert not meta_path(folder / f"{unprompted}.jsonl").exists()
+    left = folder / f"{unprompted}.jsonl"
+    assert not left.exists() or left.stat().st_size == 0
+    assert not meta_path(left).exists()
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        listed = await _listed(d, acp, workspace)
+    finally:
+        await d.close()
+    assert sid in listed and unprompted not in listed
+    assert not left.exists()
+
+
+async def _listed(d: RawDaemon, acp: bool, workspace: Path) -> list[str]:
+    """The session ids the daemon lists for `workspace` (initialising it first)."""
+    if acp:
+        d.request(90, "initialize", {"protocolVersion": 1})
+        await d.response(90)
+        d.request(91, "session/list", {"cwd": str(workspace)})
+    else:
+        await d.initialize()
+        d.request(91, "agent/listSessions", {"workspaceRoot": str(workspace)})
+    return [s["sessionId"] for s in (await d.response(91))["result"]["sessions"]]
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_session_never_prompted_is_listed_by_no_daemon_and_leaves_no_file(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """Sessions made and never prompted (their files made ahead, empty) are
+    not listed, neither by their daemon nor by a second one started beside
+    it, whose start leaves the first daemon's files alone: the first
+    daemon's prompt then goes to its file, and both list that session. A
+    closed session's file and, at a clean exit, every unprompted one's are
+    removed; nothing but the prompted session is left."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    first = await RawDaemon.spawn(env, acp=acp)
+    second: RawDaemon | None = None
+    try:
+        if acp:
+            first.request(1, "initialize", {"protocolVersion": 1})
+            await first.response(1)
+        else:
+            await first.initialize()
+        # A prompted session first, so that the sessions folder exists.
+        earlier = await _new_session(first, acp, workspace, 2)
+        _prompt(first, acp, earlier, "an earlier question", 3)
+        assert "result" in await first.response(3)
+        waiting = await _new_session(first, acp, workspace, 4)
+        closed = await _new_session(first, acp, workspace, 5)
+        never = await _new_session(first, acp, workspace, 6)
+        assert waiting not in await _listed_by(first, acp, workspace, 7)
+        second = await RawDaemon.spawn(env, acp=acp)
+        assert await _listed(second, acp, workspace) == [earlier]
+        # Made ahead, and left alone by the second daemon's start.
+        assert (folder / f"{waiting}.jsonl").exists() and (folder / f"{never}.jsonl").exists()
+        if acp:
+            first.request(8, "session/close", {"sessionId": closed})
+        else:
+            first.request(8, "agent/closeSession", {"sessionId": closed})
+        assert "result" in await first.response(8)
+        assert not (folder / f"{closed}.jsonl").exists()
+        _prompt(first, acp, waiting, "asked after the second daemon started", 9)
+        assert "result" in await first.response(9)
+        second.request(92, *_list_call(acp, workspace))
+        listed = [s["sessionId"] for s in (await second.response(92))["result"]["sessions"]]
+        assert sorted(listed) == sorted([earlier, waiting])
+        # A clean exit: stdin's end (ACP), shutdown and exit (LSP).
+        if acp:
+            assert first.proc.stdin is not None
+            first.proc.stdin.close()
+        else:
+            first.request(10, "shutdown")
+            await first.response(10)
+            first.notify("exit")
+        await first.wait_exit()
+    finally:
+        await first.close()
+        if second is not None:
+            await second.close()
+    loaded = load(folder / f"{waiting}.jsonl")
+    assert loaded is not None
+    assert loaded.history[0].text == "asked after the second daemon started"
+    assert not (folder / f"{never}.jsonl").exists()
+    assert sorted(p.name for p in folder.glob("*.jsonl")) == sorted(
+        [f"{earlier}.jsonl", f"{waiting}.jsonl"]
+    )
+
+
+def _list_call(acp: bool, workspace: Path) -> tuple[str, dict[str, Any]]:
+    if acp:
+        return "session/list", {"cwd": str(workspace)}
+    return "agent/listSessions", {"workspaceRoot": str(workspace)}
+
+
+async def _listed_by(d: RawDaemon, acp: bool, workspace: Path, msg_id: int) -> list[str]:
+    d.request(msg_id, *_list_call(acp, workspace))
+    return [s["sessionId"] for s in (await d.response(msg_id))["result"]["sessions"]]
 
 
 def _asks(entry: dict[str, Any], words: str) -> bool:

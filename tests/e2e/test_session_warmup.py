@@ -106,8 +106,8 @@ async def test_prompts_cancelled_while_the_app_is_built_are_answered_cancelled(
         await raw.close()
 
 
-# The daemon, with a start-up step after the App is built (the orphaned-images
-# collection) made to fail once the FIFO named by the first argument is
+# The daemon, with a start-up step after the App is built (the collection of
+# unused transcripts and orphaned images) made to fail once the FIFO named by the first argument is
 # opened and closed: what an import or a collection that raises would do.
 FAILING_STARTUP = """
 import sys
@@ -116,13 +116,13 @@ import agentd.transcript
 gate = sys.argv.pop(1)
 
 
-def collect_orphan_images(home=None):
+def collect_at_start(home=None):
     with open(gate, "rb") as held:
         held.read()
     raise RuntimeError("injected start-up fault")
 
 
-agentd.transcript.collect_orphan_images = collect_orphan_images
+agentd.transcript.collect_at_start = collect_at_start
 from agentd.cli import main
 
 raise SystemExit(main())

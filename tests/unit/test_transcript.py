@@ -352,12 +352,13 @@ def test_a_symlink_where_a_new_transcript_goes_is_never_followed(tmp_path: Path)
     assert w.pending == 1
 
 
-@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="no anonymous files on this system")
-def test_a_new_sessions_file_made_ahead_is_nameless_until_its_first_line(tmp_path: Path) -> None:
-    """`prepare` makes a new session's file ahead, without a name: nothing shows
-    in the folder (a session never prompted leaves no file), the first line
-    gives it its name with the header first, and an unused one vanishes at
-    close. No folder is made for it."""
+def test_a_new_sessions_file_made_ahead_is_no_session_until_its_first_line(
+    tmp_path: Path,
+) -> None:
+    """`prepare` makes a new session's file ahead, empty: no listing shows it
+    and no load finds it (a session never prompted is no session), the first
+    line writes the header first, and an unused one is removed at close, or
+    when pushed out by newer ones. No folder is made for it."""
     from agentd.transcript import OpenFiles
 
     root = tmp_path / "ws"
@@ -372,12 +373,14 @@ def test_a_new_sessions_file_made_ahead_is_nameless_until_its_first_line(tmp_pat
     unused = TranscriptWriter(folder / "s2.jsonl", "s2", root, files=files, fresh=True)
     used.prepare()
     unused.prepare()
-    assert sorted(os.listdir(folder)) == []
+    assert sorted(os.listdir(folder)) == ["s1.jsonl", "s2.jsonl"]
+    assert (folder / "s2.jsonl").stat().st_size == 0
     assert SessionCatalog(tmp_path).list(root) == []
+    assert load(folder / "s2.jsonl") is None
     used.append(msg("user", "the first question"))
-    assert sorted(os.listdir(folder)) == ["s1.jsonl"]
     records = [json.loads(line) for line in (folder / "s1.jsonl").read_text().splitlines()]
     assert [r["type"] for r in records] == ["session", "message"]
+    assert records[0]["sessionId"] == "s1"
     used.append(msg("assistant", "an answer"))
     unused.close()
     used.close()
@@ -387,14 +390,81 @@ def test_a_new_sessions_file_made_ahead_is_nameless_until_its_first_line(tmp_pat
         "the first question",
         "an answer",
     ]
-    # A file that appeared under the name meanwhile is kept, and appended to.
+    # Past the limit, the oldest file made ahead goes; its session's first
+    # line then creates the file as usual.
+    a, b, c = (
+        TranscriptWriter(folder / f"{n}.jsonl", n, root, files=files, fresh=True)
+        for n in ("a", "b", "c")
+    )
+    for w in (a, b, c):
+        w.prepare()
+    assert not (folder / "a.jsonl").exists()
+    assert (folder / "b.jsonl").exists() and (folder / "c.jsonl").exists()
+    a.append(msg("user", "pushed out, still kept"))
+    assert [r["type"] for r in map(json.loads, (folder / "a.jsonl").read_text().splitlines())] == [
+        "session",
+        "message",
+    ]
+    for w in (a, b, c):
+        w.close()
+    assert not (folder / "b.jsonl").exists() and not (folder / "c.jsonl").exists()
+    # A file that appeared under the name first is kept, and appended to.
+    (folder / "s3.jsonl").write_text('{"type":"session","sessionId":"s3"}\n')
     late = TranscriptWriter(folder / "s3.jsonl", "s3", root, files=files, fresh=True)
     late.prepare()
-    (folder / "s3.jsonl").write_text('{"type":"session","sessionId":"s3"}\n')
     late.append(msg("user", "after all"))
     late.close()
     records = [json.loads(line) for line in (folder / "s3.jsonl").read_text().splitlines()]
     assert [r["type"] for r in records] == ["session", "message"]
+    # An empty one made by hand still gets the session's header.
+    (folder / "s4.jsonl").write_bytes(b"")
+    hand = TranscriptWriter(folder / "s4.jsonl", "s4", root, files=files, fresh=True)
+    hand.append(msg("user", "into an empty file"))
+    hand.close()
+    loaded = load(folder / "s4.jsonl")
+    assert loaded is not None and [m.text for m in loaded.history] == ["into an empty file"]
+
+
+def test_the_start_up_removes_only_a_dead_daemons_unused_files(tmp_path: Path) -> None:
+    """`collect_unused_transcripts` removes an empty transcript left by a
+    daemon that died (its lock gone with it), never one a live daemon holds
+    (made ahead, locked), nor a transcript with lines, nor an empty one that
+    has a meta file, nor a FIFO or a symlink in a transcript's place."""
+    from agentd.transcript import OpenFiles, collect_unused_transcripts
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "dead.jsonl").write_bytes(b"")
+    (folder / "metad.jsonl").write_bytes(b"")
+    (folder / "metad.meta.json").write_text("{}")
+    os.mkfifo(folder / "fifo.jsonl")
+    (tmp_path / "outside.jsonl").write_bytes(b"")
+    (folder / "link.jsonl").symlink_to(tmp_path / "outside.jsonl")
+    kept = TranscriptWriter(folder / "kept.jsonl", "kept", root, fresh=True)
+    kept.append(msg("user", "a real session"))
+    kept.close()
+    files = OpenFiles()
+    live = TranscriptWriter(folder / "live.jsonl", "live", root, files=files, fresh=True)
+    live.prepare()
+    assert collect_unused_transcripts(tmp_path) == 1
+    assert sorted(os.listdir(folder)) == [
+        "fifo.jsonl",
+        "kept.jsonl",
+        "kept.meta.json",
+        "link.jsonl",
+        "live.jsonl",
+        "metad.jsonl",
+        "metad.meta.json",
+    ]
+    assert (tmp_path / "outside.jsonl").exists()
+    live.append(msg("user", "prompted after the other daemon started"))
+    live.close()
+    loaded = load(folder / "live.jsonl")
+    assert loaded is not None and [m.text for m in loaded.history] == [
+        "prompted after the other daemon started"
+    ]
 
 
 def test_a_line_is_written_whole_through_short_writes(tmp_path: Path) -> None:
