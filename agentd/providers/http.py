@@ -63,6 +63,7 @@ from agentd.errors import (
     ModelTimeout,
     describe_os_error,
 )
+from agentd.jsonenc import compact
 from agentd.messages import ToolSpec
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.body import RequestBody
@@ -436,8 +437,9 @@ class ModelHTTP:
 
 
 def json_bytes(value: Any) -> bytes:
-    """The one JSON form requests are sent in (compact, UTF-8 as is)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    """The one JSON form requests are sent in (compact, UTF-8 as is), from one
+    kept encoder (`agentd.jsonenc`)."""
+    return compact(value).encode()
 
 
 # Each tool definition's JSON, by ToolSpec object: tool sets are built once
