@@ -34,6 +34,7 @@ import errno
 import json
 import logging
 import math
+import operator
 import random
 import re
 import ssl
@@ -136,6 +137,8 @@ class ModelHTTP:
         # A request's head but its Content-Length (Host, the client's default
         # headers merged with the request's), by URL and request headers: `_request`.
         self._headers: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.Headers] = {}
+        # The client's timeouts as a request's extension (`_timeouts`).
+        self._timeout_dict: tuple[httpx.Timeout, dict[str, float | None]] | None = None
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -322,10 +325,6 @@ class ModelHTTP:
         loop = asyncio.get_running_loop()
         self._used_at = time.monotonic()
         extensions = {"trace": sent.trace} if sent is not None else None
-        if isinstance(content, RequestBody):
-            # Where httpx puts it for a `bytes` body (last), so the head is the
-            # same; stated, so that httpx does not send the chunks chunked.
-            headers = {**headers, "Content-Length": str(content.length)}
         attempt = 0
         while True:
             cause: BaseException | None = None
@@ -370,45 +369,59 @@ class ModelHTTP:
         kept by URL and headers as an `httpx.Headers`, and the body handed
         over as a stream, which httpx takes with the headers as they are
         (httpx's public `stream=` form: no Host, Content-Length or
-        Transfer-Encoding added). `build_request` took 0.2-0.3 ms of a steady
-        prompt's path, most of it that merging; a `Request` from a header list
-        still normalised each header on every request (0.18 ms after idle,
-        0.08 ms this way). A client holding cookies (a server set one) goes
+        Transfer-Encoding added); the Content-Length goes last, where httpx
+        puts it. `build_request` took 0.2-0.3 ms of a steady prompt's path,
+        most of it that merging; a `Request` from a header list still
+        normalised each header on every request (0.18 ms after idle, 0.08 ms
+        this way). The client's timeouts as a request carries them are kept
+        too (`_timeouts`). A client holding cookies (a server set one) goes
         through `build_request`, which sends them."""
-        if client.cookies:
-            return client.build_request(
-                "POST", self._parsed(url), content=content, headers=headers, extensions=extensions
-            )
         parsed = self._parsed(url)
-        key = (url, tuple((k, v) for k, v in headers.items() if k != "Content-Length"))
+        if client.cookies:
+            if isinstance(content, RequestBody):
+                # Stated, so that httpx does not send the chunks chunked.
+                headers = {**headers, "Content-Length": str(content.length)}
+            return client.build_request(
+                "POST", parsed, content=content, headers=headers, extensions=extensions
+            )
+        key = (url, tuple(headers.items()))
         base = self._headers.get(key)
         if base is None:
             # What `build_request` and `Request` do: the client's headers
             # updated by these, behind the Host header.
             both = httpx.Headers(client.headers)
-            both.update(dict(key[1]))
+            both.update(headers)
             if len(self._headers) >= 16:
                 self._headers.clear()
             base = self._headers[key] = httpx.Headers([(b"Host", parsed.netloc), *both.raw])
-        head = httpx.Headers(base)
         stream: httpx.ByteStream | _BodyStream
         if isinstance(content, RequestBody):
-            head["Content-Length"] = str(content.length)
+            length = content.length
             stream = _BodyStream(content)
         else:
-            head["Content-Length"] = str(len(content))
+            length = len(content)
             stream = httpx.ByteStream(content)
-        timeout = client.timeout.as_dict()
+        timeout = self._timeouts(client)
+        # `Request` copies the headers it is given: the kept ones stay as they are.
         request = httpx.Request(
             "POST",
             parsed,
-            headers=head,
+            headers=base,
             stream=stream,
             extensions={"timeout": timeout, **extensions} if extensions else {"timeout": timeout},
         )
+        request.headers["Content-Length"] = str(length)
         if isinstance(stream, httpx.ByteStream):
             request.read()  # `request.content`, as `Request(content=bytes)` has it
         return request
+
+    def _timeouts(self, client: httpx.AsyncClient) -> dict[str, float | None]:
+        """`client.timeout.as_dict()`, made once per `Timeout` object (httpx
+        replaces it, never changes it); only read by the transports."""
+        kept = self._timeout_dict
+        if kept is None or kept[0] is not client.timeout:
+            kept = self._timeout_dict = (client.timeout, client.timeout.as_dict())
+        return kept[1]
 
     def _parsed(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)
@@ -492,7 +505,8 @@ class HeadCache:
         hit = self._entries.get((key, tuple(map(id, refs))))
         if hit is None or len(hit[0]) != len(refs):
             return None
-        return hit[1] if all(a is b for a, b in zip(hit[0], refs, strict=True)) else None
+        # Pairs compared in C (`map`), not by a generator's frame.
+        return hit[1] if all(map(operator.is_, hit[0], refs)) else None
 
     def put(self, key: Hashable, refs: tuple[object, ...], value: Any) -> None:
         if len(self._entries) >= self.MAX:

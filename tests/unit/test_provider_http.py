@@ -821,10 +821,11 @@ async def test_a_request_is_the_one_build_request_makes() -> None:
     for purpose in ("main", "recall", "main"):
         for body in bodies:
             headers = {"Accept": "text/event-stream", "X-Agentd-Purpose": purpose}
-            if isinstance(body, RequestBody):
-                headers["Content-Length"] = str(body.length)
             ext = {"trace": lambda *a: None}
             ours = http._request(client, url, body, dict(headers), ext)
+            if isinstance(body, RequestBody):
+                # What makes httpx send a stream of known length unchunked.
+                headers["Content-Length"] = str(body.length)
             theirs = client.build_request(
                 "POST", url, content=body, headers=headers, extensions=ext
             )
@@ -836,4 +837,10 @@ async def test_a_request_is_the_one_build_request_makes() -> None:
     headers = {"Accept": "text/event-stream", "X-Agentd-Purpose": "main"}
     ours = http._request(client, url, b"{}", headers, None)
     assert ours.headers.get("Cookie") == "lb=7"
+    chunks = RequestBody([b'{"a":', b"[1]}"])
+    ours = http._request(client, url, chunks, headers, None)
+    assert ours.headers.get("Cookie") == "lb=7"
+    assert ours.headers.get("Content-Length") == str(chunks.length)
+    assert "Transfer-Encoding" not in ours.headers
+    assert await _read(ours) == b'{"a":[1]}'
     await http.aclose()
