@@ -147,12 +147,18 @@ class InstructionFiles:
         render found) are stat'ed by the names it holds, in its order, until
         one differs: the same check as `render`'s, without making its paths,
         keys and tuple again (0.05-0.07 ms of every prompt's path once the
-        process had idled)."""
+        process had idled). A file that was not there (most candidates) is
+        asked for with `access`, which answers without the exception a `stat`
+        of a missing file raises (0.9 against 2.2 us each, warm): anything
+        there now, a link included, is a change."""
         signature = self._signature
         if signature is None:
             return None
         for path, mtime, size in signature:
-            if _stat_of(path) != (mtime, size):
+            if mtime == -1:
+                if os.access(path, os.F_OK):
+                    return None
+            elif _stat_of(path) != (mtime, size):
                 return None
         return self._text
 

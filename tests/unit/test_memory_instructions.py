@@ -199,3 +199,12 @@ def test_cached_is_the_text_until_a_file_changes_and_none_after(
     assert files.cached() is None
     assert "frist" not in files.render()
     assert files.cached() is not None
+    # What appears where nothing was, a link or a link to nothing, is a change too.
+    (ws / "elsewhere.md").write_text("linked rule")
+    agents.symlink_to(ws / "elsewhere.md")
+    assert files.cached() is None
+    assert "linked rule" in files.render()
+    agents.unlink()
+    files.render()
+    (ws / "AGENTD.md").symlink_to(ws / "missing.md")
+    assert files.cached() is not None  # a dangling link reads as nothing, as render's stat
