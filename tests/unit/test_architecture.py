@@ -20,7 +20,7 @@ inside functions count as much as any other: they are dependencies too.
                         transcripts on disk; the model server and test/benchmark
                         plumbing; which models take images
     tasks, stdio, layout, paths, params, files, decode, heap, image_billing,
-    turn_ends           small shared pieces (turn_ends: where a stored prompt ended)
+    turn_ends, jsonenc  small shared pieces (turn_ends: where a stored prompt ended)
     agentd, messages, events, errors   the vocabulary: nothing of agentd imported
 
 Within a unit, modules may import each other, but not in a circle at run time.
@@ -51,6 +51,7 @@ LAYERS: list[set[str]] = [
         "agentd.heap",
         "agentd.image_billing",
         "agentd.turn_ends",
+        "agentd.jsonenc",
     },
     {"agentd.providers", "agentd.transcript", "agentd.testing", "agentd.vision"},
     {"agentd.config", "agentd.session_files"},
