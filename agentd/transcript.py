@@ -329,10 +329,19 @@ def apply_compaction(
     summarised turns go with them (a note at index `split` closed the last
     summarised prompt). The report becomes the divider: first when a summary
     replaced the start, else where the compaction happened (the end).
+
+    The tail starts at a prompt (`history_index.starts_prompt`), whose
+    message answers no call. A record written before that rule may split at
+    a prompt that also holds the results of the calls just before it (an
+    older transcript continued after a crash, its missing results folded in
+    by `turn_ends.answer_missing`): those results, whose calls the summary
+    replaced, are left out, or both APIs would refuse every later request.
     """
     split = max(0, min(record.split, len(history)))
     head = [summary_message(record.summary_text)] if record.summary_text is not None else []
     tail = [_cleared(m, record.cleared) for m in history[split:]]
+    if split and tail:
+        tail[0] = _without_results(tail[0])
     shift = len(head) - split
     kept = [(i + shift, n) for i, n in notes if split == 0 or i > split]
     new = head + tail
@@ -341,6 +350,18 @@ def apply_compaction(
     forget_prefix(new)
     divider = (0, record.report) if head else (len(new), record.report)
     return new, [divider, *kept] if head else [*kept, divider]
+
+
+def _without_results(message: Message) -> Message:
+    """`message` without its tool results, when it holds more than those (a
+    prompt's words); else `message` itself. Results alone are never the
+    start of a tail (`history_index.starts_prompt`)."""
+    if not message.tool_results:
+        return message
+    rest: list[Part] = [p for p in message.parts if not isinstance(p, ToolResultPart)]
+    if not rest:
+        return message
+    return Message(message.role, rest, interrupted=message.interrupted)
 
 
 def _cleared(message: Message, cleared: dict[str, str]) -> Message:

@@ -55,16 +55,16 @@ from agentd.agent.context import (
     Meter,
     overhead_bytes,
 )
-from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex
+from agentd.agent.history_index import STUB_MIN_BYTES, HistoryIndex, starts_prompt
 from agentd.agent.image_cost import formula_for, image_tokens
 from agentd.errors import AgentdError, ContextOverflow, ModelError
 from agentd.events import CompactionReport, CompactionTrigger, Emit, MemoryDelivered, Note
 from agentd.image_billing import Formula
-from agentd.messages import Message, ReminderPart, ToolCall, ToolSpec, user_text
+from agentd.messages import Message, ToolCall, ToolSpec, user_text
 from agentd.providers.base import ModelProvider, ModelRequest, ReportsContextWindow, ToolCallReady
 from agentd.tasks import Supervisor
 from agentd.transcript import CompactionRecord, apply_compaction
-from agentd.turn_ends import SUMMARY_SOURCE
+from agentd.turn_ends import is_summary
 
 if TYPE_CHECKING:
     from agentd.agent.session import Session
@@ -150,14 +150,11 @@ Commit = Callable[["Session", CompactionRecord, list[Message], list[tuple[int, N
 # --- planning (pure) --------------------------------------------------------------------
 
 
-def is_summary(message: Message) -> bool:
-    return any(isinstance(p, ReminderPart) and p.source == SUMMARY_SOURCE for p in message.parts)
-
-
 def prompt_starts(history: list[Message]) -> list[int]:
-    """Indices of the messages that start a prompt turn (a user's text): the
-    only places a verbatim tail may begin, so no tool call loses its result."""
-    return [i for i, m in enumerate(history) if m.role == "user" and m.text]
+    """Indices of the messages that start a prompt turn (`starts_prompt`):
+    the only places a verbatim tail may begin, so no tool call is parted
+    from its result."""
+    return [i for i, m in enumerate(history) if starts_prompt(m)]
 
 
 def choose_split(

@@ -35,6 +35,17 @@ from agentd.messages import Message
 STUB_MIN_BYTES = 400
 
 
+def starts_prompt(message: Message) -> bool:
+    """Whether a verbatim tail may begin at `message`: a user's words that
+    answer no tool call. A tail that began at a message holding results
+    would keep them after their calls were summarised away, and both APIs
+    refuse a result without its call on every later request. Such a message
+    holds a prompt's words only in an older transcript continued after a
+    crash (`turn_ends.answer_missing` folds the missing results into it);
+    the split then falls at an earlier prompt, with the calls."""
+    return message.role == "user" and not message.tool_results and bool(message.text)
+
+
 def worth_clearing(message: Message) -> bool:
     """A tool step holding output that a stub would shorten: long text, or
     an image (an MCP tool's), which the stub drops however short the text."""
@@ -56,7 +67,7 @@ class HistoryIndex:
         # images[i]: the estimated tokens of the images in history[:i]
         # (`image_cost`), which the bytes leave out.
         self.images: list[int] = [0]
-        # Indices of the messages that start a prompt turn (a user's text).
+        # Indices of the messages that start a prompt turn (`starts_prompt`).
         self.starts: list[int] = []
         # Indices of the messages that hold tool results.
         self.steps: list[int] = []
@@ -118,12 +129,13 @@ class HistoryIndex:
         self._messages.append(message)
         self.cum.append(self.cum[-1] + message_bytes(message))
         self.images.append(self.images[-1] + message_image_tokens(message, self.formula))
-        if message.role == "user" and message.text:
-            self.starts.append(i)
-        if message.tool_results:
+        results = message.tool_results
+        if results:
             self.steps.append(i)
             if worth_clearing(message):
                 self.clearable.append(i)
+        elif message.role == "user" and message.text:
+            self.starts.append(i)  # `starts_prompt`, with the results read once
 
     def latest_start_with_tail(self, enough: Callable[[int, int], bool]) -> int | None:
         """The latest prompt start whose tail (it and everything after it:

@@ -16,8 +16,8 @@ from agentd.agent.compaction import (
     CompactionOptions,
     Compactor,
     choose_split,
-    is_summary,
     plan_clearing,
+    prompt_starts,
     stub,
 )
 from agentd.agent.context import Calibration, ContextWindow, message_bytes
@@ -35,15 +35,24 @@ from agentd.messages import (
     ToolResultPart,
     user_text,
 )
+from agentd.providers.anthropic import to_anthropic_messages
 from agentd.providers.base import ModelRequest
+from agentd.providers.openai import to_chat_messages
 from agentd.tasks import Supervisor
+from agentd.testing.model_server.checks import ModelRules, Signer, check_anthropic, check_openai
+from agentd.testing.model_server.replies import BadRequest
 from agentd.transcript import CompactionRecord, apply_compaction
+from agentd.turn_ends import INTERRUPTED_RESULT, is_summary
 
 # --- the whole-history readings the index replaces (as they were before it) ------------------
 
 
 def reference_split(history: list[Message], keep_tokens: int, cal: Calibration) -> int:
-    starts = [i for i, m in enumerate(history) if m.role == "user" and m.text]
+    # A prompt's words that answer no call: a message with results (an older
+    # transcript's prompt after a crash) would keep them without their calls.
+    starts = [
+        i for i, m in enumerate(history) if m.role == "user" and m.text and not m.tool_results
+    ]
     if not starts:
         return 0
     sizes = [message_bytes(m) for m in history]
@@ -112,17 +121,24 @@ def _step(rng: random.Random, history: list[Message], n: int) -> list[Message]:
         history[-1].parts.append(ReminderPart("memo " * rng.randrange(1, 200), "memory"))
     elif what < 0.65:
         history.append(Message("assistant", []))  # a step cancelled before any output
-    elif what < 0.75 and history:
+    elif what < 0.7:
+        # An older transcript's prompt after a crash: the call's missing
+        # result folded into the next prompt's message (`answer_missing`).
+        call = ToolCall(f"c{n}", "run_command", {"command": "make"})
+        history.append(Message("assistant", [ToolCallPart(call)]))
+        result = ToolResultPart(call.id, INTERRUPTED_RESULT, True)
+        history.append(Message("user", [result, TextPart(f"go on {n} " + "g" * 500)]))
+    elif what < 0.78 and history:
         # Compaction's clearing: new messages for the cleared results, in place.
         cleared = reference_clearing(history, 2, 500, Calibration())
         record = CompactionRecord(0, None, None, cleared, CompactionReport("done", "manual"))
         history[:] = apply_compaction(history, [], record)[0]
-    elif what < 0.8 and len(history) > 4:
+    elif what < 0.82 and len(history) > 4:
         # A summary of the head, committed in place.
         split = rng.randrange(1, len(history) - 1)
         record = CompactionRecord(split, "summary", {}, {}, CompactionReport("done", "manual"))
         history[:] = apply_compaction(history, [], record)[0]
-    elif what < 0.85:
+    elif what < 0.87:
         # A reload (or a reset): another list, with equal or other messages.
         history = [Message(m.role, list(m.parts), m.interrupted) for m in history]
         if rng.random() < 0.5:
@@ -279,3 +295,86 @@ def test_bringing_the_index_up_to_date_copies_only_the_new_messages() -> None:
     history[5] = Message("user", [ToolResultPart("c1", "cleared")])
     index.sync(history)
     assert _fields(index) == _fields(HistoryIndex.of(list(history)))
+
+
+# --- a prompt that holds tool results is no split point -------------------------------------
+
+
+def _older_cut_history() -> list[Message]:
+    """An older transcript continued after a crash, as `load` reads it: the
+    call the crash left unanswered got its interrupted result in the next
+    prompt's message (`turn_ends.answer_missing`), which holds most of the
+    history's bytes."""
+    call = ToolCall("a", "run_command", {"command": "make test"})
+    return [
+        user_text("first"),
+        Message("assistant", [TextPart("Hello.")]),
+        user_text("fix it"),
+        Message("assistant", [ToolCallPart(call)]),
+        Message(
+            "user",
+            [ToolResultPart("a", INTERRUPTED_RESULT, True), TextPart("go on " + "g" * 8000)],
+        ),
+        Message("assistant", [TextPart("Done.")]),
+    ]
+
+
+def _valid_for_both_apis(history: list[Message]) -> None:
+    """Raises the model server's BadRequest, in each API's words, if a call
+    and its result are parted (as OpenAI and Anthropic refuse them)."""
+    check_openai({"model": "test-model", "messages": to_chat_messages("", history)}, ModelRules())
+    check_anthropic({"messages": to_anthropic_messages(history)}, Signer())
+
+
+def test_a_prompt_that_holds_tool_results_is_no_split_point() -> None:
+    cal = Calibration()
+    history = _older_cut_history()
+    _valid_for_both_apis(history)
+    assert prompt_starts(history) == [0, 2]
+    index = HistoryIndex.of(history)
+    assert index.starts == [0, 2]
+    # The smallest tail that holds the merged prompt starts at the prompt
+    # of the call it answers: call and result stay together.
+    split = choose_split(history, 0, cal, index)
+    assert split == 2
+    report = CompactionReport("done", "manual")
+    compacted, _ = apply_compaction(history, [], CompactionRecord(split, "S", {}, {}, report))
+    assert [m.role for m in compacted] == ["user", "user", "assistant", "user", "assistant"]
+    assert compacted[3].tool_results[0].tool_call_id == "a"
+    _valid_for_both_apis(compacted)
+
+
+def test_an_incremental_index_skips_a_prompt_that_holds_tool_results() -> None:
+    history = _older_cut_history()
+    index = HistoryIndex()
+    for n in range(1, len(history) + 1):
+        growing = history[:n]
+        index.sync(growing)
+        assert index.starts == [i for i in (0, 2) if i < n]
+        if n == 5:
+            # A reminder attached in place to the merged prompt while it is
+            # the newest message (a delivery point) leaves it no start.
+            growing[-1].parts.append(ReminderPart("memo", "memory"))
+            index.sync(growing)
+            assert index.starts == [0, 2]
+    history.append(user_text("and the tests?"))
+    index.sync(history)
+    assert index.starts == [0, 2, 6]
+    assert _fields(index) == _fields(HistoryIndex.of(history))
+
+
+def test_a_summary_recorded_at_a_prompt_that_holds_results_leaves_them_out() -> None:
+    """A compaction record written before the rule (its split at the merged
+    prompt): the results whose calls the summary replaced are left out, the
+    prompt's words kept, so the history is valid again."""
+    history = _older_cut_history()
+    report = CompactionReport("done", "manual")
+    compacted, _ = apply_compaction(history, [], CompactionRecord(4, "S", {}, {}, report))
+    assert [m.role for m in compacted] == ["user", "user", "assistant"]
+    assert compacted[1].tool_results == []
+    assert compacted[1].text == history[4].text
+    assert history[4].tool_results  # the original is untouched
+    _valid_for_both_apis(compacted)
+    # Without the fix the same tail is refused: the check can fail.
+    with pytest.raises(BadRequest, match="tool"):
+        _valid_for_both_apis([compacted[0], history[4], history[5]])
