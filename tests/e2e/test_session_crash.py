@@ -1,20 +1,25 @@
 """A session whose daemon was killed mid-turn loads and goes on (LSP): the real
 daemon killed with SIGKILL while a client tool call waits on the editor, a new
 daemon loads the session and is prompted, against the bundled model server,
-which refuses tool calls without results as the real APIs do."""
+which refuses tool calls without results as the real APIs do. An older
+transcript (a cut session prompted again before cut prompts were closed)
+loads and compacts without parting a call from its result."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentd.events import CompactionReport
+from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, user_text
 from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
-from agentd.transcript import sessions_dir
+from agentd.transcript import CompactionRecord, TranscriptWriter, sessions_dir
 from tests.e2e.test_providers import anthropic_env
 from tests.lsp_client import AgentdClient, start_client
 
@@ -224,3 +229,82 @@ async def test_a_transcript_torn_mid_line_loads_and_the_next_line_is_kept(
         assert said == ["first", "second"]
     finally:
         await c3.lsp.shutdown_session()
+
+
+def older_cut_transcript(path: Path, sid: str, workspace: Path, split: int = 0) -> str:
+    """A transcript written before cut prompts were closed: a prompt whose
+    call a crash left unanswered, then the next prompt right after the call
+    (which `load` answers in that prompt's message), holding most of the
+    history's bytes; with `split`, then a compaction there. The call's id."""
+    call = ToolCall("call_cut", "run_command", {"command": "make test"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = TranscriptWriter(path, sid, workspace)
+    for message in [
+        user_text("first question"),
+        Message("assistant", [TextPart("Hello.")]),
+        user_text("fix it"),
+        Message("assistant", [ToolCallPart(call)]),
+        user_text("go on " + "g" * 8000),
+        Message("assistant", [TextPart("Done.")]),
+    ]:
+        w.append(message)
+    if split:
+        report = CompactionReport("done", "manual", 2000, 100, summarized=split, summary="S")
+        w.compaction(CompactionRecord(split, "the story so far", None, {}, report))
+    w.close()
+    return call.id
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_older_cut_transcript_compacts_with_its_calls_and_results_together(
+    api: str, model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The prompt whose message also holds the interrupted result is no
+    place for the verbatim tail to start (it would keep the result of a call
+    the summary replaced, and the API would refuse every later request): the
+    tail starts at the prompt that made the call."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    if api == "anthropic":
+        env = anthropic_env(model_server, tmp_path)
+    sid = uuid.uuid4().hex
+    call_id = older_cut_transcript(transcript(tmp_path, workspace, sid), sid, workspace)
+    c = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c.request("agent/loadSession", {"sessionId": sid})
+        report = await c.request("agent/compact", {"sessionId": sid})
+        result = await c.prompt(sid, "and now?")
+        assert result["stopReason"] == "end_turn", result
+        assert report["status"] == "done", report
+        assert report["summarized"] == 2  # "first question" and its answer
+        assert c.text(sid).endswith("Echo: and now?")
+        sent = json.dumps(model_server.requests("main")[-1]["body"]["messages"])
+    finally:
+        await c.lsp.shutdown_session()
+    # The call and its interrupted result both went verbatim, after the summary.
+    # (The summary names the summarised request; its message is gone.)
+    assert '"first question"' not in sent and '"fix it"' in sent
+    assert sent.count(call_id) == 2 and INTERRUPTED in sent
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_older_compaction_at_a_prompt_that_holds_results_loads_valid(
+    api: str, model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """A compaction recorded before that rule, its tail starting at the
+    prompt that `load` gives the interrupted result: the result, whose call
+    the summary replaced, is left out, and the session goes on."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    if api == "anthropic":
+        env = anthropic_env(model_server, tmp_path)
+    sid = uuid.uuid4().hex
+    call_id = older_cut_transcript(transcript(tmp_path, workspace, sid), sid, workspace, 4)
+    c = await start_client(env, CLIENT_TOOLS)
+    try:
+        await c.request("agent/loadSession", {"sessionId": sid})
+        result = await c.prompt(sid, "and now?")
+        assert result["stopReason"] == "end_turn", result
+        sent = json.dumps(model_server.requests("main")[-1]["body"]["messages"])
+    finally:
+        await c.lsp.shutdown_session()
+    assert "the story so far" in sent and '"go on ' in sent
+    assert call_id not in sent and INTERRUPTED not in sent
