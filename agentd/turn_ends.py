@@ -25,7 +25,9 @@ looks cut from here, and a line written into its transcript would cut it.
 cut session prompted again holds a call that a later message does not
 answer. The missing results are added to that message, not as a message of
 their own, so the history loads valid and keeps the indexes the live session
-had (a later compaction's split counts them).
+had (a later compaction's split counts them). A prompt's message that holds
+results so is no place for a compaction's verbatim tail to start
+(`agent.history_index.starts_prompt`).
 """
 
 from __future__ import annotations
