@@ -19,14 +19,24 @@ from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-
 from typing import Any
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-# The arguments `JSONEncoder.iterencode` gives it: markers (None: no circular
-# check), default, the string encoder, indent, separators, sort_keys,
-# skipkeys, allow_nan.
-_C_ENCODER = (
-    c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, True)
-    if c_make_encoder is not None
-    else None
-)
+# `str` for what JSON cannot hold: what the wire writers want, where a stray
+# Path in a reply must not lose it.
+_STR_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _c_encoder(encoder: json.JSONEncoder) -> Any:
+    # The arguments `JSONEncoder.iterencode` gives it: markers (None: no
+    # circular check), default, the string encoder, indent, separators,
+    # sort_keys, skipkeys, allow_nan.
+    if c_make_encoder is None:
+        return None
+    return c_make_encoder(
+        None, encoder.default, encode_basestring, None, ":", ",", False, False, True
+    )
+
+
+_C_ENCODER = _c_encoder(_ENCODER)
+_C_STR_ENCODER = _c_encoder(_STR_ENCODER)
 
 
 def compact(value: Any) -> str:
@@ -35,3 +45,18 @@ def compact(value: Any) -> str:
     if _C_ENCODER is None:
         return _ENCODER.encode(value)
     return "".join(_C_ENCODER(value, 0))
+
+
+def compact_utf8(value: Any, *, stringify: bool = False) -> bytes:
+    """`compact(value)` as UTF-8 bytes, for what goes to a pipe or a file. A
+    lone surrogate (a file name the disk gave us) cannot be UTF-8: then the
+    whole value is written ASCII-escaped (`\\udxxx`), still JSON and still
+    UTF-8, so the message or line is never lost to it. `stringify`: a value
+    JSON cannot hold is written as its `str()` instead of raising."""
+    encoder, c_encoder = (_STR_ENCODER, _C_STR_ENCODER) if stringify else (_ENCODER, _C_ENCODER)
+    text = encoder.encode(value) if c_encoder is None else "".join(c_encoder(value, 0))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        default = str if stringify else None
+        return json.dumps(value, separators=(",", ":"), default=default).encode()

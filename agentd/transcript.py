@@ -103,7 +103,7 @@ from agentd.events import (
     UsageReport,
 )
 from agentd.files import open_regular
-from agentd.jsonenc import compact
+from agentd.jsonenc import compact_utf8
 from agentd.layout import agentd_home, project_slug
 from agentd.messages import (
     ImagePart,
@@ -898,14 +898,10 @@ def _in_folder(path: Path, open_fd: Callable[[], int]) -> int:
 def _encode(record: dict[str, Any]) -> bytes:
     # One kept encoder for every line (`agentd.jsonenc`): `json.dumps` with
     # options makes new ones on each call, a part of the prompt line's 0.04
-    # ms to encode once the process had idled.
-    text = compact(record) + "\n"
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate that got past the core's boundaries: escaped, the
-        # line is still valid JSON and UTF-8 (a record is never lost to it).
-        return (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
+    # ms to encode once the process had idled. A lone surrogate that got past
+    # the core's boundaries is escaped: the line is still valid JSON and
+    # UTF-8 (a record is never lost to it).
+    return compact_utf8(record) + b"\n"
 
 
 # Message lines are written by `TranscriptWriter.append` with this prefix, so a

@@ -19,13 +19,13 @@ Errors, one class with the code it maps to:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agentd.decode import Undecodable, decode_body
 from agentd.errors import INTERNAL_ERROR, INVALID_REQUEST, bounded_error
+from agentd.jsonenc import compact_utf8
 from agentd.stdio import ReadFn
 
 log = logging.getLogger("agentd.acp")
@@ -106,14 +106,9 @@ class Connection:
     def send(self, message: dict[str, Any]) -> None:
         if self.closed:
             return
-        # `default=str`: a stray Path (or other non-JSON value) must not lose a reply.
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
-        try:
-            raw = data.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (a file name the disk gave us): escaped, still JSON.
-            raw = json.dumps(message, separators=(",", ":"), default=str).encode()
-        self._write(raw + b"\n")
+        # `stringify`: a stray Path (or other non-JSON value) must not lose a
+        # reply; a lone surrogate (a file name the disk gave us) is escaped.
+        self._write(compact_utf8(message, stringify=True) + b"\n")
 
     def notify(self, method: str, params: Any) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -32,6 +31,7 @@ from pygls.protocol import (
 )
 
 from agentd.errors import INVALID_PARAMS, INVALID_REQUEST, SERVER_NOT_INITIALIZED, bounded_error
+from agentd.jsonenc import compact_utf8
 
 log = logging.getLogger(__name__)
 
@@ -198,12 +198,7 @@ class AgentdProtocol(LanguageServerProtocol):
         if isinstance(error, dict):
             # Short, whatever raised it: an exception may carry a request's body.
             payload = {**payload, "error": bounded_error(error)}
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-        try:
-            body = text.encode()
-        except UnicodeEncodeError:
-            # A lone surrogate (a file name the disk gave us): escaped, still JSON.
-            body = json.dumps(payload, separators=(",", ":")).encode()
+        body = compact_utf8(payload)  # a lone surrogate escaped, still JSON
         self.writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
 
     def notify(self, method: str, params: Any | None = None) -> None:

@@ -5,13 +5,14 @@ are compared by their bytes: a provider's prompt cache keys on them)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.jsonenc import compact
+from agentd.jsonenc import compact, compact_utf8
 
 _SCALARS = (
     st.none()
@@ -43,3 +44,25 @@ def test_compact_keeps_dumps_key_and_tuple_handling_and_refuses_what_json_cannot
         compact({"a": object()})
     with pytest.raises(TypeError):
         compact({("a",): 1})
+
+
+@given(_JSON)
+def test_compact_utf8_is_utf8_json_of_the_same_value(value: Any) -> None:
+    data = compact_utf8(value)
+    data.decode("utf-8")  # always UTF-8, lone surrogates included (then escaped)
+    try:
+        expected = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        expected = json.dumps(value, separators=(",", ":")).encode()
+    assert data == expected
+
+
+def test_compact_utf8_stringifies_only_when_asked() -> None:
+    assert compact_utf8({"p": Path("/x"), "s": "\udc80é"}, stringify=True) == (
+        b'{"p":"/x","s":"\\udc80\\u00e9"}'
+    )
+    assert (
+        compact_utf8({"p": Path("/x"), "s": "é"}, stringify=True) == '{"p":"/x","s":"é"}'.encode()
+    )
+    with pytest.raises(TypeError):
+        compact_utf8({"p": Path("/x")})
