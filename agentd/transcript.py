@@ -116,7 +116,13 @@ from agentd.messages import (
     message_from_json,
     message_to_json,
 )
-from agentd.turn_ends import SUMMARY_SOURCE, answer_missing, finished_length, is_prompt
+from agentd.turn_ends import (
+    SUMMARY_SOURCE,
+    answer_missing,
+    finished_length,
+    holds_prompt,
+    results_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -1111,8 +1117,8 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
                 message = answer_missing(history[-1], message)
             history.append(message)
             total = int(record.get("offset", total)) + 1
-            if message.role == "user" and message.text:
-                turns += 1
+            if holds_prompt(message):
+                turns += 1  # as a live session counts them (an image alone too)
             if not title and message.role == "user":
                 first = title_of([message])
                 title = "" if first == EMPTY_TITLE else first
@@ -1201,10 +1207,16 @@ class ForkBase:
         that have no results."""
         history = loaded.history
         cut = finished_length(history, loaded.notes)
-        dropped = sum(1 for m in history[cut:] if is_prompt(m))
+        kept = history[:cut]
+        if cut < len(history) and history[cut].tool_results:
+            # An older transcript's prompt that holds the results of the turn
+            # before it (`turn_ends.holds_prompt`): they finish that turn,
+            # which is kept whole; the prompt's words go with its turn.
+            kept.append(results_of(history[cut]))
+        dropped = sum(1 for m in history[cut:] if holds_prompt(m))
         return cls(
             source_id,
-            history[:cut],
+            kept,
             [(i, n) for i, n in loaded.notes if i <= cut],
             loaded.plan,
             loaded.summary,

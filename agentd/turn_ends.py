@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.events import Note, PromptEnded
-from agentd.messages import Message, ReminderPart, ToolCall, ToolResultPart
+from agentd.messages import ImagePart, Message, ReminderPart, TextPart, ToolCall, ToolResultPart
 
 # The `ReminderPart.source` of the message that holds a compaction's summary.
 SUMMARY_SOURCE = "compaction"
@@ -80,6 +80,26 @@ def is_prompt(message: Message) -> bool:
     )
 
 
+def holds_prompt(message: Message) -> bool:
+    """A message that starts a prompt's turn: a prompt (`is_prompt`), or, in
+    an older transcript continued after a crash, a prompt's message that
+    also holds the results `answer_missing` folded in (the calls the crash
+    left unanswered, of the turn before): its words or images make it one."""
+    if is_prompt(message):
+        return True
+    return (
+        message.role == "user"
+        and bool(message.tool_results)
+        and any(isinstance(p, TextPart | ImagePart) for p in message.parts)
+    )
+
+
+def results_of(message: Message) -> Message:
+    """`message` with its tool results only: of a prompt's message that holds
+    the turn before's results (`holds_prompt`), what closes that turn."""
+    return Message(message.role, list(message.tool_results))
+
+
 def _ended(history: list[Message], notes: list[tuple[int, Note]]) -> bool:
     """A `prompt_end` note after the history's last message."""
     n = len(history)
@@ -91,7 +111,10 @@ def finished_length(history: list[Message], notes: list[tuple[int, Note]]) -> in
     that ended, whatever its outcome, left a `prompt_end` note after its
     messages; one without it (older transcripts) is finished when the model
     answered without calling a tool. Otherwise the last prompt had not ended:
-    its messages, from its user message on, are not finished."""
+    its messages, from its user message on, are not finished. In an older
+    transcript that message may also hold the results of the turn before
+    (`holds_prompt`): that turn is finished by them, and a caller that keeps
+    the finished turns keeps them too (`results_of`)."""
     n = len(history)
     if n == 0 or _ended(history, notes):
         return n
@@ -99,7 +122,7 @@ def finished_length(history: list[Message], notes: list[tuple[int, Note]]) -> in
     if last.role == "assistant" and not last.tool_calls:
         return n
     for i in range(n - 1, -1, -1):
-        if is_prompt(history[i]):
+        if holds_prompt(history[i]):
             return i
         if is_summary(history[i]):
             return i + 1  # the summary stands for finished turns

@@ -4,6 +4,7 @@ the real daemon driven by pytest-lsp, the bundled model server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,44 @@ async def test_the_copied_turns_are_extracted_once_as_the_sources(
         assert "alpha-77" not in forked
     finally:
         await c.lsp.shutdown_session()
+
+
+OLDER_MERGED = Path(__file__).resolve().parents[1] / "data" / "older-merged-prompt.jsonl"
+
+
+async def test_a_fork_of_an_older_transcript_keeps_the_turn_its_merged_prompt_closed(
+    client: AgentdClient, model_server: ModelServer, workspace: Path, tmp_path: Path
+) -> None:
+    """An older transcript (tests/data/older-merged-prompt.jsonl): the call of
+    "fix it" a crash left unanswered, then "go on" written right after it,
+    whose own turn had not ended. The fork goes on from "fix it", its call
+    and the interrupted result; "go on" is not copied (main copied the first
+    turn only)."""
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    folder.mkdir(parents=True)
+    (folder / OLDER_MERGED.name).write_bytes(OLDER_MERGED.read_bytes())
+    forked = await client.request(
+        "agent/forkSession",
+        {"sessionId": OLDER_MERGED.stem, "workspaceRoot": str(workspace)},
+    )
+    result = await client.prompt(forked["sessionId"], "and now?")
+    assert result["stopReason"] == "end_turn", result
+    messages = model_server.requests("main")[-1]["body"]["messages"]
+    assert [m["role"] for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "user",
+    ]
+    assert contents({"body": {"messages": messages}})[2] == "fix it"
+    assert messages[4]["tool_calls"][0]["id"] == "call_cut"
+    assert messages[5]["tool_call_id"] == "call_cut"
+    assert "interrupted" in messages[5]["content"]
+    # The copied turn was cut short: closed as any such turn is on a load.
+    assert "agentd stopped" in messages[6]["content"]
+    assert REMINDER.sub("", messages[7]["content"]) == "and now?"
+    assert "go on" not in json.dumps(messages)

@@ -170,3 +170,25 @@ def test_a_prompt_that_had_not_ended_is_not_copied(tmp_path: Path) -> None:
     assert finished_length([summary_message("the story so far")], []) == 1
     tail = [summary_message("so far"), msg("user", "c"), Message("assistant", [ToolCallPart(call)])]
     assert finished_length(tail, []) == 1
+
+
+OLDER_MERGED = Path(__file__).resolve().parents[1] / "data" / "older-merged-prompt.jsonl"
+
+
+def test_a_fork_of_an_older_transcript_keeps_the_turn_its_merged_prompt_closed() -> None:
+    """Written before cut prompts were closed: "fix it" made a call a crash
+    left unanswered, and the next prompt ("go on") was written right after
+    it (`load` folds the interrupted result into that prompt's message),
+    then its own turn had not ended. The fork keeps "fix it" with its call
+    and result, leaves "go on" out, and counts the turns it holds."""
+    loaded = load(OLDER_MERGED)
+    assert loaded is not None and loaded.turns == 3
+    merged = loaded.history[4]
+    assert merged.text == "go on" and [r.tool_call_id for r in merged.tool_results] == ["call_cut"]
+    assert finished_length(loaded.history, loaded.notes) == 4
+    base = ForkBase.of("older-merged-prompt", loaded)
+    assert [m.role for m in base.history] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m.text for m in base.history] == ["first question", "Hello.", "fix it", "", ""]
+    assert [r.tool_call_id for r in base.history[-1].tool_results] == ["call_cut"]
+    assert base.turns == 2
+    assert [i for i, _ in base.notes] == [2]  # the usage note of the first turn
