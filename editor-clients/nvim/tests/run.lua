@@ -1233,6 +1233,76 @@ test('recorded: an MCP card naming its server, the permission question (allowed,
   check(stop:match('^end_turn'), 'stop: %s', stop)
 end)
 
+test('recorded: the confirm hook asks the MCP permission questions too (yes allows once, no rejects), and is told when one is withdrawn', function()
+  check(agentd.ask('!delay 0.05\n!chunks 2000') ~= nil, 'ask refused')
+  wait_for('the stream', function()
+    return contains(chat.content(), 'w2')
+  end)
+  local sid = state().session_id
+  local asked, answer, closed = {}, nil, 0
+  -- A hook with its own question: answers later, as a real one would, and
+  -- returns what takes the question back.
+  agentd.config.confirm = function(name, args, q, cb)
+    asked[#asked + 1] = { name = name, args = args, question = q }
+    answer = cb
+    return function()
+      closed = closed + 1
+    end
+  end
+  local results = {}
+  local ok, err = pcall(function()
+    local offered = with_select(item_with('kind', 'allow_always'), function()
+      for i, yes in ipairs({ true, false }) do
+        local id = 'call_h' .. i
+        feed('mcp_tool_call', sid, { toolCallId = id })
+        answer = nil
+        local result = permission(recorded_params('mcp_permission', sid, { toolCallId = id }))
+        wait_for('the hook asked', function()
+          return answer ~= nil
+        end)
+        check(result() == nil, 'answered before the hook')
+        check(contains(chat.content(), '· MCP tst — awaiting permission'), 'no awaiting status')
+        answer(yes)
+        wait_for('the answer', function()
+          return result() ~= nil
+        end)
+        results[i] = result()
+      end
+    end)
+    check(#offered == 0, 'the built-in picker asked %d questions beside the hook', #offered)
+    check(#asked == 2, 'the hook asked %d questions', #asked)
+    check(asked[1].name == 'mcp__tst__echo', 'name: %s', tostring(asked[1].name))
+    check(vim.deep_equal(asked[1].args, { text = 'hi' }), 'args: %s', vim.inspect(asked[1].args))
+    local q = asked[1].question
+    check(q == 'agentd wants to call echo on the MCP server tst (Echo a text back (a tool with side effects, as far as agentd knows).):\n  {"text":"hi"}\nAllow it?', 'question: %s', q)
+    check(vim.deep_equal(results[1], { outcome = { outcome = 'selected', optionId = 'allow_once' } }), 'yes: %s', vim.inspect(results[1]))
+    check(vim.deep_equal(results[2], { outcome = { outcome = 'selected', optionId = 'reject_once' } }), 'no: %s', vim.inspect(results[2]))
+    check(contains(chat.content(), '· MCP tst — rejected'), 'the refused call is not shown rejected')
+    check(closed == 0, 'a question answered was taken back')
+    -- Open when the prompt is cancelled: answered `cancelled`, the hook's
+    -- question taken back once, and its late yes answers nothing.
+    feed('mcp_tool_call', sid, { toolCallId = 'call_h3' })
+    answer = nil
+    local result = permission(recorded_params('mcp_permission', sid, { toolCallId = 'call_h3' }))
+    wait_for('the hook asked', function()
+      return answer ~= nil
+    end)
+    agentd.cancel()
+    wait_for('the withdrawal', function()
+      return result() ~= nil
+    end)
+    check(vim.deep_equal(result(), { outcome = { outcome = 'cancelled' } }), 'withdrawn answer: %s', vim.inspect(result()))
+    check(closed == 1, 'the close function was called %d times', closed)
+    answer(true)
+    check(vim.deep_equal(result(), { outcome = { outcome = 'cancelled' } }), 'the late yes changed the answer')
+    check(closed == 1, 'closed again by the late answer')
+  end)
+  agentd.config.confirm = nil
+  check(ok, tostring(err))
+  local stop = ask_and_wait('after the hook answered the permission questions')
+  check(stop:match('^end_turn'), 'stop: %s', stop)
+end)
+
 -- (Another root from here on: the commands above act on `root`.)
 --- The repository's test MCP server (FastMCP), run by the daemon's Python:
 --- that Python and the server's script (the test is skipped without them).
@@ -1298,6 +1368,24 @@ test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the serv
     end)
     check(#offered == 0, 'asked about a read-only tool')
     check(contains(chat.content(), 'Tool result received: 5'), 'add result')
+    -- A confirm hook asks instead of the picker: yes runs the call.
+    local hooked = {}
+    agentd.config.confirm = function(name, _, _, cb)
+      hooked[#hooked + 1] = name
+      vim.schedule(function()
+        cb(true)
+      end)
+    end
+    local hook_ok, hook_err = pcall(function()
+      offered = with_select(function() end, function()
+        ask_here('!tool mcp__tst__echo {"text": "by the hook"}')
+      end)
+    end)
+    agentd.config.confirm = nil
+    check(hook_ok, tostring(hook_err))
+    check(#offered == 0, 'the picker asked beside the hook')
+    check(vim.deep_equal(hooked, { 'mcp__tst__echo' }), 'the hook asked: %s', vim.inspect(hooked))
+    check(contains(chat.content(), 'Tool result received: echo: by the hook'), 'the call the hook allowed did not run')
     -- Cancelled while the question is open: withdrawn (its picker closed),
     -- and the session goes on.
     local pickers = with_float_picker(function()

@@ -25,7 +25,9 @@ local defaults = {
   -- or a function(name, args) returning true, false or nil (nil: ask).
   auto_approve = {},
   -- function(name, args, question, callback(yes)) replacing the default
-  -- vim.ui.select Yes/No question. It may return a function that takes its
+  -- vim.ui.select question: for client tools, and for the daemon's own
+  -- permission questions (MCP tools, `mcp__server__tool`: yes allows once,
+  -- no rejects). It may return a function that takes its
   -- question back (closes its window): called once if the call is withdrawn
   -- (the prompt cancelled, here or in the daemon) before the callback.
   confirm = nil,
@@ -985,8 +987,9 @@ end
 
 --- agent/requestPermission: the daemon asks before a tool of its own with side
 --- effects runs (an MCP tool not marked read-only). `auto_approve` decides
---- first (by the tool's name, `mcp__server__tool`), else vim.ui.select offers
---- the daemon's options. The answer has ACP's shape; anything but a choice is
+--- first (by the tool's name, `mcp__server__tool`), then the user's `confirm`
+--- hook (as for client tools: yes allows once, no rejects), else
+--- vim.ui.select offers the daemon's options. The answer has ACP's shape; anything but a choice is
 --- `cancelled`, which the daemon takes as a refusal. Runs in the coroutine
 --- Neovim gives server requests, so the reply waits for the user.
 function M.request_permission(params)
@@ -1049,15 +1052,25 @@ function M.request_permission(params)
     call.withdraw = pending.withdraw
     set_call_status(call, 'awaiting permission')
   end
-  pending.close = picker.select_closable(options, {
-    prompt = tools.permission_question(params),
-    kind = 'agentd_permission',
-    format_item = function(o)
-      return o.name or o.optionId
-    end,
-  }, function(choice)
-    pending.finish(choice and { outcome = 'selected', optionId = choice.optionId } or { outcome = 'cancelled' })
-  end)
+  local question = tools.permission_question(params)
+  if type(M.config.confirm) == 'function' then
+    -- The user's own question, as for client tools: yes is the daemon's
+    -- "allow once", no its "reject once" (or no answer, which refuses).
+    pending.close = tools.ask_confirm(M.config.confirm, params.tool, params.arguments, question, function(yes)
+      local chosen = pick(yes and 'allow_once' or 'reject_once')
+      pending.finish(chosen.outcome)
+    end)
+  else
+    pending.close = picker.select_closable(options, {
+      prompt = question,
+      kind = 'agentd_permission',
+      format_item = function(o)
+        return o.name or o.optionId
+      end,
+    }, function(choice)
+      pending.finish(choice and { outcome = 'selected', optionId = choice.optionId } or { outcome = 'cancelled' })
+    end)
+  end
   local outcome = coroutine.yield()
   if call and not call.final then
     local chosen = outcome.outcome == 'selected' and outcome.optionId or nil

@@ -526,6 +526,28 @@ function M.verdict(config, name, args)
   end
 end
 
+--- Ask the user's `confirm` hook (`confirm(name, args, question, cb)`) about
+--- a call; cb(yes) gets its answer as a boolean. A hook may return a
+--- function that takes its question back (closes its window): returned,
+--- guarded, to be called once if the call is withdrawn before it answers.
+--- A hook that returns nothing still works; its late answer is ignored.
+--- Client tools and the daemon's permission questions (MCP tools) both ask
+--- through here, so one hook covers both.
+function M.ask_confirm(confirm, name, args, q, cb)
+  local close = confirm(name, args, q, function(yes)
+    cb(yes and true or false)
+  end)
+  if type(close) ~= 'function' then
+    return nil
+  end
+  return function()
+    local ok, err = pcall(close)
+    if not ok then
+      vim.notify("agentd: the confirm hook's close function failed: " .. tostring(err), vim.log.levels.WARN)
+    end
+  end
+end
+
 --- Ask whether a call may run; cb(yes) gets the answer. Returns a function
 --- that takes the question back (nil when there is none to take back): it
 --- closes the built-in question's picker, or is what the user's `confirm`
@@ -545,21 +567,7 @@ local function approve(ctx, name, args, cb)
   end
   local q = question(ctx, name, args)
   if type(ctx.config.confirm) == 'function' then
-    -- A hook may return a function that takes its question back (closes its
-    -- window): called once if the call is withdrawn before it answers. A
-    -- hook that returns nothing still works; its late answer is ignored.
-    local close = ctx.config.confirm(name, args, q, function(yes)
-      cb(yes and true or false)
-    end)
-    if type(close) ~= 'function' then
-      return nil
-    end
-    return function()
-      local ok, err = pcall(close)
-      if not ok then
-        vim.notify("agentd: the confirm hook's close function failed: " .. tostring(err), vim.log.levels.WARN)
-      end
-    end
+    return M.ask_confirm(ctx.config.confirm, name, args, q, cb)
   end
   return picker.select_closable({ 'Yes', 'No' }, { prompt = q }, function(choice)
     cb(choice == 'Yes')
