@@ -273,10 +273,28 @@ class App:
         the session leaves the listing the next pages of `session/list` are
         cut from too."""
         deleted = await self.core.delete_session(session_id)
+        if deleted:
+            await self._forget_cursor(session_id)
         if self._listing is not None:
             root, taken, infos = self._listing
             self._listing = (root, taken, [i for i in infos if i.session_id != session_id])
         return deleted
+
+    async def _forget_cursor(self, session_id: str) -> None:
+        """A deleted session's extraction cursor goes too, from the cursor
+        file of every project (`cursor.forget_session_everywhere`, in a
+        worker thread with its import: extraction may never have run in
+        this daemon), and from the extraction service's state."""
+        if self.extraction is not None:
+            self.extraction.forget(session_id)
+        home = self.core.home or agentd_home()
+
+        def forget() -> None:
+            from agentd.memory.extraction.cursor import forget_session_everywhere
+
+            forget_session_everywhere(home, session_id)
+
+        await asyncio.to_thread(forget)
 
     async def memory_list(self, root: Path) -> dict[str, Any]:
         pm = await self.project_memory(root)

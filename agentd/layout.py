@@ -23,6 +23,8 @@ import platformdirs
 
 APP_NAME = "agentd"
 INDEX_FILE = "MEMORY.md"
+# A project's memory folder, beside its `sessions` folder.
+MEMORY_FOLDER = "memory"
 TEAM_MEMORY_PARTS = (".agentd", "memory")
 TOPIC_SUFFIX = ".md"
 
@@ -80,7 +82,7 @@ def project_dir(workspace_root: Path, home: Path | None = None) -> Path:
 
 def memory_dir(workspace_root: Path, home: Path | None = None) -> Path:
     """The project's memory folder (not created here)."""
-    return project_dir(workspace_root, home) / "memory"
+    return project_dir(workspace_root, home) / MEMORY_FOLDER
 
 
 def team_memory_dir(workspace_root: Path) -> Path:

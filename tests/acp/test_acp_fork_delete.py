@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from acp import RequestError, text_block
 
-from agentd.testing.daemon import agentd_home, daemon_env
+from agentd.testing.daemon import agentd_home, daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
 from agentd.transcript import sessions_dir
 from tests.acp.harness import EditorClient, check_golden, connect_acp
@@ -269,3 +269,33 @@ async def test_hostile_ids_are_refused_and_nothing_outside_is_touched(
     assert not os.path.lexists(folder / "linked.jsonl")
     assert not os.path.lexists(folder / "linked.images")
     assert [s.session_id for s in (await daemon.list_sessions()).sessions] == ["real"]
+
+
+def cursor_entries(folder: Path) -> dict[str, list[int]]:
+    """`.cursors.json` of a memory folder: session id -> [processedOffset, byteOffset]."""
+    data = json.loads((folder / ".cursors.json").read_text())
+    return {e["sessionId"]: [e["processedOffset"], e["byteOffset"]] for e in data["sessions"]}
+
+
+async def test_a_deleted_sessions_extraction_cursor_goes_with_it(
+    daemon: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """The cursor file keeps no entry of a deleted session, nor of one whose
+    transcript was removed behind the daemon's back; the others stay as
+    they were."""
+    for i in range(3):
+        saved_session(tmp_path, workspace, f"s{i}", f"question {i}", 1_700_000_000 + i)
+    memory = memory_folder(workspace, tmp_path)
+    entries = {"s0": [2, 310], "s1": [2, 320], "s2": [1, 150], "gone": [4, 900]}
+    body = {
+        "version": 2,
+        "sessions": [
+            {"sessionId": sid, "processedOffset": o, "byteOffset": b}
+            for sid, (o, b) in entries.items()
+        ],
+    }
+    (memory / ".cursors.json").write_text(json.dumps(body))
+    await start(daemon)
+    assert await delete(daemon, "s1") == {"_meta": {"agentd": {"deleted": True}}}
+    assert cursor_entries(memory) == {"s0": [2, 310], "s2": [1, 150]}
+    assert not [p for p in memory.iterdir() if p.name.startswith(".agentd-tmp-")]

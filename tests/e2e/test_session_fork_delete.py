@@ -231,3 +231,52 @@ async def test_a_fork_of_an_older_transcript_keeps_the_turn_its_merged_prompt_cl
     assert "agentd stopped" in messages[6]["content"]
     assert REMINDER.sub("", messages[7]["content"]) == "and now?"
     assert "go on" not in json.dumps(messages)
+
+
+def cursor_entries(folder: Path) -> dict[str, list[int]]:
+    """`.cursors.json` of a memory folder: session id -> [processedOffset, byteOffset]."""
+    data = json.loads((folder / ".cursors.json").read_text())
+    return {e["sessionId"]: [e["processedOffset"], e["byteOffset"]] for e in data["sessions"]}
+
+
+async def test_extraction_cursors_of_deleted_and_vanished_sessions_are_dropped(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Three sessions extracted; one deleted: its entry leaves the cursor file
+    (and memory/status) at once. Another's transcript is removed while no
+    daemon runs: the next daemon drops its entry when it first looks at the
+    project. The third's entry stays as it was throughout."""
+    c = await extraction_client(model_server, tmp_path, modelTier=False)
+    try:
+        sids = [await c.new_session(workspace) for _ in range(3)]
+        for n, sid in enumerate(sids):
+            await c.prompt(sid, f"remember the fact number {n}")
+        ext = await wait_caught_up(c, workspace, sessions=3)
+        memory = Path(
+            (await c.request("memory/status", {"workspaceRoot": str(workspace)}))["directory"]
+        )
+        before = cursor_entries(memory)
+        assert set(before) == set(sids)
+        deleted, kept, vanished = sids
+        assert await c.request("agent/deleteSession", {"sessionId": deleted}) == {"deleted": True}
+        assert cursor_entries(memory) == {s: before[s] for s in (kept, vanished)}
+        ext = (await c.request("memory/status", {"workspaceRoot": str(workspace)}))["extraction"]
+        assert {r["sessionId"] for r in ext["cursors"]} == {kept, vanished}
+    finally:
+        await c.lsp.shutdown_session()
+    for path in sessions_dir(workspace, agentd_home(tmp_path)).iterdir():
+        if path.name.startswith(vanished):
+            path.unlink()
+    c2 = await extraction_client(model_server, tmp_path, modelTier=False)
+    try:
+        # The first memory/status builds extraction, which looks at the
+        # project (`ExtractionService.resume`) in the background: asked again
+        # until that look is done.
+        while True:
+            result = await c2.request("memory/status", {"workspaceRoot": str(workspace)})
+            if {r["sessionId"] for r in result["extraction"]["cursors"]} == {kept}:
+                break
+            await asyncio.sleep(0.05)
+        assert cursor_entries(memory) == {kept: before[kept]}
+    finally:
+        await c2.lsp.shutdown_session()

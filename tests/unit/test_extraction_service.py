@@ -16,6 +16,7 @@ import pytest
 from agentd.errors import ModelHTTPError
 from agentd.memory.extraction import ExtractionService
 from agentd.memory.extraction.cursor import Cursor, load_cursors
+from agentd.memory.extraction.writer import RefusedPath
 from agentd.memory.manager import MemoryManager
 from agentd.messages import Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
 from agentd.providers.base import ModelRequest, StreamEnd, StreamEvent, ToolCallReady, Usage
@@ -205,9 +206,9 @@ async def test_cursor_advances_only_after_writes_are_durable(
     order: list[str] = []
     real_save = cursor_mod.save_cursors
 
-    def spy_save(folder: Path, cursors: dict[str, Cursor]) -> None:
+    def spy_save(folder: Path, cursors: dict[str, Cursor], *rest: Path) -> set[str]:
         order.append(f"cursor:{(folder / 'deploy.md').exists()}")
-        real_save(folder, cursors)
+        return real_save(folder, cursors, *rest)
 
     monkeypatch.setattr(service, "save_cursors", spy_save)
     env.provider.respond = lambda req: [op("deploy.md", BODY)]
@@ -613,3 +614,36 @@ async def test_resume_leaves_running_turns_alone_and_picks_up_orphans(env: Env) 
     assert len(env.provider.requests) == 2
     text = env.provider.prompt_text()
     assert "new session's running prompt" in text and "the answer to it" in text
+
+
+def test_cursor_entries_live_as_long_as_their_transcripts(tmp_path: Path) -> None:
+    """A write leaves out the sessions whose transcript is gone from the
+    sessions folder; `forget_sessions` removes the deleted one and those, and
+    keeps the rest as they are on disk. A sessions folder that cannot be
+    listed proves nothing: every entry stays."""
+    from agentd.memory.extraction.cursor import forget_sessions, save_cursors
+
+    memory, sessions = tmp_path / "memory", tmp_path / "sessions"
+    memory.mkdir()
+    sessions.mkdir()
+    for sid in ("a", "b", "c"):
+        (sessions / f"{sid}.jsonl").write_text("{}\n")
+    cursors = {sid: Cursor(n + 1, 100 * (n + 1)) for n, sid in enumerate("abcd")}
+    assert save_cursors(memory, cursors, sessions) == {"d"}
+    assert load_cursors(memory) == {k: v for k, v in cursors.items() if k != "d"}
+    (sessions / "c.jsonl").unlink()
+    assert forget_sessions(memory, {"a"}, sessions) == {"a", "c"}
+    assert load_cursors(memory) == {"b": Cursor(2, 200)}
+    assert forget_sessions(memory, {"a"}, sessions) == set()  # nothing left to drop
+    save_cursors(memory, cursors, None)  # no folder to check: all written
+    assert forget_sessions(memory, (), tmp_path / "no-such") == {"a", "b", "c", "d"}
+    save_cursors(memory, cursors, None)
+    moved = tmp_path / "moved"
+    moved.symlink_to(tmp_path / "unmounted", target_is_directory=True)
+    assert forget_sessions(memory, (), moved) == set()
+    assert forget_sessions(tmp_path / "no-memory", {"a"}, sessions) == set()
+    assert not (tmp_path / "no-memory").exists()
+    (tmp_path / "linked").symlink_to(memory, target_is_directory=True)
+    with pytest.raises(RefusedPath):
+        forget_sessions(tmp_path / "linked", {"a"}, sessions)
+    assert set(load_cursors(memory)) == set("abcd")

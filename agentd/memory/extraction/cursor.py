@@ -13,20 +13,55 @@ is written through the same atomic path (temp, fsync, rename, fsync of the
 folder) *after* the memory writes it vouches for are durable: a crash can
 leave the cursor behind the disk (the slice is extracted again,
 idempotently) but never ahead of it.
+
+An entry lives as long as its session's transcript: a deleted session's is
+removed with it (`forget_sessions`, which `session/delete` and
+`agent/deleteSession` call after removing the files), and every write of
+the file leaves out the entries whose transcript is gone from the
+project's sessions folder (`transcripts`), as does a daemon's first look at
+the project (`ExtractionService.resume`): a transcript removed by hand, or
+by a daemon that was killed before it wrote the file, leaves nothing
+behind for long. Only an entry whose transcript a listing of that folder
+lacks goes; a folder that cannot be listed drops nothing.
+
+Writers of the file take `<memory dir>/.cursors.lock` (an `flock`) around
+what they read and write: a run (which holds the extraction lock, so only
+it advances cursors) and a deletion in another daemon (which holds only
+this one) never interleave, and neither loses the other's change. A run
+writes the cursors it holds, less the entries whose transcript is gone at
+that moment, under the lock; a deletion removes the transcript first, then
+the entry under the lock: whichever writes second, the entry is gone.
+`clean_temps` runs under it too, so no run removes the temp file of a
+cursor write in flight.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentd.memory.extraction.writer import checkpoint, read_current, write_atomic
+from agentd.files import open_regular
+from agentd.layout import MEMORY_FOLDER
+from agentd.memory.extraction.writer import (
+    RefusedPath,
+    check_root,
+    checkpoint,
+    clean_temps,
+    read_current,
+    write_atomic,
+)
+from agentd.transcript import sessions_folders
 
 log = logging.getLogger(__name__)
 
 CURSOR_FILE = ".cursors.json"
+CURSOR_LOCK = ".cursors.lock"
 VERSION = 2
 
 
@@ -74,8 +109,54 @@ def _count(value: object) -> int | None:
     return None
 
 
-def save_cursors(directory: Path, cursors: dict[str, Cursor]) -> None:
-    """Persist all cursors atomically (call only after the writes they cover are durable)."""
+@contextlib.contextmanager
+def cursor_lock(directory: Path) -> Iterator[None]:
+    """Hold `<directory>/.cursors.lock` (blocking: others hold it for a read
+    and a write of a small file). Never through a symlink."""
+    fd = open_regular(directory / CURSOR_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+def clean_temps_locked(directory: Path) -> int:
+    """`clean_temps`, never beside a cursor write in flight (see the module docs)."""
+    with cursor_lock(directory):
+        return clean_temps(directory)
+
+
+def _gone(session_ids: Collection[str], transcripts: Path | None) -> set[str]:
+    """Of `session_ids`, those whose transcript the folder `transcripts` lacks;
+    nothing when it cannot be listed (a folder moved or unreadable for now
+    is no proof that its sessions are gone)."""
+    if transcripts is None or not session_ids:
+        return set()
+    try:
+        names = set(os.listdir(transcripts))
+    except FileNotFoundError:
+        if os.path.lexists(transcripts):
+            return set()  # a symlink to a folder that is not there now
+        names = set()  # removed, with every transcript in it
+    except OSError:
+        return set()
+    return {sid for sid in session_ids if f"{sid}.jsonl" not in names}
+
+
+def save_cursors(
+    directory: Path, cursors: dict[str, Cursor], transcripts: Path | None = None
+) -> set[str]:
+    """Persist all cursors atomically (call only after the writes they cover
+    are durable), less those whose transcript the folder `transcripts` no
+    longer holds; returns the session ids left out so."""
+    with cursor_lock(directory):
+        gone = _gone(cursors.keys(), transcripts)
+        _write(directory, {sid: c for sid, c in cursors.items() if sid not in gone})
+    return gone
+
+
+def _write(directory: Path, cursors: dict[str, Cursor]) -> None:
     body = {
         "version": VERSION,
         "sessions": [
@@ -87,3 +168,45 @@ def save_cursors(directory: Path, cursors: dict[str, Cursor]) -> None:
     checkpoint("before_cursor")
     write_atomic(directory, CURSOR_FILE, data, check=False)
     checkpoint("after_cursor")
+
+
+def forget_sessions(
+    directory: Path, session_ids: Collection[str], transcripts: Path | None
+) -> set[str]:
+    """Remove the entries of `session_ids` (deleted sessions) and of every
+    session whose transcript the folder `transcripts` no longer holds from
+    the cursor file of the memory folder `directory`, durably; returns the
+    ids removed. Other entries are kept as they are on disk (read under the
+    lock, so none that a run wrote meanwhile is lost). Nothing is written
+    when nothing is removed, or there is no memory folder. Raises OSError
+    or `RefusedPath` (a memory folder that is a symlink)."""
+    try:
+        check_root(directory)
+    except RefusedPath:
+        if not directory.exists() and not directory.is_symlink():
+            return set()  # no memory of the project: no cursors
+        raise
+    with cursor_lock(directory):
+        cursors = load_cursors(directory)
+        drop = {sid for sid in session_ids if sid in cursors}
+        drop |= _gone(cursors.keys() - drop, transcripts)
+        if drop:
+            _write(directory, {sid: c for sid, c in cursors.items() if sid not in drop})
+    return drop
+
+
+def forget_session_everywhere(home: Path, session_id: str) -> set[Path]:
+    """`forget_sessions` of a deleted session in the memory folder of every
+    project whose sessions folder can be listed (where its transcripts
+    were); returns the memory folders whose file changed. A folder that
+    refuses is logged and skipped: its entry goes at its next write."""
+    changed: set[Path] = set()
+    for folder, _, _ in sessions_folders(home, follow_symlinks=False):
+        transcripts = Path(folder)
+        directory = transcripts.parent / MEMORY_FOLDER
+        try:
+            if forget_sessions(directory, {session_id}, transcripts):
+                changed.add(directory)
+        except (OSError, RefusedPath) as exc:
+            log.warning("cannot drop session %s's cursor in %s: %s", session_id, directory, exc)
+    return changed

@@ -49,13 +49,18 @@ from agentd.memory.extraction.apply import (
     sync_index,
 )
 from agentd.memory.extraction.consolidate import Consolidation, load_state
-from agentd.memory.extraction.cursor import Cursor, load_cursors, save_cursors
+from agentd.memory.extraction.cursor import (
+    Cursor,
+    clean_temps_locked,
+    forget_sessions,
+    load_cursors,
+    save_cursors,
+)
 from agentd.memory.extraction.lock import FolderLock
 from agentd.memory.extraction.scheduler import SingleFlight
 from agentd.memory.extraction.writer import (
     RefusedPath,
     check_root,
-    clean_temps,
     describe_failure,
 )
 from agentd.memory.manager import MemoryManager
@@ -242,6 +247,14 @@ class ExtractionService:
 
         def scan() -> tuple[dict[str, Cursor], dict[str, tuple[int, int]]]:
             cursors = load_cursors(pm.directory)
+            if cursors:
+                # The daemon's first look at the project: the entries of
+                # sessions whose transcript went behind its back go now.
+                try:
+                    for sid in forget_sessions(pm.directory, (), folder):
+                        cursors.pop(sid, None)
+                except (OSError, RefusedPath) as exc:
+                    log.warning("cannot tidy %s: %s", pm.directory, exc)
             found: dict[str, tuple[int, int]] = {}
             for path in sorted(folder.glob("*.jsonl")):
                 sid = path.stem
@@ -272,6 +285,20 @@ class ExtractionService:
         # The secret rules are not imported here: a few hundred ms of a thread
         # holding the GIL beside whatever prompt runs now. The first run that
         # redacts imports them (in its worker thread), after a reply.
+
+    def forget(self, session_id: str) -> None:
+        """A deleted session: no run extracts it any more, and `status` no
+        longer lists it. Its cursor file entry is `cursor.forget_sessions`'."""
+        for project in self._projects.values():
+            self._drop(project, {session_id})
+
+    @staticmethod
+    def _drop(project: _Project, session_ids: set[str]) -> None:
+        for sid in session_ids:
+            project.dirty.discard(sid)
+            project.ends.pop(sid, None)
+            if project.cursors is not None:
+                project.cursors.pop(sid, None)
 
     async def drain(self, timeout: float) -> None:
         """Give running and pending runs `timeout` seconds, then cancel them."""
@@ -384,7 +411,7 @@ class ExtractionService:
     ) -> set[str]:
         """Extract every session's slice; returns the sessions that failed."""
         directory = pm.directory
-        await _in_thread(clean_temps, directory)
+        await _in_thread(clean_temps_locked, directory)
         cursors = await _in_thread(load_cursors, directory)
         project.cursors = cursors
         slices: list[tuple[str, TranscriptSlice]] = []
@@ -462,7 +489,10 @@ class ExtractionService:
             # Durable writes first, then the cursor that vouches for them.
             for sid, end in chunk.ends.items():
                 cursors[sid] = Cursor(end, positions[sid][end - 1])
-            await _in_thread(save_cursors, directory, dict(cursors))
+            folder = sessions_dir(project.root, self.home)
+            gone = await _in_thread(save_cursors, directory, dict(cursors), folder)
+            self._drop(project, gone)  # deleted meanwhile: nothing to retry
+            pending -= gone
             for sid, end in chunk.ends.items():
                 if end >= last[sid]:
                     pending.discard(sid)
