@@ -421,6 +421,7 @@ class App:
         await self.supervisor.aclose()
         for writer in self.core.writers.values():
             writer.close()
+        self.core.live.close()  # the other daemons may delete its sessions now
         await self.memory.aclose()
         await self.provider.aclose()
 

@@ -5,6 +5,7 @@
     │   ├── InvalidParams            -32602 INVALID_PARAMS, names the bad field(s)
     │   ├── SessionNotFound          -32001 SESSION_NOT_FOUND (ACP: RESOURCE_NOT_FOUND)
     │   ├── SessionBusy              -32003 SESSION_BUSY (a prompt already runs on the session)
+    │   ├── SessionInUse             -32004 SESSION_IN_USE (another agentd process has it open)
     │   └── StartupFailed            -32603 INTERNAL_ERROR: the start-up (settings, App) failed
     ├── ModelError                   a model request failed; becomes stopReason "error"
     │   ├── ModelHTTPError           the endpoint answered with an error status
@@ -50,6 +51,7 @@ RESOURCE_NOT_FOUND = -32002
 # agentd's own, the same on both wires
 SESSION_NOT_FOUND = -32001
 SESSION_BUSY = -32003
+SESSION_IN_USE = -32004
 
 MAX_ERROR_MESSAGE_BYTES = 1024
 MAX_ERROR_DATA_BYTES = 4096
@@ -81,6 +83,13 @@ class SessionNotFound(ProtocolError):
 
 class SessionBusy(ProtocolError):
     code = SESSION_BUSY
+
+
+class SessionInUse(ProtocolError):
+    """The session is open in another agentd process (another editor window):
+    it is not deleted from under it (`agentd.session_files.LiveSessions`)."""
+
+    code = SESSION_IN_USE
 
 
 # Where a user finds the traceback: agentd has no log file of its own; the

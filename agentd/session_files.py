@@ -20,18 +20,29 @@ no file is written, read or removed through a symlink:
   and `collect_orphan_images` removes such a folder at the next start.
 
 Blocking: the core runs both in a worker thread.
+
+`LiveSessions` is how daemons sharing a home tell each other which sessions
+they have open: a session live in one daemon (another editor window) is
+not deleted by another, which would otherwise remove a transcript that the
+first goes on writing (and brings back, headless, at its next write).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import logging
 import os
 import shutil
 import stat
+import struct
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from agentd.files import open_regular
+from agentd.layout import agentd_home
 from agentd.transcript import (
     images_dir,
     meta_path,
@@ -199,3 +210,127 @@ def _remove_images(dir_fd: int, name: str) -> None:
         shutil.rmtree(name, dir_fd=dir_fd)
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+LIVE_FILE = "live-sessions.lock"
+# Open file description locks (Linux): held per open file, so a daemon's
+# one descriptor holds all its sessions' locks, and another descriptor (a
+# test, a second core) conflicts with them as another process would.
+# Elsewhere POSIX record locks, held per process, do the same between
+# processes: the only descriptor of the file a daemon opens is its own.
+_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None) if sys.maxsize > 2**32 else None
+# struct flock: l_type, l_whence, l_start, l_len, l_pid, padding (64-bit).
+_FLOCK = "hhqqi4x"
+# Where a session's byte lies: 62 bits of its id's hash (31 where offsets may be 32-bit).
+_OFFSET_BITS = 62 if sys.maxsize > 2**32 else 31
+
+
+def _offset(session_id: str) -> int:
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - _OFFSET_BITS)
+
+
+def _lock(fd: int, kind: int, offset: int) -> bool:
+    """One byte of `fd` locked `kind` (F_RDLCK, F_WRLCK) or unlocked
+    (F_UNLCK), never waiting; False when another holder's lock conflicts."""
+    try:
+        if _OFD_SETLK is not None:
+            fcntl.fcntl(fd, _OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
+        else:
+            cmd = {
+                fcntl.F_RDLCK: fcntl.LOCK_SH | fcntl.LOCK_NB,
+                fcntl.F_WRLCK: fcntl.LOCK_EX | fcntl.LOCK_NB,
+            }.get(kind, fcntl.LOCK_UN)
+            fcntl.lockf(fd, cmd, 1, offset)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+class LiveSessions:
+    """The sessions this daemon has open, shown to every daemon on the same
+    home: each holds a shared lock on one byte of `$AGENTD_HOME/live-sessions.lock`
+    (the byte named by the session id's hash), taken when the session is
+    created, loaded or forked (`hold`) and let go when it closes (`release`)
+    or the process ends, however it ends (the kernel drops the locks of a
+    killed daemon). A deletion takes that byte exclusively (`claim`): it
+    fails while another daemon holds the session, and a daemon that loads
+    the session meanwhile waits for nothing (its `hold` fails: the session
+    is being deleted). One descriptor per daemon, one lock per session; a
+    file that cannot be opened (a read-only home) only means no daemon is
+    told, as before these locks."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home
+        self._fd: int | None = None
+        self._failed = False
+        # Sessions held (a lock is not counted: held twice, let go once).
+        self._held: set[str] = set()
+        # Sessions being deleted: their byte stays locked until `unclaim`.
+        self._claimed: set[str] = set()
+
+    def _file(self) -> int | None:
+        if self._fd is not None or self._failed:
+            return self._fd
+        home = self.home or agentd_home()
+        try:
+            home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._fd = open_regular(home / LIVE_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            self._failed = True
+            log.warning(
+                "cannot open %s (other daemons are not told which sessions are open here): %s",
+                home / LIVE_FILE,
+                exc,
+            )
+        return self._fd
+
+    def hold(self, session_id: str) -> bool:
+        """Show `session_id` as open here; False when a deletion of it is
+        under way in another daemon."""
+        if session_id in self._held:
+            return True
+        fd = self._file()
+        if fd is None:
+            return True
+        if session_id not in self._claimed and not _lock(fd, fcntl.F_RDLCK, _offset(session_id)):
+            return False
+        self._held.add(session_id)
+        return True
+
+    def release(self, session_id: str) -> None:
+        """`session_id` is no longer open here."""
+        if session_id not in self._held:
+            return
+        self._held.discard(session_id)
+        if self._fd is not None and session_id not in self._claimed:
+            _lock(self._fd, fcntl.F_UNLCK, _offset(session_id))
+
+    def claim(self, session_id: str) -> bool:
+        """Take `session_id` for a deletion: False when another daemon has it
+        open (this one's own hold does not count). Until `unclaim`, no other
+        daemon can open it."""
+        fd = self._file()
+        if fd is None:
+            return True
+        if not _lock(fd, fcntl.F_WRLCK, _offset(session_id)):
+            return False
+        self._claimed.add(session_id)
+        return True
+
+    def unclaim(self, session_id: str) -> None:
+        if session_id not in self._claimed:
+            return
+        self._claimed.discard(session_id)
+        if self._fd is not None:
+            kind = fcntl.F_RDLCK if session_id in self._held else fcntl.F_UNLCK
+            _lock(self._fd, kind, _offset(session_id))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # every lock of it goes
+            self._fd = None
+        self._held.clear()
+        self._claimed.clear()

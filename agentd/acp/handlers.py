@@ -15,6 +15,7 @@ against that model (`agentd.params`) and is the one place that maps agentd's
 | `InvalidParams`   | `-32602`, naming the field            |
 | `SessionNotFound` | `-32002` (ACP's "resource not found") |
 | `SessionBusy`     | `-32003` (agentd's, as over LSP)      |
+| `SessionInUse`    | `-32004` (agentd's, as over LSP)      |
 
 `session/new` (in `FROM_SETTINGS`) takes the settings instead of the App: it
 is answered as soon as they are loaded, while the warm-up still builds the

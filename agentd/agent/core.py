@@ -33,6 +33,7 @@ from agentd.errors import (
     InvalidParams,
     ProtocolError,
     SessionBusy,
+    SessionInUse,
     SessionNotFound,
     describe_os_error,
 )
@@ -65,7 +66,7 @@ from agentd.messages import (
 )
 from agentd.providers.base import ModelProvider, Usage
 from agentd.providers.models import main_output_cap
-from agentd.session_files import delete_session_files, write_fork
+from agentd.session_files import LiveSessions, delete_session_files, write_fork
 from agentd.tasks import Supervisor
 from agentd.transcript import (
     EMPTY_TITLE,
@@ -113,6 +114,8 @@ class AgentCore:
         # The transcripts open at once, whatever the number of sessions.
         self.files = OpenFiles(OPEN_TRANSCRIPTS)
         self.catalog = SessionCatalog(home)
+        # Which sessions are open here, for the other daemons on this home.
+        self.live = LiveSessions(home)
         # The turn contexts by model (`_turn_context`); settings never change in place.
         self._contexts: dict[str, TurnContext] = {}
         model = settings.effective_model()
@@ -155,6 +158,7 @@ class AgentCore:
         self.sessions[session.id] = session
         if not self.persist:
             return
+        self.live.hold(session.id)
         path = sessions_dir(session.workspace_root, self.home) / f"{session.id}.jsonl"
         writer = TranscriptWriter(
             path,
@@ -228,7 +232,15 @@ class AgentCore:
         """
         loaded = None
         if session_id not in self.sessions:
-            loaded = await asyncio.to_thread(self._read_stored, session_id, workspace_root)
+            # Shown open before it is read: a deletion in another daemon
+            # either sees it open, or has it and is refused here.
+            if self.persist and not self.live.hold(session_id):
+                raise SessionNotFound(f"session {session_id!r} is being deleted")
+            try:
+                loaded = await asyncio.to_thread(self._read_stored, session_id, workspace_root)
+            finally:
+                if loaded is None and session_id not in self.sessions:
+                    self.live.release(session_id)
         if session_id in self.sessions:  # live, or loaded by another request meanwhile
             session = self.sessions[session_id]
             if workspace_root is not None and canonical_root(workspace_root) != canonical_root(
@@ -367,26 +379,40 @@ class AgentCore:
         (`agentd.session_files`). True when there was something to delete;
         an id that names nothing is not an error (ACP's `session/delete` is
         idempotent). An id that could not be one agentd gave out is
-        refused (`InvalidParams` on `sessionId`) before anything is touched."""
+        refused (`InvalidParams` on `sessionId`) before anything is touched,
+        and so is a session another daemon on this home has open
+        (`SessionInUse`, `session_files.LiveSessions`): it would write the
+        transcript back."""
         if not valid_session_id(session_id):
             why = "not a session id (letters, digits, - and _ only, at most 128)"
             raise InvalidParams(
                 f"Invalid params: sessionId: {why}",
                 {"fields": [{"field": "sessionId", "message": why}]},
             )
-        session = self.sessions.get(session_id)
-        if session is not None:
-            writer = self.writers.get(session_id)
-            if writer is not None:
-                # First: the cancelled prompt's last lines would bring the file back.
-                writer.discard()
-            await self.close(session_id)
+        if self.persist and not self.live.claim(session_id):
+            # Its transcript is still being written there: removed now, it
+            # would come back (headless) with that daemon's next line.
+            raise SessionInUse(
+                f"session {session_id} is open in another agentd process (another editor "
+                "window): close it there, or delete it from there",
+                {"sessionId": session_id, "reason": "openElsewhere"},
+            )
         try:
-            removed = await asyncio.to_thread(delete_session_files, session_id, self.home)
-        except OSError as exc:
-            raise ProtocolError(
-                f"cannot delete session {session_id}: {describe_os_error(exc)}"
-            ) from None
+            session = self.sessions.get(session_id)
+            if session is not None:
+                writer = self.writers.get(session_id)
+                if writer is not None:
+                    # First: the cancelled prompt's last lines would bring the file back.
+                    writer.discard()
+                await self.close(session_id)
+            try:
+                removed = await asyncio.to_thread(delete_session_files, session_id, self.home)
+            except OSError as exc:
+                raise ProtocolError(
+                    f"cannot delete session {session_id}: {describe_os_error(exc)}"
+                ) from None
+        finally:
+            self.live.unclaim(session_id)
         self.catalog.forget(session_id)
         return removed > 0 or session is not None
 
@@ -482,6 +508,7 @@ class AgentCore:
         writer = self.writers.pop(session_id, None)
         if writer is not None:
             writer.close()
+        self.live.release(session_id)
 
     async def _stop_running(self, session: Session) -> None:
         task = session.running

@@ -21,6 +21,7 @@ from agentd.transcript import sessions_dir
 from tests.acp.harness import EditorClient, check_golden, connect_acp
 from tests.acp.test_acp_e2e import last_response, main_requests, new_session, start
 from tests.acp.test_acp_sessions import saved_session
+from tests.lsp_client import start_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -299,3 +300,26 @@ async def test_a_deleted_sessions_extraction_cursor_goes_with_it(
     assert await delete(daemon, "s1") == {"_meta": {"agentd": {"deleted": True}}}
     assert cursor_entries(memory) == {"s0": [2, 310], "s2": [1, 150]}
     assert not [p for p in memory.iterdir() if p.name.startswith(".agentd-tmp-")]
+
+
+async def test_a_session_open_in_another_daemon_is_refused_deletion(
+    daemon: Any, workspace: Path, tmp_path: Path, model_server: ModelServer
+) -> None:
+    """An LSP daemon on the same home (another editor window) has the session
+    open: session/delete here is refused with -32004, nothing is removed;
+    once it is closed there, the delete goes through."""
+    other = await start_client(daemon_env(model_server.openai_base_url, tmp_path))
+    try:
+        sid = await other.new_session(workspace)
+        await other.prompt(sid, "alpha")
+        await start(daemon)
+        with pytest.raises(RequestError) as info:
+            await delete(daemon, sid)
+        assert info.value.code == -32004
+        assert "open in another agentd process" in str(info.value)
+        assert transcript(tmp_path, workspace, sid).is_file()
+        assert await other.request("agent/closeSession", {"sessionId": sid}) == {}
+        assert await delete(daemon, sid) == {"_meta": {"agentd": {"deleted": True}}}
+        assert not transcript(tmp_path, workspace, sid).exists()
+    finally:
+        await other.lsp.shutdown_session()

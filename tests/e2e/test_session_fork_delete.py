@@ -280,3 +280,54 @@ async def test_extraction_cursors_of_deleted_and_vanished_sessions_are_dropped(
         assert cursor_entries(memory) == {kept: before[kept]}
     finally:
         await c2.lsp.shutdown_session()
+
+
+async def test_a_session_open_in_another_daemon_is_not_deleted_under_it(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Two daemons on one home (two editor windows): a session one has open
+    (created there, or loaded) is refused deletion by the other, with
+    -32004 saying why, and nothing of it is touched; it goes on where it is.
+    Once closed there, or once that daemon is gone, the delete goes through."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    here, there = await start_client(env), await start_client(env)
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    try:
+        open_there = await there.new_session(workspace)
+        await there.prompt(open_there, "alpha")
+        files = sorted(p.name for p in folder.iterdir())
+        with pytest.raises(JsonRpcException) as info:
+            await here.request("agent/deleteSession", {"sessionId": open_there})
+        assert info.value.code == -32004
+        assert "open in another agentd process" in info.value.message
+        assert sorted(p.name for p in folder.iterdir()) == files
+        # It goes on there, its history whole.
+        await there.prompt(open_there, "beta")
+        assert contents(model_server.requests("main")[-1]) == ["alpha", "Echo: alpha", "beta"]
+        listed = await here.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert [s["sessionId"] for s in listed["sessions"]] == [open_there]
+
+        # Loaded there from disk: held the same way; closed there, it goes.
+        assert await there.request("agent/closeSession", {"sessionId": open_there}) == {}
+        await there.request("agent/loadSession", {"sessionId": open_there})
+        with pytest.raises(JsonRpcException) as info:
+            await here.request("agent/deleteSession", {"sessionId": open_there})
+        assert info.value.code == -32004
+        assert await there.request("agent/closeSession", {"sessionId": open_there}) == {}
+        assert await here.request("agent/deleteSession", {"sessionId": open_there}) == {
+            "deleted": True
+        }
+        assert not [p for p in folder.iterdir() if p.name.startswith(open_there)]
+        with pytest.raises(JsonRpcException) as info:
+            await there.request("agent/loadSession", {"sessionId": open_there})
+        assert info.value.code == -32001
+
+        # A daemon that exits lets go of its sessions, however it ends.
+        left = await there.new_session(workspace)
+        await there.prompt(left, "gamma")
+    finally:
+        await there.lsp.shutdown_session()
+    try:
+        assert await here.request("agent/deleteSession", {"sessionId": left}) == {"deleted": True}
+    finally:
+        await here.lsp.shutdown_session()

@@ -5,6 +5,7 @@ and what a deletion removes (and never follows)."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from agentd.events import PlanEntry, PlanUpdated, PromptEnded, UsageReport
 from agentd.messages import ImagePart, Message, TextPart, ToolCall, ToolCallPart, ToolResultPart
-from agentd.session_files import delete_session_files, write_fork
+from agentd.session_files import LiveSessions, delete_session_files, write_fork
 from agentd.transcript import (
     ForkBase,
     SessionCatalog,
@@ -192,3 +193,27 @@ def test_a_fork_of_an_older_transcript_keeps_the_turn_its_merged_prompt_closed()
     assert [r.tool_call_id for r in base.history[-1].tool_results] == ["call_cut"]
     assert base.turns == 2
     assert [i for i, _ in base.notes] == [2]  # the usage note of the first turn
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_OFD_SETLK"), reason="open file description locks")
+def test_a_session_held_by_one_daemon_cannot_be_claimed_by_another(tmp_path: Path) -> None:
+    """Two daemons' `LiveSessions` on one home (here two descriptors, which
+    conflict as two processes do)."""
+    here, there = LiveSessions(tmp_path), LiveSessions(tmp_path)
+    try:
+        assert there.hold("s1") and there.hold("s1") and there.hold("s2")
+        assert not here.claim("s1")
+        assert here.hold("s1")  # open in both: both only read the byte
+        assert not here.claim("s1")
+        there.release("s1")
+        assert here.claim("s1")  # its own hold does not count
+        assert not there.hold("s1")  # being deleted
+        here.release("s1")
+        here.unclaim("s1")
+        assert there.hold("s1")
+        assert not here.claim("s2") and not here.claim("s1")
+        there.close()  # a daemon that ends lets go of all
+        assert here.claim("s1") and here.claim("s2")
+    finally:
+        here.close()
+        there.close()
