@@ -271,6 +271,13 @@ class LiveSessions:
         # Sessions being deleted: their byte stays locked until `unclaim`.
         self._claimed: set[str] = set()
 
+    def prepare(self) -> None:
+        """Open the file ahead (the warm-up: not on a new session's reply
+        path), when the home exists: a daemon that never opens a session
+        makes no home."""
+        if (self.home or agentd_home()).is_dir():
+            self._file()
+
     def _file(self) -> int | None:
         if self._fd is not None or self._failed:
             return self._fd

@@ -116,6 +116,8 @@ class AgentCore:
         self.catalog = SessionCatalog(home)
         # Which sessions are open here, for the other daemons on this home.
         self.live = LiveSessions(home)
+        if persist:
+            self.live.prepare()
         # The turn contexts by model (`_turn_context`); settings never change in place.
         self._contexts: dict[str, TurnContext] = {}
         model = settings.effective_model()
