@@ -119,6 +119,33 @@ def workspace_path(value: str, field: str = "workspaceRoot") -> Path:
         raise bad(f"cannot be used ({why[:100]})") from None
 
 
+# At most this many additional roots per session (ACP `additionalDirectories`):
+# editors have a few; a list of thousands is a hostile client.
+MAX_ADDITIONAL_ROOTS = 64
+ADDITIONAL_ROOTS_FIELD = "additionalDirectories"
+
+
+def additional_roots(values: list[str], root: Path | None) -> list[Path]:
+    """ACP `additionalDirectories` (and the LSP field of the same name): each
+    an absolute path or file:// URI of an existing directory, resolved as
+    `workspace_path` resolves the root; one that is not is refused naming
+    `additionalDirectories.N`. The workspace root itself (when known here;
+    the session drops it otherwise) and repeats (after resolving) are
+    dropped: they add nothing to where the tools may go."""
+    if len(values) > MAX_ADDITIONAL_ROOTS:
+        why = f"at most {MAX_ADDITIONAL_ROOTS} directories, not {len(values)}"
+        raise InvalidParams(
+            f"Invalid params: {ADDITIONAL_ROOTS_FIELD}: {why}",
+            {"fields": [{"field": ADDITIONAL_ROOTS_FIELD, "message": why}]},
+        )
+    out: list[Path] = []
+    for i, value in enumerate(values):
+        path = workspace_path(value, f"{ADDITIONAL_ROOTS_FIELD}.{i}")
+        if path != root and path not in out:
+            out.append(path)
+    return out
+
+
 def check_choice(value: str, allowed: list[str], field: str) -> str:
     """`value` if it is one of `allowed`, else `InvalidParams` naming `field`."""
     if value in allowed:

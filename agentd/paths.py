@@ -13,11 +13,17 @@ nothing (following it would let whatever can re-point it, a command the
 agent ran among others, move the confinement anywhere). If the resolved
 folder itself, or one on its way, is later replaced by a symlink, the
 root is refused rather than followed there.
+
+A session may have more than one root (ACP `additionalDirectories`): the
+first is its working directory, which relative paths start from; an absolute
+path may be inside any of them (`root_of`), each pinned and checked as the
+first is.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from agentd.errors import PathOutsideWorkspace
@@ -79,3 +85,34 @@ def resolve_inside(root: Path, user_path: str) -> Path:
     if not is_within(resolved, real):
         raise PathOutsideWorkspace(f"{user_path!r} is outside the workspace {real}")
     return resolved
+
+
+def root_of(roots: Sequence[Path], user_path: str) -> Path:
+    """The root of `roots` that `user_path` belongs to. The first root is the
+    working directory: a relative path is its, as is every path when it is
+    the only root (`resolve_inside` then checks it and says why not). An
+    absolute path is the first root's whose real path holds its real path;
+    one inside none of them is refused (`PathOutsideWorkspace`)."""
+    if "\x00" in user_path:
+        raise PathOutsideWorkspace("path contains a NUL byte")
+    if len(roots) == 1 or not os.path.isabs(user_path):
+        return roots[0]
+    resolved = Path(os.path.realpath(user_path))
+    swapped: PathOutsideWorkspace | None = None
+    for root in roots:
+        try:
+            real = real_root(root)
+        except PathOutsideWorkspace as exc:
+            swapped = swapped or exc  # a root put elsewhere counts for nothing
+            continue
+        if is_within(resolved, real):
+            return root
+    if swapped is not None:
+        raise swapped
+    shown = ", ".join(str(r) for r in roots)
+    raise PathOutsideWorkspace(f"{user_path!r} is outside the workspace roots ({shown})")
+
+
+def resolve_in_roots(roots: Sequence[Path], user_path: str) -> Path:
+    """`resolve_inside` for a session of several roots (`root_of`)."""
+    return resolve_inside(root_of(roots, user_path), user_path)

@@ -6,7 +6,8 @@ One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
     {"type": "message", "offset": n, "ts", "message": {...}}             one per message
     {"type": "reset", "offset": n, "ts"}                                 agent/resetSession
     {"type": "note", "ts", "note": {"kind", ...}}                        what the view showed
-    {"type": "config", "ts", "mode"?, "model"?}                          the session's settings
+    {"type": "config", "ts", "mode"?, "model"?,                          the session's settings
+     "additionalDirectories"?}
     {"type": "compaction", "offset": n, "ts", "split", "summary",        the history was compacted
      "summaryText", "cleared", "note"}
     {"type": "fork", "ts", "from", "history", "notes", "plan",           a fork's copied history
@@ -16,9 +17,11 @@ A note is something the editor was shown beside the messages and that a
 replay must show again: a memory delivery, a model step's token usage, the
 plan, how a prompt ended (a cancel, an error). It belongs after the message
 lines before it and counts no offset, so extraction, which reads messages
-only, never sees it. A config line records a mode or model the user chose;
-unlike notes it survives a reset (a reset clears the conversation, not how
-the session runs).
+only, never sees it. A config line records a mode or model the user chose,
+or the folders beside the workspace the session may work in (ACP
+`additionalDirectories`, the whole list each time it changes); unlike notes
+it survives a reset (a reset clears the conversation, not how the session
+runs).
 
 Images of a prompt are not inlined: each is written once, decoded, to
 `<sessionId>.images/<sha256>` beside the transcript, and the message line
@@ -36,11 +39,11 @@ and it is removed when its session closes or the daemon exits, or, left by
 a killed daemon, at the next start (`collect_unused_transcripts`).
 
 `<sessionId>.meta.json` beside it holds what `session/list` shows (the title
-of the conversation since its last reset, the workspace), rewritten when the
-title changes, so that listing a thousand sessions reads a thousand small
-files instead of every transcript (`SessionCatalog`, which also caches by
-file status). A transcript without one (older, or its write failed) is read
-whole instead.
+of the conversation since its last reset, the workspace and the additional
+directories), rewritten when one of them changes, so that listing a
+thousand sessions reads a thousand small files instead of every transcript
+(`SessionCatalog`, which also caches by file status). A transcript without
+one (older, or its write failed) is read whole instead.
 
 A compaction record says how the model's view of the history changed at
 that point (`apply_compaction`): the first `split` messages since the last
@@ -89,7 +92,7 @@ import stat
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -152,6 +155,8 @@ class TranscriptInfo:
     workspace_root: Path
     title: str
     updated_at: float
+    # The folders beside the workspace root (ACP `additionalDirectories`).
+    additional_roots: tuple[str, ...] = ()
 
 
 @dataclass
@@ -180,6 +185,8 @@ class LoadedTranscript:
     summary: dict[str, Any] | None = None
     # The file ends in the middle of a line: a crash cut its last write short.
     torn: bool = False
+    # The folders beside the workspace root (the last config line that named them).
+    additional_roots: list[str] = field(default_factory=list)
 
 
 EMPTY_TITLE = "(empty session)"
@@ -564,10 +571,14 @@ class TranscriptWriter:
         *,
         fresh: bool = False,
         torn: bool = False,
+        additional_roots: Iterable[str] = (),
     ) -> None:
         self.path = path
         self.session_id = session_id
         self.workspace_root = workspace_root
+        # The folders beside the workspace root, as the last config line (or
+        # the fork record's) names them; the meta file says them too.
+        self.additional_roots = list(additional_roots)
         self.offset = offset
         # Set by the owner after a failed append, so that it reports the failure once.
         self.failed = False
@@ -578,7 +589,7 @@ class TranscriptWriter:
         self._started = False
         # Settings chosen before anything was written: a session that never
         # gets a prompt leaves no file behind.
-        self._pending_config: dict[str, str] = {}
+        self._pending_config: dict[str, Any] = {}
         # The meta file is to be written: before the first line if there is
         # one (its title is out of date), else by `write_due_meta`, which the
         # core calls once the prompt's model request is out (never on the
@@ -616,6 +627,8 @@ class TranscriptWriter:
         settings chosen before there was a file; its meta file is due."""
         self._started = True
         new = self._fresh or not self.path.exists()
+        # The meta file says the additional roots too: it follows their change.
+        roots_changed = CONFIG_ROOTS in self._pending_config
         if self._torn and not new:
             self._pending.append(b"\n")
         if new:
@@ -626,7 +639,7 @@ class TranscriptWriter:
             # A listing reads the transcript instead, which has the title: the
             # meta file waits until the prompt's request is out (`write_due_meta`).
             self._meta_due = True
-        elif new or self._meta_due:
+        elif new or self._meta_due or roots_changed:
             # A meta file that no longer says what the transcript does (a new
             # title) is never left behind a line: a listing would believe it.
             self._meta_due = False
@@ -782,12 +795,28 @@ class TranscriptWriter:
         `flush` (a memory delivery's, until its request is out)."""
         self._line({"type": "note", "ts": time.time(), "note": note_to_json(note)}, flush=flush)
 
-    def config(self, **values: str) -> None:
-        """Record a setting the user chose for the session (`mode`, `model`)."""
+    def config(self, **values: str | list[str]) -> None:
+        """Record a setting the user chose for the session (`mode`, `model`,
+        `additionalDirectories`)."""
         if not self._started and (self._fresh or not self.path.exists()):
             self._pending_config.update(values)
             return
         self._line({"type": "config", "ts": time.time(), **values})
+
+    def set_additional_roots(self, roots: list[str]) -> None:
+        """Record the folders beside the workspace root when they changed (a
+        new session that has some, a load or resume that names others): a
+        config line, and the meta file a listing reads. Before this writer's
+        first line (a load) both wait for it, as `close_cut_turn`'s lines do:
+        a load alone writes nothing."""
+        if roots == self.additional_roots:
+            return
+        self.additional_roots = list(roots)
+        if not self._started:
+            self._pending_config[CONFIG_ROOTS] = list(roots)
+            return
+        self._line({"type": "config", "ts": time.time(), CONFIG_ROOTS: list(roots)})
+        self._write_meta()
 
     def discard(self) -> None:
         """The session is being deleted: drop what waits, write nothing again,
@@ -830,7 +859,9 @@ class TranscriptWriter:
         tmp = target.with_name(f".{target.name}.tmp")
         try:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp.write_bytes(meta_bytes(self.session_id, self.workspace_root, self.title))
+            tmp.write_bytes(
+                meta_bytes(self.session_id, self.workspace_root, self.title, self.additional_roots)
+            )
             os.replace(tmp, target)
         except OSError as exc:
             log.info("cannot write %s: %s", target, exc)
@@ -1096,7 +1127,7 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
     history: list[Message] = []
     notes: list[tuple[int, Note]] = []
     plan: list[PlanEntry] = []
-    config: dict[str, str] = {}
+    config: dict[str, Any] = {}
     tokens = 0
     start = 0
     total = 0
@@ -1150,7 +1181,7 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
             elif isinstance(note, PlanUpdated):
                 plan = note.entries
         elif kind == "config":
-            config.update({k: v for k, v in record.items() if k in ("mode", "model")})
+            config.update({k: v for k, v in record.items() if k in ("mode", "model", CONFIG_ROOTS)})
         elif kind == "fork":
             try:
                 base = ForkBase.from_json(record)
@@ -1178,6 +1209,7 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
         title or EMPTY_TITLE,
         summary,
         tail.torn,
+        _str_list(config.get(CONFIG_ROOTS)),
     )
 
 
@@ -1264,10 +1296,11 @@ class ForkBase:
 
 
 def fork_lines(
-    base: ForkBase, session_id: str, workspace_root: Path, config: dict[str, str]
+    base: ForkBase, session_id: str, workspace_root: Path, config: dict[str, Any]
 ) -> bytes:
     """A fork's transcript as first written: its header, the `fork` record,
-    and the settings it starts with (`mode`, `model`) as a config line."""
+    and the settings it starts with (`mode`, `model`, `additionalDirectories`)
+    as a config line."""
     now = time.time()
     lines = [
         _encode(
@@ -1285,19 +1318,34 @@ def fork_lines(
     return b"".join(lines)
 
 
-def meta_bytes(session_id: str, workspace_root: Path, title: str) -> bytes:
+def meta_bytes(
+    session_id: str, workspace_root: Path, title: str, additional_roots: Iterable[str] = ()
+) -> bytes:
     """A meta file's content (`TranscriptWriter._write_meta` writes the same)."""
-    return _encode(
-        {
-            "sessionId": session_id,
-            "workspaceRoot": str(workspace_root),
-            "title": title or EMPTY_TITLE,
-        }
-    )
+    data: dict[str, Any] = {
+        "sessionId": session_id,
+        "workspaceRoot": str(workspace_root),
+        "title": title or EMPTY_TITLE,
+    }
+    roots = list(additional_roots)
+    if roots:
+        data[CONFIG_ROOTS] = roots
+    return _encode(data)
+
+
+# The config line's (and meta file's) key for the folders beside the workspace root.
+CONFIG_ROOTS = "additionalDirectories"
 
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _str_list(value: Any) -> list[str]:
+    """A stored list of paths; anything else (a hand-edited file) is none."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, str) and v]
 
 
 def _read_images(path: Path, msg: Message) -> None:
@@ -1501,7 +1549,7 @@ class SessionCatalog:
         if info is None:
             info = _info_from_transcript(Path(entry.path))
         if info is not None:
-            info = TranscriptInfo(info.session_id, info.workspace_root, info.title, st.st_mtime)
+            info = replace(info, updated_at=st.st_mtime)
         self._cache[entry.path] = (key, info)
         return info
 
@@ -1510,7 +1558,11 @@ def _read_meta(path: Path) -> TranscriptInfo | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return TranscriptInfo(
-            str(data["sessionId"]), Path(data["workspaceRoot"]), str(data["title"]), 0.0
+            str(data["sessionId"]),
+            Path(data["workspaceRoot"]),
+            str(data["title"]),
+            0.0,
+            tuple(_str_list(data.get(CONFIG_ROOTS))),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -1522,4 +1574,10 @@ def _info_from_transcript(path: Path) -> TranscriptInfo | None:
         return None
     # The title is that of the conversation since the last reset (a reset
     # session is a new one, as it is for the model), summarised turns included.
-    return TranscriptInfo(loaded.session_id, loaded.workspace_root, loaded.title, 0.0)
+    return TranscriptInfo(
+        loaded.session_id,
+        loaded.workspace_root,
+        loaded.title,
+        0.0,
+        tuple(loaded.additional_roots),
+    )

@@ -18,7 +18,7 @@ from agentd.agent.context import ContextWindow
 from agentd.agent.hooks import MemoryHooks, NoMemory
 from agentd.agent.modes import DEFAULT_MODE, MODES
 from agentd.agent.plan import UPDATE_PLAN
-from agentd.agent.session import ClientToolRunner, Session
+from agentd.agent.session import ClientToolRunner, Session, beside
 from agentd.agent.tools import ToolConfig, call_locations
 from agentd.agent.turn import (
     CANCELLED_RESULT,
@@ -146,13 +146,36 @@ class AgentCore:
     # --- sessions ------------------------------------------------------------
 
     def new_session(
-        self, workspace_root: Path, client_tools: ClientToolRunner, session_id: str | None = None
+        self,
+        workspace_root: Path,
+        client_tools: ClientToolRunner,
+        session_id: str | None = None,
+        additional_roots: Sequence[Path] = (),
     ) -> Session:
+        """A session in `workspace_root`, its tools also reaching into
+        `additional_roots` (checked by the caller: absolute, resolved, none of
+        them the root or repeated)."""
         sid = session_id or uuid.uuid4().hex
-        session = Session(sid, workspace_root, client_tools)
+        extra = list(additional_roots)
+        session = Session(sid, workspace_root, client_tools, additional_roots=extra)
         # An id made by the front end just now: no transcript has it yet.
         self._track(session, offset=0, fresh=True)
+        if additional_roots:
+            self._record_roots(session)
         return session
+
+    def _record_roots(self, session: Session) -> None:
+        """The session's additional roots into its transcript, if they changed."""
+        writer = self.writers.get(session.id)
+        if writer is not None:
+            roots = [str(r) for r in session.additional_roots]
+            _write(writer, lambda: writer.set_additional_roots(roots))
+
+    def set_additional_roots(self, session: Session, roots: Sequence[Path]) -> None:
+        """Replace a session's additional roots (a load or resume that names
+        them), kept with the session."""
+        session.set_additional_roots(list(roots))
+        self._record_roots(session)
 
     def _track(
         self, session: Session, offset: int, *, fresh: bool = False, torn: bool = False
@@ -171,6 +194,8 @@ class AgentCore:
             self.files,
             fresh=fresh,
             torn=torn,
+            # What the transcript says already (a restored session's).
+            additional_roots=[] if fresh else [str(r) for r in session.additional_roots],
         )
         self.writers[session.id] = writer
 
@@ -224,13 +249,15 @@ class AgentCore:
         workspace_root: Path | None = None,
         *,
         root_field: str = "workspaceRoot",
+        additional_roots: Sequence[Path] | None = None,
     ) -> Session:
         """Restore a persisted session and replay its history through `emit`.
 
         The transcript is found and read in a worker thread. A live session
         asked for with another workspace root is refused (`InvalidParams`
         naming `root_field`): it stays bound to its own, and its tools, memory
-        and transcript with it.
+        and transcript with it. `additional_roots` replaces the session's
+        (None: it keeps those it had), before the replay.
         """
         loaded = None
         if session_id not in self.sessions:
@@ -257,6 +284,8 @@ class AgentCore:
             if loaded is None:
                 raise SessionNotFound(f"no stored session with id {session_id!r}")
             session = self._restore(loaded, client_tools)
+        if additional_roots is not None:
+            self.set_additional_roots(session, additional_roots)
         client_names = {s.name for s in client_tools.specs}
         for update in replay(session.history, client_names, session.notes, session.workspace_root):
             emit(update)
@@ -264,7 +293,12 @@ class AgentCore:
 
     def _restore(self, loaded: LoadedTranscript, client_tools: ClientToolRunner) -> Session:
         """A live session of a transcript read back (a load, a fork), tracked."""
-        session = Session(loaded.session_id, loaded.workspace_root, client_tools)
+        session = Session(
+            loaded.session_id,
+            loaded.workspace_root,
+            client_tools,
+            additional_roots=[Path(r) for r in loaded.additional_roots],
+        )
         # The compacted state, when the session was compacted: the
         # summary, then the verbatim tail.
         session.history = loaded.history
@@ -303,6 +337,7 @@ class AgentCore:
         *,
         mode: str | None = None,
         model: str | None = None,
+        additional_roots: Sequence[Path] | None = None,
     ) -> Session:
         """A new session whose history is a copy of `source_id`'s completed turns.
 
@@ -311,7 +346,8 @@ class AgentCore:
         and the prompt goes on undisturbed) or only on disk. The fork runs in
         `workspace_root` (None: the source's), in the source's mode and on
         its model unless `mode` / `model` (validated by the caller) say
-        otherwise, with its own id and transcript (`transcript.ForkBase`),
+        otherwise, reaching into `additional_roots` (None: the source's), with
+        its own id and transcript (`transcript.ForkBase`),
         durable before this returns. Its summary, notes, plan and counters
         are the source's. Unknown source: `SessionNotFound`, as for a load.
         """
@@ -350,9 +386,17 @@ class AgentCore:
             model = source.model if source is not None else stored.model
         elif model == self.settings.effective_model():
             model = None
-        config = {"mode": mode if mode in MODES else DEFAULT_MODE}
+        config: dict[str, str | list[str]] = {"mode": mode if mode in MODES else DEFAULT_MODE}
         if model is not None and self.knows_model(model):
             config["model"] = model
+        if additional_roots is not None:
+            extra = [str(r) for r in beside(root, list(additional_roots))]
+        elif source is not None:
+            extra = [str(r) for r in source.additional_roots]
+        else:
+            extra = list(stored.additional_roots)
+        if extra:
+            config["additionalDirectories"] = extra
         base = ForkBase.of(source_id, stored)
         fork_id = uuid.uuid4().hex
         target = sessions_dir(root, self.home) / f"{fork_id}.jsonl"
@@ -360,7 +404,7 @@ class AgentCore:
 
         def create() -> LoadedTranscript | None:
             data = fork_lines(base, fork_id, root, config)
-            write_fork(target, data, meta_bytes(fork_id, root, base.title), hashes, path)
+            write_fork(target, data, meta_bytes(fork_id, root, base.title, extra), hashes, path)
             # The live fork is what a reload gives (its images read back too).
             return load(target)
 

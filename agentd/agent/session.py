@@ -1,6 +1,9 @@
 """A session: history, workspace, counters, and the waits it has open.
 
-A session belongs to one workspace root. Its history is append-only during a
+A session belongs to one workspace root, its working directory, and may
+reach into more folders beside it (`additional_roots`: ACP
+`additionalDirectories`), which its tools may read too; memory, instruction
+files and the transcript stay the workspace root's. Its history is append-only during a
 prompt (listeners, such as the transcript writer, see every message once);
 `reset()` is the only thing that clears it.
 """
@@ -129,12 +132,31 @@ class Session:
     # part), checked by identity before use (`turn._date_reminder`), so that a
     # prompt does not walk the whole history to find it.
     date_note: tuple[int, Message, ReminderPart] | None = None
+    # More folders its tools may work in, beside the workspace root (resolved,
+    # absolute, neither the root nor one another): ACP `additionalDirectories`.
+    additional_roots: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.additional_roots = beside(self.workspace_root, self.additional_roots)
         # The folder the workspace resolves to now is the one its tools stay
         # in (`agentd.paths.real_root`), whatever is put in its way later.
-        with contextlib.suppress(PathOutsideWorkspace):  # refused at its tools' first use
-            pin_first(self.workspace_root)
+        for root in self.roots:
+            with contextlib.suppress(PathOutsideWorkspace):  # refused at its tools' first use
+                pin_first(root)
+
+    @property
+    def roots(self) -> list[Path]:
+        """Every folder its tools may work in, the workspace root (where
+        relative paths start) first."""
+        return [self.workspace_root, *self.additional_roots]
+
+    def set_additional_roots(self, roots: list[Path]) -> None:
+        """Replace the folders beside the workspace root (a load or resume
+        that names them), each pinned as the root was at the start."""
+        self.additional_roots = beside(self.workspace_root, roots)
+        for root in self.additional_roots:
+            with contextlib.suppress(PathOutsideWorkspace):
+                pin_first(root)
 
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""
@@ -162,3 +184,12 @@ class Session:
             return False
         task.cancel()
         return True
+
+
+def beside(root: Path, roots: list[Path]) -> list[Path]:
+    """`roots` without `root` and without repeats, in order."""
+    out: list[Path] = []
+    for r in roots:
+        if r != root and r not in out:
+            out.append(r)
+    return out

@@ -157,7 +157,7 @@ async def run_prompt(
         dated = _date_reminder(session)
         session.append(Message("user", [*dated, *given]))
         _remember_date(session, dated)
-        tools = DaemonTools(session.workspace_root, ctx.tools)
+        tools = DaemonTools(session.workspace_root, ctx.tools, session.additional_roots)
         # No turn of the loop before the request for memory: the local tier of
         # an indexed project was answered in `prompt_started`. The one bounded
         # wait: a prompt that came before its project's memory was ever indexed
@@ -264,9 +264,9 @@ def _over_token_limit(session: Session, limits: TurnLimits) -> bool:
 # sessions share one) and the mode, with that list (which keeps its id from
 # being reused); cleared whole when full.
 _OFFERED: dict[tuple[int, str], tuple[list[ToolSpec], list[ToolSpec]]] = {}
-# The system prompt, by workspace root and mode, with the instruction files'
+# The system prompt, by workspace roots and mode, with the instruction files'
 # text it was made with (the same object while no file changed).
-_SYSTEM_PROMPTS: dict[tuple[Path, str], tuple[str, str]] = {}
+_SYSTEM_PROMPTS: dict[tuple[Path, str, tuple[Path, ...]], tuple[str, str]] = {}
 _KEPT_MAX = 64
 
 
@@ -300,17 +300,30 @@ async def _system_prompt(ctx: TurnContext, session: Session) -> str:
     # value, and its hash and comparison are then the string's kept hash and
     # an identity.
     extra = await ctx.memory.system_context(session)
-    key = (session.workspace_root, session.mode)
+    key = (session.workspace_root, session.mode, tuple(session.additional_roots))
     kept = _SYSTEM_PROMPTS.get(key)
     if kept is not None and kept[0] is extra:
         return kept[1]
     base = SYSTEM_PROMPT.format(root=session.workspace_root)
+    if session.additional_roots:
+        base = f"{base}\n\n{_roots_note(session.additional_roots)}"
     text = f"{base}\n\n{modes.ASK_MODE_NOTE}" if session.mode == modes.ASK else base
     text = f"{text}\n\n{extra}" if extra else text
     if len(_SYSTEM_PROMPTS) >= _KEPT_MAX:
         _SYSTEM_PROMPTS.clear()
     _SYSTEM_PROMPTS[key] = (extra, text)
     return text
+
+
+def _roots_note(roots: list[Path]) -> str:
+    """What the model must know to use the folders beside the workspace."""
+    listed = "\n".join(f"- {root}" for root in roots)
+    return (
+        "Besides the workspace, the user gave this session these folders (additional "
+        f"workspace roots):\n{listed}\nThe tools accept absolute paths inside them. "
+        "Relative paths are the workspace's, and search and glob without a path look in "
+        "the workspace only: give one of these folders as path to look there."
+    )
 
 
 DATE_SOURCE = "date"

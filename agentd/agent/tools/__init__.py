@@ -10,7 +10,10 @@ editors run.
     ripgrep.py     finding and running `rg`
     read.py, listing.py, search.py, glob_files.py    one module per tool
 
-Daemon tools are confined to the session's workspace and never write. A
+Daemon tools are confined to the session's workspace roots and never write:
+a relative path is the workspace root's, an absolute one may be inside any
+root (`agentd.paths.root_of`); paths a tool shows are relative to the root
+it worked in, which its output names when that is not the workspace root. A
 call's failure, whatever it is, comes back as a failed result the model
 reads (`DaemonTools.run` raises only `ToolError` and `CancelledError`).
 Client tools (`edit_file`, `write_file`, `run_command`, and a client's own
@@ -21,7 +24,7 @@ the editor declared them in `initialize`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from agentd.agent.tools.specs import (
 from agentd.agent.tools.worker import Stopped, StopToken, run_in_worker
 from agentd.errors import ToolError
 from agentd.events import Location
+from agentd.paths import root_of
 
 __all__ = [
     "CLIENT_TOOL_SPECS",
@@ -65,10 +69,14 @@ _GRACE = 10.0
 
 
 class DaemonTools:
-    """The daemon's own read-only tools, bound to one workspace root."""
+    """The daemon's own read-only tools, bound to a session's workspace root
+    and the folders beside it (`extra_roots`)."""
 
-    def __init__(self, root: Path, config: ToolConfig | None = None) -> None:
+    def __init__(
+        self, root: Path, config: ToolConfig | None = None, extra_roots: Sequence[Path] = ()
+    ) -> None:
         self.root = root
+        self.roots = [root, *extra_roots]
         self.config = config or ToolConfig()
 
     async def run(self, name: str, args: Any) -> ToolOutput:
@@ -96,8 +104,15 @@ class DaemonTools:
 
     def _call(self, fn: ToolFn, name: str, args: dict[str, Any], token: StopToken) -> ToolOutput:
         try:
-            with Root(self.root) as root:
-                return fn(root, args, self.config, token)
+            where = root_of(self.roots, str(args.get("path") or "."))
+            with Root(where) as root:
+                out = fn(root, args, self.config, token)
+            if where != self.root and name != "read_file":
+                # Its paths are relative to another root than the one relative
+                # paths start from: said, or the model would take them for the
+                # workspace root's.
+                out = ToolOutput(f"(paths relative to {root.path})\n{out.text}", out.locations)
+            return out
         except ToolError:
             raise
         except Stopped:

@@ -25,10 +25,18 @@ LIST_MAX_DEPTH = 6
 LIST_PER_DIR = 100
 LIST_MAX_ENTRIES = 500
 
-_PATH = {"type": "string", "description": "Path relative to the workspace root."}
+# Absolute paths reach the session's additional workspace roots (listed in
+# the system prompt); without a path, search and glob look in the workspace
+# root only.
+_PATH = {
+    "type": "string",
+    "description": "Path relative to the workspace root, or absolute inside one of the "
+    "workspace roots.",
+}
 _FOLDER = {
     "type": "string",
-    "description": "Folder (or, for search, a file) relative to the workspace root; default '.'.",
+    "description": "Folder (or, for search, a file) relative to the workspace root, or "
+    "absolute inside one of the workspace roots; default '.' (the workspace root only).",
 }
 _HIDDEN = {
     "type": "boolean",
