@@ -216,12 +216,7 @@ class App:
     async def list_sessions(self, root: Path) -> dict[str, Any]:
         """`agent/listSessions`: every saved session of the workspace."""
         infos = await self._list(root)
-        return {
-            "sessions": [
-                {"sessionId": i.session_id, "title": i.title, "updatedAt": _iso(i.updated_at)}
-                for i in infos
-            ]
-        }
+        return {"sessions": [_listed(i) for i in infos]}
 
     async def _list(self, root: Path | None) -> list[TranscriptInfo]:
         # A listing may read transcripts that have no meta file: in a worker thread.
@@ -256,6 +251,7 @@ class App:
                 {
                     "sessionId": i.session_id,
                     "cwd": str(i.workspace_root),
+                    **_roots_of(i),
                     "title": i.title,
                     "updatedAt": _iso(i.updated_at),
                 }
@@ -424,6 +420,21 @@ class App:
         self.core.live.close()  # the other daemons may delete its sessions now
         await self.memory.aclose()
         await self.provider.aclose()
+
+
+def _listed(info: TranscriptInfo) -> dict[str, Any]:
+    """A session as `agent/listSessions` shows it."""
+    return {
+        "sessionId": info.session_id,
+        "title": info.title,
+        "updatedAt": _iso(info.updated_at),
+        **_roots_of(info),
+    }
+
+
+def _roots_of(info: TranscriptInfo) -> dict[str, Any]:
+    # Absent when there are none (ACP: omitted and empty mean the same).
+    return {"additionalDirectories": list(info.additional_roots)} if info.additional_roots else {}
 
 
 def _iso(ts: float) -> str:

@@ -57,6 +57,7 @@ from agentd.errors import (
 )
 from agentd.events import ModeChanged, ToolCallUpdate, Update
 from agentd.params import (
+    additional_roots,
     check_choice,
     params_model,
     prompt_input,
@@ -169,11 +170,12 @@ async def new_session(
     # Pinned now, while the session may be made later (`when_built`): its
     # tools stay in the folder the editor named (`agentd.paths.real_root`).
     root = pin_root(workspace_path(p.cwd, "cwd"))
+    extra = [pin_root(r) for r in additional_roots(p.additional_directories, root)]
     servers = mcp_servers(p.mcp_servers)
     sid = uuid.uuid4().hex
 
     def create(app: App) -> None:
-        session = app.core.new_session(root, server.runner, sid)
+        session = app.core.new_session(root, server.runner, sid, extra)
         app.start_memory(root)
         app.attach_tools(session, server.runner, servers)
 
@@ -194,13 +196,17 @@ async def load_session(
     server: AcpServer, app: App, request: Request, p: LoadSessionParams
 ) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd")
+    extra = additional_roots(p.additional_directories, root)
 
     def emit(update: Update) -> None:
         _send(server, p.session_id, update, root)
 
     servers = mcp_servers(p.mcp_servers)
-    # The core restores the session and replays its history through `emit`.
-    session = await app.core.load_session(p.session_id, server.runner, emit, root, root_field="cwd")
+    # The core restores the session and replays its history through `emit`;
+    # the request's list is the session's from now on (ACP: none when omitted).
+    session = await app.core.load_session(
+        p.session_id, server.runner, emit, root, root_field="cwd", additional_roots=extra
+    )
     app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
@@ -211,9 +217,15 @@ async def resume_session(
 ) -> dict[str, Any]:
     """`session/load` without the replay: the client still shows the conversation."""
     root = workspace_path(p.cwd, "cwd")
+    extra = additional_roots(p.additional_directories, root)
     servers = mcp_servers(p.mcp_servers)
     session = await app.core.load_session(
-        p.session_id, server.runner, lambda update: None, root, root_field="cwd"
+        p.session_id,
+        server.runner,
+        lambda update: None,
+        root,
+        root_field="cwd",
+        additional_roots=extra,
     )
     app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))
@@ -226,10 +238,12 @@ async def fork_session(
     """A new session holding a copy of the source's completed turns
     (`AgentCore.fork_session`), set up as `session/new`'s: in `cwd` (confined
     to it as a new session is), with the `mcpServers` given. No replay: the
-    client shows the conversation it forked; the title follows the reply."""
+    client shows the conversation it forked; the title follows the reply.
+    Its additional roots are the request's (none when omitted, as ACP says)."""
     root = pin_root(workspace_path(p.cwd, "cwd"))
+    extra = [pin_root(r) for r in additional_roots(p.additional_directories, root)]
     servers = mcp_servers(p.mcp_servers)
-    session = await app.core.fork_session(p.session_id, root, server.runner)
+    session = await app.core.fork_session(p.session_id, root, server.runner, additional_roots=extra)
     app.start_memory(root)
     app.attach_tools(session, server.runner, servers)
     _after(server, request, options.commands_update(session.id))

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from agentd.params import MAX_ADDITIONAL_ROOTS
+
 
 class AcpModel(BaseModel):
     # Validators are built when the warm-up asks (`agentd.params.build_models`:
@@ -50,25 +52,35 @@ class McpServer(AcpModel):
     headers: list[NameValue] = []
 
 
+# ACP `additionalDirectories`: folders beside `cwd` the session's tools may
+# use; each checked by `agentd.params.additional_roots` (the count first, here).
+AdditionalDirectories = Annotated[list[str], Field(max_length=MAX_ADDITIONAL_ROOTS)]
+
+
 class NewSessionParams(AcpModel):
     cwd: str
+    additional_directories: AdditionalDirectories = []
     # The editor's MCP servers for this session, beside the user's configured ones.
     mcp_servers: list[McpServer] = []
 
 
 class LoadSessionParams(AcpModel):
-    """`session/load` and `session/resume`."""
+    """`session/load` and `session/resume`. `additionalDirectories` replaces
+    the session's list; omitted or empty, the session has none (ACP's words)."""
 
     session_id: str
     cwd: str
+    additional_directories: AdditionalDirectories = []
     mcp_servers: list[McpServer] = []
 
 
 class ForkSessionParams(AcpModel):
-    """`session/fork`; `additionalDirectories` is not supported (not advertised)."""
+    """`session/fork`; the fork has the request's `additionalDirectories`
+    (omitted or empty: none, as ACP says), not the source's."""
 
     session_id: str
     cwd: str
+    additional_directories: AdditionalDirectories = []
     mcp_servers: list[McpServer] = []
 
 

@@ -304,7 +304,9 @@ class AcpServer:
                 "promptCapabilities": {"image": image, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": True, "sse": True},
                 "sessionCapabilities": {
-                    name: {} for name in SESSION_CAPABILITIES if f"session/{name}" in HANDLERS
+                    **{name: {} for name in SESSION_CAPABILITIES if f"session/{name}" in HANDLERS},
+                    # Taken by session/new, load, resume and fork; reported by session/list.
+                    "additionalDirectories": {},
                 },
                 "_meta": {
                     "agentd": {

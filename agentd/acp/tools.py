@@ -48,7 +48,7 @@ from agentd.agent.session import Session
 from agentd.agent.tools import CLIENT_TOOL_SPECS
 from agentd.errors import ToolError
 from agentd.messages import ToolCall, ToolResultPart, ToolSpec
-from agentd.paths import resolve_inside
+from agentd.paths import resolve_in_roots
 
 log = logging.getLogger("agentd.acp")
 
@@ -192,7 +192,7 @@ class AcpToolRunner:
         command = _str(args, "command")
         if not command.strip():
             raise Refused("command must not be empty.")
-        cwd = str(resolve_inside(session.workspace_root, _opt_str(args, "cwd") or "."))
+        cwd = str(resolve_in_roots(session.roots, _opt_str(args, "cwd") or "."))
         await self._permit(session, call, "execute", text_content(command))
         created = await self._call(
             session,
@@ -320,7 +320,8 @@ def _selected_option(result: Any) -> str | None:
 
 
 def _path(session: Session, args: Mapping[str, Any]) -> str:
-    return str(resolve_inside(session.workspace_root, _str(args, "path")))
+    # Inside one of the session's roots (an absolute path may be in an additional one).
+    return str(resolve_in_roots(session.roots, _str(args, "path")))
 
 
 def _str(args: Mapping[str, Any], name: str) -> str:

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from agentd.params import MAX_ADDITIONAL_ROOTS
+
 
 class WireModel(BaseModel):
     # Validators are built when the warm-up asks (`agentd.params.build_models`:
@@ -170,8 +172,20 @@ class AgentdCapabilities(WireModel):
 # --- requests -------------------------------------------------------------------
 
 
+# Folders beside the workspace root the session's tools may use (ACP's
+# `additionalDirectories`): absolute paths or file:// URIs of directories.
+AdditionalDirectories = Annotated[
+    list[str],
+    Field(
+        max_length=MAX_ADDITIONAL_ROOTS,
+        description="Absolute paths or file:// URIs of more folders the tools may use",
+    ),
+]
+
+
 class NewSessionParams(WireModel):
     workspace_root: str = Field(min_length=1, description="Path or file:// URI")
+    additional_directories: AdditionalDirectories = []
 
 
 class PlanEntryOut(WireModel):
@@ -282,6 +296,8 @@ class SessionInfo(WireModel):
     session_id: str
     title: str
     updated_at: str
+    # Present when the session has folders beside its workspace root.
+    additional_directories: list[str] | None = None
 
 
 class ListSessionsResult(WireModel):
@@ -291,6 +307,8 @@ class ListSessionsResult(WireModel):
 class LoadSessionParams(WireModel):
     session_id: str
     workspace_root: str | None = None
+    # Replaces the session's list ([] clears it); absent: the session keeps its own.
+    additional_directories: AdditionalDirectories | None = None
 
 
 class ForkSessionParams(WireModel):
@@ -300,6 +318,8 @@ class ForkSessionParams(WireModel):
     # How the fork runs; absent: as the source does.
     mode: str | None = None
     model: str | None = None
+    # The fork's additional roots; absent: the source's.
+    additional_directories: AdditionalDirectories | None = None
 
 
 class ForkSessionResult(SessionSetup):

@@ -33,6 +33,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
 from agentd.errors import ProtocolError, internal_error_message
 from agentd.params import (
+    additional_roots,
     check_choice,
     params_model,
     prompt_input,
@@ -124,12 +125,13 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
     # Pinned now, while the session may be made later (`when_built`): its
     # tools stay in the folder the editor named (`agentd.paths.real_root`).
     root = pin_root(workspace_path(p.workspace_root))
+    extra = [pin_root(r) for r in additional_roots(p.additional_directories, root)]
     sid = uuid.uuid4().hex
 
     def create(app: App) -> None:
         from agentd.agent.session import AwaitClientResult
 
-        session = app.core.new_session(root, AwaitClientResult(app.client_specs), sid)
+        session = app.core.new_session(root, AwaitClientResult(app.client_specs), sid, extra)
         app.attach_tools(session, _permissions(ls))
         app.start_memory(root)
 
@@ -222,7 +224,13 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     from agentd.lsp.updates import plan_to_wire
 
     root = workspace_path(p.workspace_root) if p.workspace_root else None
-    session = await app.core.load_session(sid, AwaitClientResult(app.client_specs), emit, root)
+    # Given, the list replaces the session's; absent, the session keeps its own.
+    extra = None
+    if p.additional_directories is not None:
+        extra = additional_roots(p.additional_directories, root)
+    session = await app.core.load_session(
+        sid, AwaitClientResult(app.client_specs), emit, root, additional_roots=extra
+    )
     app.attach_tools(session, _permissions(ls))
     setup = _setup(app.settings, session.mode, app.core.model_of(session))
     return {**setup, "plan": plan_to_wire(session.plan)}
@@ -236,12 +244,21 @@ async def fork_session(ls: AgentdServer, app: App, p: ForkSessionParams) -> dict
     from agentd.lsp.updates import plan_to_wire
 
     root = pin_root(workspace_path(p.workspace_root)) if p.workspace_root else None
+    # Given, the fork's list; absent, the source's.
+    extra = None
+    if p.additional_directories is not None:
+        extra = [pin_root(r) for r in additional_roots(p.additional_directories, root)]
     mode = check_choice(p.mode, list(MODES), "mode") if p.mode is not None else None
     model = None
     if p.model is not None:
         model = check_choice(p.model, [m for m, _ in app.settings.model_choices()], "model")
     session = await app.core.fork_session(
-        p.session_id, root, AwaitClientResult(app.client_specs), mode=mode, model=model
+        p.session_id,
+        root,
+        AwaitClientResult(app.client_specs),
+        mode=mode,
+        model=model,
+        additional_roots=extra,
     )
     app.attach_tools(session, _permissions(ls))
     app.start_memory(session.workspace_root)
