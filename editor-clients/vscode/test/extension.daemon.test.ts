@@ -285,6 +285,15 @@ describe('activation and the chat view', () => {
     require('node:fs').writeFileSync(inside, 'x');
     receive({ type: 'openFile', path: inside });
     await vi.waitFor(() => expect(window.showTextDocument).toHaveBeenCalled());
+    // A file of another folder of a multi-root workspace opens too.
+    const other = tmpDir('agentd-other-');
+    const shared = path.join(other, 'g.txt');
+    require('node:fs').writeFileSync(shared, 'y');
+    receive({ type: 'openFile', path: shared });
+    await vi.waitFor(() => expect(flat().filter((e) => e.type === 'notice')).toHaveLength(2));
+    workspace.workspaceFolders = [...workspace.workspaceFolders!, { uri: Uri.file(other), name: 'other', index: 1 }];
+    receive({ type: 'openFile', path: shared });
+    await vi.waitFor(() => expect(window.showTextDocument).toHaveBeenCalledTimes(2));
   });
 
   it('session switching and memory degrade gracefully on an older daemon (-32601)', async () => {
@@ -707,6 +716,26 @@ describe('activation and the chat view', () => {
     expect(await second).toEqual({ outcome: { outcome: 'cancelled' } });
     // After the prompt, nothing is asked in its name.
     expect(await made[0].request('agent/requestPermission', { ...params, toolCallId: 'q4' }).catch((e: Error) => e.message)).toMatch(/No chat surface/);
+  });
+
+  it('a multi-root workspace: the first folder is the root, the others go as additionalDirectories, read when a session starts', async () => {
+    const { receive, flat, made, root } = await activated((d) => {
+      d.handlers.set('agent/newSession', () => ({ sessionId: `s-${d.requests.length}` }));
+      d.handlers.set('agent/prompt', () => ({ stopReason: 'end_turn', usage: { inputTokens: 1, outputTokens: 1 } }));
+    });
+    const other = tmpDir('agentd-other-');
+    const web = { uri: Uri.from({ scheme: 'vscode-vfs', path: '/remote' }), name: 'remote', index: 2 };
+    workspace.workspaceFolders = [{ uri: Uri.file(root), name: 'ws', index: 0 }, { uri: Uri.file(other), name: 'other', index: 1 }, web];
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'hi' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'turnEnd')).toBe(true));
+    const sent = () => made[0].requests.filter((r) => r.method === 'agent/newSession').map((r) => r.params);
+    expect(sent()).toEqual([{ workspaceRoot: root, additionalDirectories: [other] }]);
+    // A folder removed: the next new session has none (the running one keeps its own).
+    workspace.workspaceFolders = [{ uri: Uri.file(root), name: 'ws', index: 0 }];
+    await commands.executeCommand('agentd.newSession');
+    await vi.waitFor(() => expect(sent()).toHaveLength(2));
+    expect(sent()[1]).toEqual({ workspaceRoot: root });
   });
 
   it('compaction and the context meter: live between turns, and a reload of the panel keeps the meter and the plan', async () => {

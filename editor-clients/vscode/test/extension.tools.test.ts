@@ -263,6 +263,30 @@ describe('confinement', () => {
     expect(diffTabs()).toEqual([]);
   });
 
+  it('a multi-root workspace: absolute paths in the other folders are allowed, relative ones stay the first folder\'s', async () => {
+    const other = tmpDir('agentd-other-');
+    const outside = tmpDir('agentd-outside-');
+    fs.writeFileSync(path.join(other, 'shared.txt'), 'shared\n');
+    fs.writeFileSync(path.join(outside, 'secret.txt'), 'secret');
+    fs.symlinkSync(path.join(outside, 'secret.txt'), path.join(other, 'leak.txt'));
+    runner = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner(0)), {
+      workspaceRoot: () => root,
+      additionalRoots: () => [other],
+      editApproval: () => 'always',
+    });
+    expect(await run(call('read_file', { path: path.join(other, 'shared.txt') }))).toEqual({ content: '1  shared', isError: false });
+    const wrote = await run(call('write_file', { path: path.join(other, 'new.txt'), content: 'made\n' }));
+    expect(wrote).toEqual({ content: `Created ${path.join(other, 'new.txt')} (5 characters).`, isError: false });
+    expect(__mock.documents.get(path.join(other, 'new.txt'))!.getText()).toBe('made\n');
+    // Relative paths are the first folder's; a symlink out of the other folder is refused.
+    expect((await run(call('read_file', { path: 'shared.txt' }))).content).toBe('shared.txt does not exist.');
+    for (const p of [path.join(other, 'leak.txt'), path.join(outside, 'secret.txt'), `${other}-evil/x.txt`]) {
+      const res = await run(call('write_file', { path: p, content: 'pwned' }));
+      expect(res.content).toMatch(/^Refused: .*outside the workspace folders\.$/);
+    }
+    expect(fs.readFileSync(path.join(outside, 'secret.txt'), 'utf8')).toBe('secret');
+  });
+
   it('says so when no folder is open', async () => {
     root = '';
     const res = await run(call('read_file', { path: 'a' }));

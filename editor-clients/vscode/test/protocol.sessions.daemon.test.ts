@@ -29,9 +29,11 @@ afterAll(async () => {
   await model?.stop();
 });
 
-function harness(root = tmpDir('agentd-ws-')) {
+function harness(root = tmpDir('agentd-ws-'), folders: string[] = []) {
   const ws = new FakeWorkspace();
-  const controller = new AgentController(() => root, new ClientToolRunner(ws, { workspaceRoot: () => root, editApproval: () => 'ask' }));
+  const additionalRoots = () => folders;
+  const tools = new ClientToolRunner(ws, { workspaceRoot: () => root, additionalRoots, editApproval: () => 'ask' });
+  const controller = new AgentController(() => root, tools, { additionalRoots });
   const { conn, events: wire } = recording(daemon.agent);
   controller.attach(conn);
   const events: ChatEvent[] = [];
@@ -124,6 +126,35 @@ describe('plans, commands and a reload', () => {
     const text = h.events.map((e) => (e.type === 'update' && e.update.kind === 'message_chunk' ? e.update.text : '')).join('');
     expect(text).toMatch(/memory/i);
     expect(await mainRequests()).toBe(before);
+  });
+});
+
+describe('a multi-root workspace', () => {
+  it('the other folders go as additionalDirectories; the daemon lists them; a folder added counts from the next new session', async () => {
+    const other = tmpDir('agentd-other-');
+    fs.mkdirSync(path.join(other, 'lib'));
+    fs.writeFileSync(path.join(other, 'lib', 'util.py'), 'SHARED = 7\n');
+    const folders: string[] = [];
+    const h = harness(tmpDir('agentd-ws-'), folders);
+    await h.controller.newSession();
+    expect(requests(h.wire, 'agent/newSession')[0].params).toEqual({ workspaceRoot: h.root });
+    folders.push(other);
+    await h.controller.newSession();
+    expect(requests(h.wire, 'agent/newSession')[1].params).toEqual({ workspaceRoot: h.root, additionalDirectories: [other] });
+    // The daemon's own search reaches the other folder; the editor's read_file too.
+    const util = path.join(other, 'lib', 'util.py');
+    await h.controller.prompt(`!tool search ${JSON.stringify({ query: 'SHARED', path: other })}`);
+    await h.controller.prompt(`!tool read_file ${JSON.stringify({ path: util })}`);
+    const results = h.wire.filter((w) => w.dir === 'out-notification' && w.method === 'agent/toolResult') as Array<{ params: { content: string; isError?: boolean } }>;
+    expect(results.at(-1)!.params).toMatchObject({ content: '1  SHARED = 7', isError: false });
+    const log = await model.log();
+    const toolMessages = log
+      .filter((e) => e.type === 'request' && e.purpose === 'main')
+      .flatMap((e) => ((e.body as { messages: Array<{ role: string; content: unknown }> }).messages ?? []).filter((m) => m.role === 'tool'));
+    expect(toolMessages.some((m) => String(m.content).startsWith(`(paths relative to ${fs.realpathSync(other)})`))).toBe(true);
+    const listed = await h.controller.listSessions();
+    const current = listed.find((s) => s.sessionId === h.controller.currentSessionId)!;
+    expect(current.additionalDirectories).toEqual([fs.realpathSync(other)]);
   });
 });
 

@@ -97,6 +97,13 @@ export class AgentController {
        * leaves the question to the tool card.
        */
       askPermission?: (title: string, options: PermissionOption[], signal: AbortSignal) => Promise<string | undefined> | undefined;
+      /**
+       * The window's other folders (a multi-root workspace), sent as a new
+       * session's `additionalDirectories`: read when a session starts, so a
+       * folder added or removed counts from the next new session. A loaded
+       * or forked session keeps the list it was saved with.
+       */
+      additionalRoots?: () => string[];
     } = {},
   ) {}
 
@@ -204,8 +211,12 @@ export class AgentController {
 
   async newSession(): Promise<string> {
     await this.stopAndWait();
+    const root = this.root();
+    const others = (this.options.additionalRoots?.() ?? []).filter((r) => r !== root);
     const res = await this.connection().sendRequest<{ sessionId: string } & SessionSetup>('agent/newSession', {
-      workspaceRoot: this.root(),
+      workspaceRoot: root,
+      // Absent when there are none: a daemon older than the field is not asked about it.
+      ...(others.length ? { additionalDirectories: others } : {}),
     });
     const sessionId = res.sessionId;
     this.sessionId = sessionId;

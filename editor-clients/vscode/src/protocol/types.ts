@@ -239,6 +239,8 @@ export interface SessionInfo {
   sessionId: string;
   title: string;
   updatedAt: string;
+  /** The folders beside the workspace root the session's tools may use, when it has some. */
+  additionalDirectories?: string[];
 }
 
 export interface MemoryDoc {

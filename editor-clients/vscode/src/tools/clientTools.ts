@@ -4,7 +4,7 @@
 // in VS Code (vscodeWorkspace.ts) and in Node tests (a fake adapter).
 
 import * as path from 'node:path';
-import { OutsideWorkspaceError, resolveInWorkspace } from './paths';
+import { OutsideWorkspaceError, resolveInRoots } from './paths';
 
 export interface ToolCall {
   sessionId: string;
@@ -69,6 +69,8 @@ export interface WorkspaceAdapter {
 
 export interface ClientToolOptions {
   workspaceRoot(): string | undefined;
+  /** The window's other folders: absolute paths inside them are allowed too. */
+  additionalRoots?(): string[];
   /** agentd.approval.edits: "ask" before each edit, or apply "always". */
   editApproval(): 'ask' | 'always';
   maxOutputChars?: number;
@@ -103,16 +105,17 @@ export class ClientToolRunner {
       if (signal.aborted) return { content: CANCELLED, isError: true };
       const root = this.options.workspaceRoot();
       if (!root) throw new ToolFailure('No workspace folder is open in the editor.');
+      const roots = [root, ...(this.options.additionalRoots?.() ?? [])];
       const args = call.arguments ?? {};
       switch (call.name) {
         case 'read_file':
-          return await this.readFile(root, args);
+          return await this.readFile(roots, args);
         case 'edit_file':
-          return await this.editFile(root, call, args, signal, onState);
+          return await this.editFile(roots, call, args, signal, onState);
         case 'write_file':
-          return await this.writeFile(root, call, args, signal, onState);
+          return await this.writeFile(roots, call, args, signal, onState);
         case 'run_command':
-          return await this.runCommand(root, call, args, signal, onState);
+          return await this.runCommand(roots, call, args, signal, onState);
         default:
           throw new ToolFailure(`The editor does not provide a tool named ${JSON.stringify(call.name)}.`);
       }
@@ -124,9 +127,9 @@ export class ClientToolRunner {
     }
   }
 
-  private async readFile(root: string, args: Record<string, unknown>): Promise<ToolOutcome> {
+  private async readFile(roots: string[], args: Record<string, unknown>): Promise<ToolOutcome> {
     const rel = str(args, 'path');
-    const abs = resolveInWorkspace(root, rel);
+    const abs = resolveInRoots(roots, rel);
     const text = await this.ws.readText(abs);
     if (text === undefined) throw new ToolFailure(`${rel} does not exist.`);
     if (text.slice(0, 8192).includes('\0')) throw new ToolFailure(`${rel} looks like a binary file.`);
@@ -146,7 +149,7 @@ export class ClientToolRunner {
   }
 
   private async editFile(
-    root: string,
+    roots: string[],
     call: ToolCall,
     args: Record<string, unknown>,
     signal: AbortSignal,
@@ -156,7 +159,8 @@ export class ClientToolRunner {
     const oldText = str(args, 'old_text', true);
     const newText = str(args, 'new_text', true);
     if (oldText === '') throw new ToolFailure('old_text must not be empty (use write_file to create a file).');
-    const abs = resolveInWorkspace(root, rel);
+    const abs = resolveInRoots(roots, rel);
+    const root = roots[0];
     // Check before asking, so the user is not asked about an edit that cannot apply.
     const before = await this.ws.readText(abs);
     const at = locate(before, oldText, rel);
@@ -189,7 +193,7 @@ export class ClientToolRunner {
   }
 
   private async writeFile(
-    root: string,
+    roots: string[],
     call: ToolCall,
     args: Record<string, unknown>,
     signal: AbortSignal,
@@ -197,7 +201,8 @@ export class ClientToolRunner {
   ): Promise<ToolOutcome> {
     const rel = str(args, 'path');
     const content = str(args, 'content', true);
-    const abs = resolveInWorkspace(root, rel);
+    const abs = resolveInRoots(roots, rel);
+    const root = roots[0];
     const original = await this.ws.readText(abs);
     const exists = original !== undefined;
     const display = displayPath(root, abs);
@@ -224,7 +229,7 @@ export class ClientToolRunner {
   }
 
   private async runCommand(
-    root: string,
+    roots: string[],
     call: ToolCall,
     args: Record<string, unknown>,
     signal: AbortSignal,
@@ -232,7 +237,8 @@ export class ClientToolRunner {
   ): Promise<ToolOutcome> {
     const command = str(args, 'command');
     const cwdArg = args.cwd === undefined || args.cwd === null || args.cwd === '' ? '.' : str(args, 'cwd');
-    const cwd = resolveInWorkspace(root, cwdArg);
+    const cwd = resolveInRoots(roots, cwdArg);
+    const root = roots[0];
     // Commands are always asked for (unless allowed for this session): the
     // setting only relaxes edits, which stay undoable; a command does not.
     const ok = await this.approveIfNeeded(

@@ -57,3 +57,21 @@ export function resolveInWorkspace(root: string, p: string): string {
   if (!isInside(realRoot, resolved)) throw new OutsideWorkspaceError(`${p} is outside the workspace`);
   return resolved;
 }
+
+/**
+ * `resolveInWorkspace` for a multi-root workspace: `roots[0]` is the folder
+ * the session works in (relative paths are its), the others are the
+ * window's other folders (the session's `additionalDirectories`). An
+ * absolute path may be inside any of them, checked as for one root.
+ */
+export function resolveInRoots(roots: string[], p: string): string {
+  if (roots.length <= 1 || typeof p !== 'string' || !path.isAbsolute(p)) return resolveInWorkspace(roots[0], p);
+  for (const root of roots) {
+    try {
+      return resolveInWorkspace(root, p);
+    } catch (err) {
+      if (!(err instanceof OutsideWorkspaceError)) throw err;
+    }
+  }
+  throw new OutsideWorkspaceError(`${p} is outside the workspace folders`);
+}

@@ -291,15 +291,17 @@ export class ChatViewProvider implements vscode.WebviewViewProvider, vscode.Disp
     void vscode.window.showInformationMessage(`Deleted the agentd session "${title}".`);
   }
 
-  /** Open a file the panel links to: only recalled/listed memories or files in the workspace. */
+  /** Open a file the panel links to: only recalled/listed memories or files in the workspace's folders. */
   async openFile(p: string, line?: number): Promise<void> {
-    const root = this.workspaceRoot();
+    // Every local folder of a multi-root workspace: a session's tools reach the others too.
+    const folders = (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === 'file').map((f) => f.uri.fsPath);
     const inside = (dir: string | undefined): boolean => {
       if (!dir) return false;
       const rel = path.relative(dir, p);
       return rel !== '' && !rel.startsWith('..') && !path.isAbsolute(rel);
     };
-    if (!path.isAbsolute(p) || !(this.openable.has(p) || inside(root) || inside(this.memoryDirectory))) {
+    const inFolders = [this.workspaceRoot(), ...folders].some(inside);
+    if (!path.isAbsolute(p) || !(this.openable.has(p) || inFolders || inside(this.memoryDirectory))) {
       this.notice('warning', `Not opening ${p}: it is neither a memory file nor in the workspace.`);
       return;
     }

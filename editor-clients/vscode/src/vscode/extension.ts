@@ -26,6 +26,18 @@ export function workspaceRoot(): string | undefined {
   return folder?.uri.fsPath;
 }
 
+/**
+ * The other local folders of a multi-root workspace: a session's
+ * `additionalDirectories` (the first stays its workspace root). Read when a
+ * session starts and when a tool runs, so a folder added or removed counts
+ * from the next new session (and for the editor's own tools at once).
+ */
+export function additionalRoots(): string[] {
+  const root = workspaceRoot();
+  const folders = vscode.workspace.workspaceFolders ?? [];
+  return folders.filter((f) => f.uri.scheme === 'file' && f.uri.fsPath !== root).map((f) => f.uri.fsPath);
+}
+
 /** `factory` is replaceable so tests can drive activation without spawning a LanguageClient. */
 export async function activate(context: vscode.ExtensionContext, factory?: ClientFactory): Promise<ExtensionApi> {
   const output = vscode.window.createOutputChannel('agentd', { log: true });
@@ -41,12 +53,14 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
   context.subscriptions.push(commands);
   const tools = new ClientToolRunner(new VscodeWorkspace(reviews, commands), {
     workspaceRoot,
+    additionalRoots,
     editApproval: () => (vscode.workspace.getConfiguration('agentd').get<string>('approval.edits') === 'always' ? 'always' : 'ask'),
   });
   // A permission question goes on the tool card; while the panel is not on
   // screen it is asked in a dialog instead (the card shows it too).
   let chat: ChatViewProvider | undefined;
   const controller = new AgentController(workspaceRoot, tools, {
+    additionalRoots,
     askPermission: (title, options, signal) => (chat?.visible ? undefined : askPermissionInDialog(title, options, signal)),
   });
   chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot, reviews);
@@ -77,7 +91,11 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
 
   // The participant has its own session, so the panel and @agentd do not
   // interleave prompts in one conversation.
-  const participantController = new AgentController(workspaceRoot, tools, { watchMemory: false, askPermission: askPermissionInDialog });
+  const participantController = new AgentController(workspaceRoot, tools, {
+    watchMemory: false,
+    additionalRoots,
+    askPermission: askPermissionInDialog,
+  });
   const participant = registerChatParticipant(participantController, context.extensionUri);
   if (participant) context.subscriptions.push(participant, daemon.attach(participantController));
 
