@@ -54,12 +54,13 @@ class McpServer(AcpModel):
 
 # ACP `additionalDirectories`: folders beside `cwd` the session's tools may
 # use; each checked by `agentd.params.additional_roots` (the count first, here).
+# Null is the schema's too, and means none, as omitted does.
 AdditionalDirectories = Annotated[list[str], Field(max_length=MAX_ADDITIONAL_ROOTS)]
 
 
 class NewSessionParams(AcpModel):
     cwd: str
-    additional_directories: AdditionalDirectories = []
+    additional_directories: AdditionalDirectories | None = None
     # The editor's MCP servers for this session, beside the user's configured ones.
     mcp_servers: list[McpServer] = []
 
@@ -70,7 +71,7 @@ class LoadSessionParams(AcpModel):
 
     session_id: str
     cwd: str
-    additional_directories: AdditionalDirectories = []
+    additional_directories: AdditionalDirectories | None = None
     mcp_servers: list[McpServer] = []
 
 
@@ -80,7 +81,7 @@ class ForkSessionParams(AcpModel):
 
     session_id: str
     cwd: str
-    additional_directories: AdditionalDirectories = []
+    additional_directories: AdditionalDirectories | None = None
     mcp_servers: list[McpServer] = []
 
 

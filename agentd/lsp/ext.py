@@ -185,7 +185,8 @@ AdditionalDirectories = Annotated[
 
 class NewSessionParams(WireModel):
     workspace_root: str = Field(min_length=1, description="Path or file:// URI")
-    additional_directories: AdditionalDirectories = []
+    # Null or absent: none.
+    additional_directories: AdditionalDirectories | None = None
 
 
 class PlanEntryOut(WireModel):

@@ -125,7 +125,7 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
     # Pinned now, while the session may be made later (`when_built`): its
     # tools stay in the folder the editor named (`agentd.paths.real_root`).
     root = pin_root(workspace_path(p.workspace_root))
-    extra = [pin_root(r) for r in additional_roots(p.additional_directories, root)]
+    extra = [pin_root(r) for r in additional_roots(p.additional_directories or [], root)]
     sid = uuid.uuid4().hex
 
     def create(app: App) -> None:

@@ -213,8 +213,8 @@ async def test_hostile_entries_are_refused_naming_the_entry(
             {"cwd": str(workspace), "mcpServers": [], "additionalDirectories": too_many},
         )
     assert bad_field(info.value)["field"] == "additionalDirectories"
-    # Still serving.
-    new = await daemon.new_session(
-        cwd=str(workspace), mcp_servers=[], additional_directories=[str(shared)]
+    # Null is the schema's "none", as omitted is; and the daemon still serves.
+    made = await raw.send_request(
+        "session/new", {"cwd": str(workspace), "mcpServers": [], "additionalDirectories": None}
     )
-    assert new.session_id
+    assert made["sessionId"]
