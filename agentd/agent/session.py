@@ -23,7 +23,7 @@ from agentd.agent.permission import PermissionAsker
 from agentd.errors import PathOutsideWorkspace
 from agentd.events import Note, PlanEntry
 from agentd.messages import Message, ReminderPart, ToolCall, ToolResultPart, ToolSpec
-from agentd.paths import pin_first
+from agentd.paths import pin_first, pin_root
 from agentd.providers.base import Usage
 
 
@@ -137,12 +137,11 @@ class Session:
     additional_roots: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.additional_roots = beside(self.workspace_root, self.additional_roots)
         # The folder the workspace resolves to now is the one its tools stay
         # in (`agentd.paths.real_root`), whatever is put in its way later.
-        for root in self.roots:
-            with contextlib.suppress(PathOutsideWorkspace):  # refused at its tools' first use
-                pin_first(root)
+        with contextlib.suppress(PathOutsideWorkspace):  # refused at its tools' first use
+            pin_first(self.workspace_root)
+        self.set_additional_roots(self.additional_roots)
 
     @property
     def roots(self) -> list[Path]:
@@ -152,11 +151,13 @@ class Session:
 
     def set_additional_roots(self, roots: list[Path]) -> None:
         """Replace the folders beside the workspace root (a load or resume
-        that names them), each pinned as the root was at the start."""
+        that names them). Each is a real path, resolved when the editor named
+        it (a restored session's, when it was first named): it is pinned as
+        itself, so one that was replaced by a symlink since is refused, not
+        followed (`agentd.paths.real_root`)."""
         self.additional_roots = beside(self.workspace_root, roots)
         for root in self.additional_roots:
-            with contextlib.suppress(PathOutsideWorkspace):
-                pin_first(root)
+            pin_root(root)
 
     def request_out(self) -> None:
         """A model request of the current prompt has its body written."""

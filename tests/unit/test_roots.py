@@ -167,3 +167,16 @@ def test_the_list_is_kept_in_the_transcript_and_its_meta_file(
     assert load(path).additional_roots == []  # type: ignore[union-attr]
     (info,) = SessionCatalog(home).list(ws)
     assert info.additional_roots == ()
+
+
+def test_a_restored_root_replaced_by_a_symlink_since_is_refused(
+    roots: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ws, _ = roots
+    # Stored (resolved) by an earlier daemon; meanwhile made a symlink to elsewhere.
+    stored = tmp_path / "stored-extra"
+    stored.symlink_to(tmp_path / "extra-evil")
+    session = Session("s", ws, AwaitClientResult([]), additional_roots=[stored])
+    tools = DaemonTools(ws, extra_roots=session.additional_roots)
+    with pytest.raises(PathOutsideWorkspace, match="now leads to"):
+        tools.call("read_file", path=str(stored / "secret.txt"))
