@@ -167,6 +167,8 @@ class AgentdCapabilities(WireModel):
     # `agent/forkSession` and `agent/deleteSession` are supported.
     fork_session: bool
     delete_session: bool
+    # `additionalDirectories` is taken by the session requests and listed.
+    additional_directories: bool
 
 
 # --- requests -------------------------------------------------------------------

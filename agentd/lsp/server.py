@@ -95,6 +95,7 @@ class ServerProtocol(AgentdProtocol):
                 "compaction": True,
                 "forkSession": True,
                 "deleteSession": True,
+                "additionalDirectories": True,
             }
         }
         result.server_info = types.ServerInfo(name="agentd", version=__version__)

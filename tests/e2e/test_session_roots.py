@@ -53,6 +53,9 @@ async def test_a_file_in_an_additional_root_is_read_and_a_symlink_out_refused(
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP SECRET\n")
     (shared / "leak.txt").symlink_to(secret)
+    assert client.init_result is not None
+    experimental = client.init_result.capabilities.experimental
+    assert isinstance(experimental, dict) and experimental["agentd"]["additionalDirectories"]
     sid = await new_session(client, workspace, [shared.as_uri()])  # a file:// URI too
 
     await client.prompt(sid, tool_prompt("read_file", path=str(shared / "lib" / "util.py")))
