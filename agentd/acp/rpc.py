@@ -4,9 +4,9 @@ Stdlib only (and agentd's error codes): this module is imported before
 `initialize` is answered, and start-up must stay cheap. It knows nothing of
 ACP's methods.
 
-- `read_lines` splits a byte stream into messages (one JSON value a line),
-  caps a line at `MAX_LINE` and skips the rest of an oversized one, so a bad
-  line never desynchronises the stream.
+- `LineSplitter` splits a byte stream into messages (one JSON value a line)
+  as its bytes arrive, caps a line at `MAX_LINE` and skips the rest of an
+  oversized one, so a bad line never desynchronises the stream.
 - `Connection` writes replies and notifications, and sends the daemon's own
   requests to the client, matching their responses by id.
 
@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from agentd.decode import Undecodable, decode_body
 from agentd.errors import INTERNAL_ERROR, INVALID_REQUEST, bounded_error
 from agentd.jsonenc import compact_utf8
-from agentd.stdio import ReadFn
 
 log = logging.getLogger("agentd.acp")
 
 MAX_LINE = 256 * 1024 * 1024
 # `parse_message`'s reply id for a message that gets no reply (a notification).
 NO_REPLY = object()
-READ_SIZE = 64 * 1024
 
 
 class RpcError(Exception):
@@ -57,39 +55,49 @@ class ConnectionClosed(RpcError):
         super().__init__(INTERNAL_ERROR, "the client closed the connection")
 
 
-async def read_lines(read: ReadFn) -> AsyncIterator[bytes | None]:
-    """Yield each non-blank line; `None` for a line that was over `MAX_LINE`."""
-    buf = bytearray()
-    scanned = 0
-    skipping = False
-    while True:
-        chunk = await read(READ_SIZE)
-        if not chunk:
-            if buf.strip() and not skipping:
-                yield bytes(buf)
-            return
+class LineSplitter:
+    """`feed(chunk)` calls `on_line` with each non-blank line as soon as its
+    newline has arrived, `None` for a line over `MAX_LINE` (its rest is
+    skipped); `end()` at the end of the input hands over a last line that
+    had no newline."""
+
+    def __init__(self, on_line: Callable[[bytes | None], None]) -> None:
+        self._on_line = on_line
+        self._buf = bytearray()
+        # How far the buffer is known to hold no newline.
+        self._scanned = 0
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> None:
+        buf = self._buf
         buf += chunk
         while True:
-            nl = buf.find(b"\n", scanned)
+            nl = buf.find(b"\n", self._scanned)
             if nl < 0:
-                scanned = len(buf)
+                self._scanned = len(buf)
                 break
             line = bytes(buf[:nl])
             del buf[: nl + 1]
-            scanned = 0
-            if skipping:
-                skipping = False
+            self._scanned = 0
+            if self._skipping:
+                self._skipping = False
                 continue
             if line.strip():
-                yield line
+                self._on_line(line)
         if len(buf) > MAX_LINE:
             # Refuse before the buffer grows further; the line's rest is dropped.
             log.error("a message longer than %d bytes was dropped", MAX_LINE)
             buf.clear()
-            scanned = 0
-            if not skipping:
-                skipping = True
-                yield None
+            self._scanned = 0
+            if not self._skipping:
+                self._skipping = True
+                self._on_line(None)
+
+    def end(self) -> None:
+        if self._buf.strip() and not self._skipping:
+            self._on_line(bytes(self._buf))
+        self._buf.clear()
+        self._scanned = 0
 
 
 class Connection:

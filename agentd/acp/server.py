@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from agentd import PROTOCOL_VERSION, __version__
 from agentd.acp.caps import ClientCaps
 from agentd.acp.handlers import HANDLERS, dispatch
-from agentd.acp.rpc import NO_REPLY, Connection, RpcError, parse_message, read_lines
+from agentd.acp.rpc import NO_REPLY, Connection, LineSplitter, RpcError, parse_message
 from agentd.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -50,7 +50,7 @@ from agentd.errors import (
     SESSION_BUSY,
     internal_error_message,
 )
-from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
+from agentd.stdio import Pump, on_terminate, open_pump, open_writer
 from agentd.vision import peek_images
 from agentd.warmup import Warmup
 
@@ -326,10 +326,10 @@ class AcpServer:
 
     # --- the main loop -------------------------------------------------------------------
 
-    async def serve(self, read: ReadFn, stop: asyncio.Event | None = None) -> int:
+    async def serve(self, pump: Pump, stop: asyncio.Event | None = None) -> int:
         """Read and dispatch until stdin ends or `stop` is set, then shut down."""
         loop = asyncio.get_running_loop()
-        reading = loop.create_task(self._read_loop(read), name="acp-read")
+        reading = loop.create_task(self._read_loop(pump), name="acp-read")
         waits: list[asyncio.Task[Any]] = [reading]
         if stop is not None:
             waits.append(loop.create_task(stop.wait(), name="acp-stop"))
@@ -344,12 +344,17 @@ class AcpServer:
         await self.aclose()
         return 0
 
-    async def _read_loop(self, read: ReadFn) -> None:
-        async for line in read_lines(read):
-            try:
-                self.handle_line(line)
-            except Exception:
-                log.exception("failed to dispatch a message")
+    async def _read_loop(self, pump: Pump) -> None:
+        # Each line is dispatched from the read callback that completed it.
+        lines = LineSplitter(self._on_line)
+        await pump(lines.feed)
+        lines.end()
+
+    def _on_line(self, line: bytes | None) -> None:
+        try:
+            self.handle_line(line)
+        except Exception:
+            log.exception("failed to dispatch a message")
 
     async def aclose(self) -> None:
         """Stop serving: cancel running prompts, let other requests finish (bounded)."""
@@ -392,11 +397,11 @@ async def _main(prefix: bytes = b"") -> int:
 
     writer = await open_writer(loop, sys.stdout.buffer, lost)
     server = AcpServer(writer.write)
-    read = await open_reader(loop, sys.stdin.buffer, prefix)
+    pump = await open_pump(loop, sys.stdin.buffer, prefix)
     # The end of stdin, a closed stdout and SIGTERM (stdin may stay open) all
     # end in the same shutdown: prompts cancelled, extraction drained, exit 0.
     with on_terminate(loop, terminated):
-        return await server.serve(read, stop)
+        return await server.serve(pump, stop)
 
 
 def run_acp_stdio(prefix: bytes = b"") -> int:

@@ -32,8 +32,8 @@ from agentd.errors import (
 )
 from agentd.lsp import attrs_globals
 from agentd.lsp.protocol import AgentdProtocol, agentd_converter
-from agentd.lsp.transport import read_frames
-from agentd.stdio import ReadFn, on_terminate, open_reader, open_writer
+from agentd.lsp.transport import FrameSplitter
+from agentd.stdio import Pump, on_terminate, open_pump, open_writer
 from agentd.vision import peek_images
 from agentd.warmup import Warmup
 
@@ -215,25 +215,26 @@ class AgentdServer(LanguageServer):
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         writer = await open_writer(loop, stdout, on_lost=lambda: self.request_stop(0))
-        read = await open_reader(loop, stdin, prefix)
+        pump = await open_pump(loop, stdin, prefix)
         # SIGTERM (stdin may stay open) stops as stdin EOF does, exiting 0.
         with on_terminate(loop, self._terminated):
-            return await self.serve_stream(read, writer)
+            return await self.serve_stream(pump, writer)
 
     def _terminated(self) -> None:
         log.info("stop signal; shutting down")
         self.request_stop(0)
 
-    async def serve_stream(self, read: ReadFn, writer: Any) -> int:
-        """Serve one connection: `read(n)` returns bytes (b"" at EOF), `writer`
-        has pygls' writer interface (`write`, `close`). Shared by stdio and TCP."""
+    async def serve_stream(self, pump: Pump, writer: Any) -> int:
+        """Serve one connection: `pump` hands its bytes over until its end,
+        `writer` has pygls' writer interface (`write`, `close`). Shared by
+        stdio and TCP."""
         loop = asyncio.get_running_loop()
         if self._stop is None:
             self._stop = asyncio.Event()
         proto = self.agentd_protocol
         proto.on_exit = self.request_stop
         proto.set_writer(writer)
-        reader_task = loop.create_task(self._read_loop(read), name="stdin-reader")
+        reader_task = loop.create_task(self._read_loop(pump), name="stdin-reader")
         stop_task = loop.create_task(self._stop.wait())
         await asyncio.wait([reader_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
         if reader_task.done() and self.exit_code is None:
@@ -251,22 +252,27 @@ class AgentdServer(LanguageServer):
         await self._cleanup()
         return self.exit_code if self.exit_code is not None else 1
 
-    async def _read_loop(self, read: ReadFn) -> None:
+    async def _read_loop(self, pump: Pump) -> None:
+        # Each message is dispatched from the read callback that completed it.
+        frames = FrameSplitter(self._on_body)
+        await pump(frames.feed)
+        frames.end()
+
+    def _on_body(self, body: bytes) -> None:
         proto = self.agentd_protocol
-        async for body in read_frames(read):
-            try:
-                data = decode_body(body)
-            except Undecodable as exc:
-                if exc.reply:
-                    log.error("unreadable message: %s", exc.message)
-                    proto.reply_error(exc.reply_id, exc.code, exc.message)
-                else:
-                    log.error("unreadable notification dropped: %s", exc.message)
-                continue
-            try:
-                proto.dispatch(data)
-            except Exception:
-                log.exception("failed to dispatch a message")
+        try:
+            data = decode_body(body)
+        except Undecodable as exc:
+            if exc.reply:
+                log.error("unreadable message: %s", exc.message)
+                proto.reply_error(exc.reply_id, exc.code, exc.message)
+            else:
+                log.error("unreadable notification dropped: %s", exc.message)
+            return
+        try:
+            proto.dispatch(data)
+        except Exception:
+            log.exception("failed to dispatch a message")
 
     async def _cleanup(self) -> None:
         proto = self.agentd_protocol

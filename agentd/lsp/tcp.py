@@ -2,7 +2,7 @@
 
 Every connection is one independent protocol connection (its own
 `initialize` ... `shutdown`/`exit`, its own `AgentdServer` and core), framed
-exactly as over stdio by `agentd.lsp.transport.read_frames`. The listener runs
+exactly as over stdio by `agentd.lsp.transport.FrameSplitter`. The listener runs
 until the process is signalled.
 
 Rules (see docs/protocol.md, "Network transport"):
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentd.lsp.transport import MAX_HEADER, PipeWriter
+from agentd.stdio import read_pump
 
 if TYPE_CHECKING:
     from agentd.lsp.server import AgentdServer
@@ -176,7 +177,7 @@ async def handle_connection(
     logging.getLogger("agentd").addHandler(handler)
     out = PipeWriter(writer.transport)
     try:
-        code = await server.serve_stream(_Connection(reader, first).read, out)
+        code = await server.serve_stream(read_pump(_Connection(reader, first).read), out)
         log.info("connection from %s ended (%s)", peer, code)
     finally:
         if live is not None:

@@ -10,8 +10,10 @@ This reader:
   one error and resynchronises on the next `Content-Length:` header;
 - when the declared length is too long, notices the next message's header
   inside the pending body and cuts the body there instead of waiting forever;
-- yields each body as bytes; JSON decoding and JSON-RPC validation are done
-  by the caller (see `server.py`), so a bad body never desynchronises framing.
+- hands each body over as bytes as soon as it is complete (`feed` is called
+  from stdin's read callback); JSON decoding and JSON-RPC validation are
+  done by the caller (see `server.py`), so a bad body never desynchronises
+  framing.
 """
 
 from __future__ import annotations
@@ -19,15 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
-
-from agentd.stdio import ReadFn
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 MAX_HEADER = 64 * 1024
 MAX_BODY = 256 * 1024 * 1024
-READ_SIZE = 64 * 1024
 
 _HEADER_START = re.compile(rb"Content-Length:", re.IGNORECASE)
 # A complete header block inside a body that was declared too long.
@@ -60,34 +59,39 @@ def _content_length(header_block: bytes) -> int:
     return lengths.pop()
 
 
-async def read_frames(read: ReadFn) -> AsyncIterator[bytes]:
-    """Yield message bodies until EOF."""
-    buf = bytearray()
-    eof = False
+class FrameSplitter:
+    """`feed(data)` calls `on_body` with each message body as soon as it is
+    complete; `end()` at the end of the input says what was cut short."""
 
-    async def fill() -> bool:
-        nonlocal eof
-        if eof:
-            return False
-        data = await read(READ_SIZE)
-        if not data:
-            eof = True
-            return False
-        buf.extend(data)
-        return True
+    def __init__(self, on_body: Callable[[bytes], None]) -> None:
+        self._on_body = on_body
+        self._buf = bytearray()
+        # While a body is awaited: how far it was searched for a next header.
+        self._scanned: int | None = None
 
-    while True:
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+        while self._take():
+            pass
+
+    def end(self) -> None:
+        if self._scanned is not None:
+            log.error("input ended inside a message body")
+        elif self._buf.strip():
+            log.error("input ended inside a message header")
+        self._buf.clear()
+        self._scanned = None
+
+    def _take(self) -> bool:
+        """Take one message (or skip bad bytes) off the buffer; False when more input is needed."""
+        buf = self._buf
         end = buf.find(b"\r\n\r\n")
         if end < 0:
             if len(buf) > MAX_HEADER:
                 log.error("header block over %d bytes; resynchronising", MAX_HEADER)
                 _resync(buf, 1)
-                continue
-            if not await fill():
-                if buf.strip():
-                    log.error("input ended inside a message header")
-                return
-            continue
+                return True
+            return False
         try:
             # Bytes before the first Content-Length (garbage between messages) are skipped.
             first = _HEADER_START.search(buf, 0, end)
@@ -96,39 +100,35 @@ async def read_frames(read: ReadFn) -> AsyncIterator[bytes]:
             if first.start() > 0 and buf[: first.start()].strip():
                 log.error("skipped %d bytes of garbage between messages", first.start())
                 del buf[: first.start()]
-                continue
+                return True
             length = _content_length(bytes(buf[:end]))
         except FrameError as exc:
             # Skip this whole header block (and whatever body it had) up to the
             # next header: resyncing inside it could land on one of its own lines.
             log.error("bad frame: %s; resynchronising", exc)
             _resync(buf, end + 4)
-            continue
+            return True
         start = end + 4
         if length > MAX_BODY:
             log.error("message of %d bytes refused (limit %d); resynchronising", length, MAX_BODY)
             _resync(buf, start)
-            continue
-        scanned = start
-        cut: int | None = None
-        while len(buf) < start + length:
+            return True
+        if len(buf) < start + length:
             # Declared length too long? The next header shows up inside the body.
+            scanned = start if self._scanned is None else self._scanned
             m = _EMBEDDED_HEADER.search(buf, max(start, scanned - 64))
-            if m is not None:
-                cut = m.start()
-                break
-            scanned = len(buf)
-            if not await fill():
-                log.error("input ended inside a message body")
-                return
-        if cut is not None:
+            if m is None:
+                self._scanned = len(buf)
+                return False
             log.error("Content-Length %d overran the message; cut at the next header", length)
-            body = bytes(buf[start:cut])
-            del buf[:cut]
+            body = bytes(buf[start : m.start()])
+            del buf[: m.start()]
         else:
             body = bytes(buf[start : start + length])
             del buf[: start + length]
-        yield body
+        self._scanned = None
+        self._on_body(body)
+        return True
 
 
 def _resync(buf: bytearray, skip_from: int) -> None:

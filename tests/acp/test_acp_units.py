@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentd.acp.caps import ClientCaps
-from agentd.acp.rpc import Connection, RpcError, parse_message, read_lines
+from agentd.acp.rpc import Connection, LineSplitter, RpcError, parse_message
 from agentd.acp.tools import Refused, command_result, number_lines, replace_once
 from agentd.acp.updates import to_acp, tool_kind, tool_locations, tool_title
 from agentd.events import (
@@ -31,17 +31,17 @@ ROOT = Path("/w/project")
 # --- framing and parsing ----------------------------------------------------------------------
 
 
-def reader(*chunks: bytes) -> Any:
-    queue = list(chunks)
-
-    async def read(n: int) -> bytes:
-        return queue.pop(0) if queue else b""
-
-    return read
+def reader(*chunks: bytes) -> list[bytes]:
+    return list(chunks)
 
 
-async def collect(read: Any) -> list[bytes | None]:
-    return [line async for line in read_lines(read)]
+async def collect(chunks: list[bytes]) -> list[bytes | None]:
+    lines: list[bytes | None] = []
+    splitter = LineSplitter(lines.append)
+    for chunk in chunks:
+        splitter.feed(chunk)
+    splitter.end()
+    return lines
 
 
 @pytest.mark.asyncio

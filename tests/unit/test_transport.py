@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentd.lsp.transport import MAX_BODY, frame, read_frames
+from agentd.lsp.transport import MAX_BODY, FrameSplitter, frame
 
 
 async def collect(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -17,11 +17,12 @@ async def collect(data: bytes, cuts: list[int]) -> list[bytes]:
         pieces.append(data[pos:cut])
         pos = cut
     pieces.append(data[pos:])
-
-    async def read(n: int) -> bytes:
-        return pieces.pop(0) if pieces else b""
-
-    return [body async for body in read_frames(read)]
+    bodies: list[bytes] = []
+    frames = FrameSplitter(bodies.append)
+    for piece in pieces:
+        frames.feed(piece)
+    frames.end()
+    return bodies
 
 
 messages = st.lists(
