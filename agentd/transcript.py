@@ -105,7 +105,7 @@ from agentd.events import (
     PromptEnded,
     UsageReport,
 )
-from agentd.files import open_regular
+from agentd.files import open_regular, reserve_first_block
 from agentd.jsonenc import compact_utf8
 from agentd.layout import agentd_home, project_slug
 from agentd.messages import (
@@ -438,6 +438,8 @@ class OpenFiles:
             _remove_unused(path, fd)
             os.close(fd)
             return
+        # Its first line's block too (its size stays 0).
+        reserve_first_block(fd)
         while len(self._spares) >= self.limit:
             self._discard(*self._spares.popitem(last=False))
         self._spares[path] = io.FileIO(fd, "a")

@@ -58,6 +58,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentd.errors import StartupFailed
+from agentd.files import bind_fallocate
 from agentd.heap import drop_generated_source, trim
 
 if TYPE_CHECKING:
@@ -170,6 +171,8 @@ class Warmup:
                     pass
             if executor is not None:
                 _start_workers(executor, WORKERS)
+            # New sessions' transcripts made ahead get their first block.
+            bind_fallocate()
             # Last: what the imports left behind, freed, then the C heap's free
             # pages (most of them freed by the loop thread, so never reused by
             # this one) given back.

@@ -425,6 +425,52 @@ def test_a_new_sessions_file_made_ahead_is_no_session_until_its_first_line(
     assert loaded is not None and [m.text for m in loaded.history] == ["into an empty file"]
 
 
+def test_a_file_made_ahead_has_its_first_block_and_is_still_no_session(
+    tmp_path: Path,
+) -> None:
+    """The file made ahead gets its first block (`fallocate`, size kept 0):
+    still empty, so no listing shows it, no load finds it and the next
+    start removes it when its daemon is gone; the first line is the file's
+    whole content (no zeros before or after it)."""
+    from agentd.files import bind_fallocate, reserve_first_block
+    from agentd.transcript import OpenFiles, collect_unused_transcripts
+
+    if not bind_fallocate():
+        pytest.skip("no fallocate in this C library")
+    fd = os.open(tmp_path / "probe", os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        if not reserve_first_block(fd):
+            pytest.skip("this file system gives no blocks ahead")
+    finally:
+        os.close(fd)
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    folder.mkdir(parents=True)
+    files = OpenFiles()
+    used = TranscriptWriter(folder / "s1.jsonl", "s1", root, files=files, fresh=True)
+    used.prepare()
+    st = (folder / "s1.jsonl").stat()
+    assert st.st_size == 0 and st.st_blocks > 0
+    assert SessionCatalog(tmp_path).list(root) == []
+    assert load(folder / "s1.jsonl") is None
+    used.append(msg("user", "the first question"))
+    data = (folder / "s1.jsonl").read_bytes()
+    assert b"\0" not in data and data.endswith(b"\n")
+    assert (folder / "s1.jsonl").stat().st_size == len(data)
+    assert [r["type"] for r in map(json.loads, data.splitlines())] == ["session", "message"]
+    used.close()
+    # A daemon killed before the first prompt left one, its block given, its lock gone.
+    dead = OpenFiles()
+    left = TranscriptWriter(folder / "s2.jsonl", "s2", root, files=dead, fresh=True)
+    left.prepare()
+    assert (folder / "s2.jsonl").stat().st_blocks > 0
+    for spare in dead._spares.values():
+        spare.close()  # as the kernel does at a SIGKILL: no removal
+    assert collect_unused_transcripts(tmp_path) == 1
+    assert not (folder / "s2.jsonl").exists()
+
+
 def test_the_start_up_removes_only_a_dead_daemons_unused_files(tmp_path: Path) -> None:
     """`collect_unused_transcripts` removes an empty transcript left by a
     daemon that died (its lock gone with it), never one a live daemon holds
