@@ -19,7 +19,8 @@ dropped when closed. `max_connections` bounds connections open and opening;
 a request over it waits for one (httpcore's `PoolTimeout` after the pool
 timeout). The HTTP/1.1 connection's own `anyio.Lock` (`_state_lock`) yields
 to the loop too; where httpcore keeps it so, it is swapped for an asyncio
-lock, which does not yield when free (`_quick_state_lock`).
+lock, which does not yield when free (`_quick_state_lock`). A request
+head's headers are checked by h11 once per set of them (`head.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import types
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
 import httpcore
+
+from agentd.providers.head import CONNECTION
 
 
 class ModelPool:
@@ -173,7 +176,8 @@ class ModelPool:
             self._wake()
             raise
         self._opening -= 1
-        connection = httpcore.AsyncHTTP11Connection(
+        # h11 checks each set of request headers once (`head.py`).
+        connection = CONNECTION(
             origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry
         )
         _quick_state_lock(connection)
