@@ -32,7 +32,8 @@ model again; an image whose file is gone becomes a line of text saying so.
 A folder of images whose transcript is gone (deleted by hand) is removed at
 start-up (`collect_orphan_images`).
 
-A new session's file is made ahead, empty, once its `session/new` is
+A new session's file is made ahead, empty (its first block given, its
+size left 0: `files.reserve_first_block`), once its `session/new` is
 answered (`OpenFiles.prepare`), so that its first prompt only writes: an
 empty transcript is no session (no listing shows it, no load finds it),
 and it is removed when its session closes or the daemon exits, or, left by
