@@ -19,8 +19,7 @@ dropped when closed. `max_connections` bounds connections open and opening;
 a request over it waits for one (httpcore's `PoolTimeout` after the pool
 timeout). The HTTP/1.1 connection's own `anyio.Lock` (`_state_lock`) yields
 to the loop too; where httpcore keeps it so, it is swapped for an asyncio
-lock, which does not yield when free (`_quick_state_lock`). A request
-head's headers are checked by h11 once per set of them (`head.py`).
+lock, which does not yield when free (`_quick_state_lock`).
 """
 
 from __future__ import annotations
@@ -32,8 +31,6 @@ import types
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
 import httpcore
-
-from agentd.providers.head import CONNECTION
 
 
 class ModelPool:
@@ -176,8 +173,7 @@ class ModelPool:
             self._wake()
             raise
         self._opening -= 1
-        # h11 checks each set of request headers once (`head.py`).
-        connection = CONNECTION(
+        connection = httpcore.AsyncHTTP11Connection(
             origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry
         )
         _quick_state_lock(connection)
