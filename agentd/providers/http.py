@@ -8,7 +8,9 @@
 
 Retries happen only before the first byte of a successful response is read:
 once a stream has started, a failure is final (replaying it would duplicate
-text the user has already seen). Every error message names the host and is
+text the user has already seen). Under these, the connection pool sends a
+request once more when its kept-alive connection died before any byte of
+the answer (`pool.ModelPool._resend`). Every error message names the host and is
 scrubbed of credentials, including text copied from a response body.
 
 "Sent": a caller's `on_sent` fires once the request body has been written to

@@ -54,6 +54,8 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
+        # Bytes received in all (the pool's test of "died before any answer").
+        self.received = 0
         self.eof = False
         self.lost = False
         self.error: BaseException | None = None
@@ -73,6 +75,7 @@ class _Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
         self.buffered += len(data)
+        self.received += len(data)
         if self.buffered > READ_BUFFER_LIMIT and not self.paused_reading:
             assert self.transport is not None
             self.paused_reading = True
@@ -237,6 +240,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":
             return self._is_readable()
+        if info == "received_bytes":
+            return self._protocol.received
         if info == "ssl_object":
             return self._transport.get_extra_info("ssl_object")
         if info == "client_addr":

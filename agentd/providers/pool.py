@@ -17,9 +17,11 @@ ALPN `http/1.1`), and sends on it through the connection's public
 when closed: kept while idle (at most `max_keepalive_connections`),
 dropped when closed. `max_connections` bounds connections open and opening;
 a request over it waits for one (httpcore's `PoolTimeout` after the pool
-timeout). The HTTP/1.1 connection's own `anyio.Lock` (`_state_lock`) yields
-to the loop too; where httpcore keeps it so, it is swapped for an asyncio
-lock, which does not yield when free (`_quick_state_lock`).
+timeout). A request whose kept-alive connection dies before any byte of the
+answer is sent once more on a new connection (`_resend`). The HTTP/1.1
+connection's own `anyio.Lock` (`_state_lock`) yields to the loop too; where
+httpcore keeps it so, it is swapped for an asyncio lock, which does not
+yield when free (`_quick_state_lock`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import asyncio
 import collections
 import ssl
 import types
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
 import httpcore
@@ -59,6 +62,12 @@ class ModelPool:
         # Requests waiting for room under `max_connections`: all woken when a
         # connection goes idle or away, each then looks again.
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Set by `aclose`: a request its close cut short is not sent again.
+        self._closed = False
+        # Each connection's network stream, asked how much it has received.
+        self._streams: weakref.WeakKeyDictionary[
+            httpcore.AsyncHTTP11Connection, httpcore.AsyncNetworkStream
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def connections(self) -> list[httpcore.AsyncHTTP11Connection]:
@@ -71,14 +80,19 @@ class ModelPool:
             raise httpcore.UnsupportedProtocol(
                 f"Request URL has an unsupported protocol '{scheme}://'."
             )
-        connection = await self._acquire(request)
+        connection, reused = await self._acquire(request)
+        received = self._received(connection)
         try:
             response = await connection.handle_async_request(request)
-        except BaseException:
+        except BaseException as exc:
             # The connection closed itself (httpcore closes it on any failure
             # before the response); given back all the same, or it would count.
             await self._release(connection)
-            raise
+            if self._closed or not reused:
+                raise
+            if not _died_unanswered(exc, received, self._received(connection)):
+                raise
+            response, connection = await self._resend(request)
         assert isinstance(response.stream, AsyncIterable)
         return httpcore.Response(
             status=response.status,
@@ -87,11 +101,37 @@ class ModelPool:
             extensions=response.extensions,
         )
 
-    async def _acquire(self, request: httpcore.Request) -> httpcore.AsyncHTTP11Connection:
+    def _received(self, connection: httpcore.AsyncHTTP11Connection) -> int | None:
+        stream = self._streams.get(connection)
+        received = stream.get_extra_info("received_bytes") if stream is not None else None
+        return received if isinstance(received, int) else None
+
+    async def _resend(
+        self, request: httpcore.Request
+    ) -> tuple[httpcore.Response, httpcore.AsyncHTTP11Connection]:
+        """`request` once more, on a new connection: its kept-alive one died
+        before a byte of the answer came. The server most likely closed it
+        idle as the request went out (its keep-alive timeout is its own), so
+        the request was never read: browsers and the OpenAI SDK send it
+        again, httpcore does not. The idle ones are left: each is checked
+        when taken."""
+        connection, _ = await self._acquire(request, fresh=True)
+        try:
+            response = await connection.handle_async_request(request)
+        except BaseException:
+            await self._release(connection)
+            raise
+        return response, connection
+
+    async def _acquire(
+        self, request: httpcore.Request, *, fresh: bool = False
+    ) -> tuple[httpcore.AsyncHTTP11Connection, bool]:
+        """A connection for `request` (a new one if `fresh`), and whether it
+        was kept alive from an earlier request."""
         origin = request.url.origin
         deadline: float | None = None
         while True:
-            connection, stale = self._take_idle(origin)
+            connection, stale = (None, []) if fresh else self._take_idle(origin)
             if stale:
                 try:
                     await _close(stale)
@@ -101,9 +141,9 @@ class ModelPool:
                     raise
             if connection is not None:
                 self._busy.add(connection)
-                return connection
+                return connection, True
             if len(self._busy) + len(self._idle) + self._opening < self._max_connections:
-                return await self._connect(request)
+                return await self._connect(request), False
             if self._idle:
                 # Full, and an idle connection is to another origin: it makes room.
                 await _close([self._idle.pop(0)])
@@ -177,6 +217,7 @@ class ModelPool:
             origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry
         )
         _quick_state_lock(connection)
+        self._streams[connection] = stream
         self._busy.add(connection)
         return connection
 
@@ -200,6 +241,7 @@ class ModelPool:
         await _close(closing)
 
     async def aclose(self) -> None:
+        self._closed = True
         closing = [*self._busy, *self._idle]
         self._busy.clear()
         self._idle.clear()
@@ -250,6 +292,15 @@ class _PooledStream:
                 await aclose()  # the connection is idle again, or closed
         finally:
             await self._pool._release(self._connection)
+
+
+_UNANSWERED = (httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError)
+
+
+def _died_unanswered(exc: BaseException, before: int | None, after: int | None) -> bool:
+    """`exc` ended a request whose connection received nothing meanwhile
+    (counted by the network stream; unknown for another backend's: no)."""
+    return isinstance(exc, _UNANSWERED) and before is not None and before == after
 
 
 async def _close(connections: Iterable[httpcore.AsyncHTTP11Connection]) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
+import struct
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -182,6 +184,53 @@ async def test_a_kept_alive_connection_the_server_closed_is_not_reused(
             assert events[0] == TextDelta("hi")
             await closed.wait()
         assert server.accepted == 3
+    finally:
+        await p.aclose()
+
+
+@pytest.mark.parametrize("second", ["reset", "partial_head"])
+async def test_a_kept_alive_connection_that_dies_unanswered_is_sent_again_once(
+    loopback: Callable[[Handler], Loopback], second: str
+) -> None:
+    """The pool's one resend: the second request, on the kept-alive
+    connection, is read and met by a reset before any byte of an answer (it
+    goes again, on a new connection), or by half a status line and a close
+    (an answer had begun: a clear error, not sent again)."""
+    heard = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal heard
+        while True:
+            await read_request(reader)
+            heard += 1
+            if heard == 2:
+                if second == "reset":
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                else:
+                    writer.write(b"HTTP/1.1 2")
+                    await writer.drain()
+                writer.close()
+                return
+            writer.write(answer())
+            await writer.drain()
+
+    server = loopback(handler)
+    port = await server.start()
+    config = ProviderConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0)
+    p = OpenAIProvider(config)
+    try:
+        first = [e async for e in p.stream(request())]
+        assert first[0] == TextDelta("hi")
+        if second == "reset":
+            events = [e async for e in p.stream(request())]
+            assert events[0] == TextDelta("hi") and isinstance(events[-1], StreamEnd)
+            assert (heard, server.accepted) == (3, 2)
+        else:
+            with pytest.raises(ModelConnectionError) as caught:
+                [e async for e in p.stream(request())]
+            assert "lost" in caught.value.message
+            assert (heard, server.accepted) == (2, 1)
     finally:
         await p.aclose()
 

@@ -68,6 +68,10 @@ class Reply:
     error_body: Any = None
     drop_after: int | None = None
     stall_after: int | None = None
+    # Close the connection once the request is read, before any byte of an
+    # answer: what a client sees when a server's keep-alive timeout closes
+    # the idle connection just as the request goes out on it.
+    hang_up: bool = False
     malformed: str | None = None
     # For `malformed: error_event | bad_json`: how many content chunks precede it.
     error_after: int = 1
@@ -118,7 +122,7 @@ _REPLY_KEYS = frozenset(
     {
         "text", "chunks", "thinking", "redactedThinking", "toolCalls", "stopReason", "ttft",
         "chunkDelay", "usage", "status", "retryAfter", "errorBody", "dropAfter", "stallAfter",
-        "malformed", "errorAfter",
+        "malformed", "errorAfter", "hangUp",
     }
 )  # fmt: skip
 
@@ -166,6 +170,9 @@ def parse_reply(data: Mapping[str, Any]) -> Reply:
     if malformed is not None and malformed not in MALFORMED_KINDS:
         raise ValueError(f"reply.malformed must be one of {MALFORMED_KINDS}")
     error_after = _count(data, "errorAfter")
+    hang_up = data.get("hangUp", False)
+    if not isinstance(hang_up, bool):
+        raise ValueError("reply.hangUp must be a boolean")
     return Reply(
         text=_string(data, "text"),
         chunks=tuple(chunks) if chunks is not None else None,
@@ -183,6 +190,7 @@ def parse_reply(data: Mapping[str, Any]) -> Reply:
         stall_after=_count(data, "stallAfter"),
         malformed=malformed,
         error_after=1 if error_after is None else error_after,
+        hang_up=hang_up,
     )
 
 

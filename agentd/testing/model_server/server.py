@@ -40,7 +40,7 @@ that forces a tool, the stand-in summariser (`summarise.py`), else
 Reply dicts are documented in `replies.parse_reply`'s keys:
 text, chunks, thinking, redactedThinking, toolCalls, stopReason, ttft,
 chunkDelay, usage ({input, output, cacheRead?, cacheWrite?}), status,
-retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter.
+retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter, hangUp.
 
 Requests are checked as the real APIs check them (`checks`): tool calls
 without their results (and results without their calls) are refused, reasoning
@@ -71,7 +71,7 @@ Log entries, in order (and as JSON lines in `log_path`):
     complete     id, ts                 the whole response was sent
     disconnect   id, ts, chunksSent     the client left before the end
     fault        id, ts, kind, ...      kind: status (with status), drop, stall, malformed,
-                                        overflow (with inputTokens, window)
+                                        overflow (with inputTokens, window), hang_up
     bad_request  ts, path, status, message
     reset        ts                     (file only: `reset()` empties the list)
 """
@@ -176,6 +176,12 @@ class ModelServer:
         self.host = _loopback_host(host)
         self.port = port
         self.hold_headers = hold_headers
+        # How long a kept-alive connection may sit idle before the server
+        # closes it (None: for ever), as real servers do on their own clock
+        # (uvicorn: 5 s); and whether every answer closes its connection
+        # (`Connection: close`), as some proxies do.
+        self.idle_timeout: float | None = None
+        self.close_every = False
         self.context_window: int | None = None
         self.set_context_window(context_window)
         self.log: list[dict[str, Any]] = []
@@ -481,7 +487,10 @@ class ModelServer:
     async def _serve(self, conn: Connection) -> None:
         while True:
             try:
-                request = await conn.read_request()
+                async with asyncio.timeout(self.idle_timeout):
+                    request = await conn.read_request()
+            except TimeoutError:
+                return  # idle too long (or a head sent too slowly): closed
             except HTTPError as exc:
                 self._bad_request(None, exc.status, exc.message)
                 body = _json_bytes({"error": {"message": exc.message, "type": "invalid_request"}})
@@ -489,6 +498,9 @@ class ModelServer:
                 return
             if request is None:
                 return
+            if self.close_every:
+                # Every answer then says `connection: close` and ends it.
+                request.headers["connection"] = "close"
             reusable = await self._dispatch(conn, request)
             self.answered += 1
             self._count_changed()
@@ -693,6 +705,10 @@ class ModelServer:
         conn.watch()
         try:
             ttft = reply.ttft + self._latency.get(purpose, 0.0)
+            if reply.hang_up:
+                self._fault(rid, "hang_up")
+                await conn.close()
+                return False
             if reply.status is not None:
                 return await self._fault_status(
                     conn, request, api, reply, rid, ttft, overflow=source == "overflow"
