@@ -814,7 +814,9 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
                 writer.pending,
             )
         return
-    if writer.failed:
+    # Mended only once every kept line is written: a write that wrote none of
+    # them (a meta file, a line held for later) proves nothing.
+    if writer.failed and not writer.pending:
         writer.failed = False
         log.warning("the transcript %s is written again, nothing skipped", writer.path)
 

@@ -10,15 +10,18 @@ notes that went, and the status says what happened).
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentd.testing.daemon import daemon_env, memory_folder
+from agentd.testing.daemon import agentd_home, daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
+from agentd.transcript import sessions_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -186,5 +189,52 @@ async def test_a_workspace_named_by_a_symlink_stays_where_it_led_when_re_pointed
         messages = model_server.requests("main")[-1]["body"]["messages"]
         (result,) = [m["content"] for m in messages if m["role"] == "tool"]
         assert "The answer is 42" in result and "is 7" not in result
+    finally:
+        await d.close()
+
+
+@pytest.mark.parametrize("blocker", ["file", "fifo"])
+async def test_a_sessions_folder_that_cannot_be_made_costs_no_turn_and_is_said_once(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, blocker: str
+) -> None:
+    """A file or a FIFO where the sessions folder should be (what a full or
+    read-only disk looks like to a daemon run as root): each prompt still
+    runs, the failure is said once (not announced as mended by a write that
+    wrote none of the kept lines), and once the folder can be made every kept
+    line is written, nothing skipped."""
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    folder.parent.mkdir(parents=True)
+    if blocker == "fifo":
+        os.mkfifo(folder)
+    else:
+        folder.write_text("not a folder")
+    d = await RawDaemon.spawn(daemon_env(model_server.openai_base_url, tmp_path))
+    try:
+        sid = await _new_session(d, workspace, acp=False)
+        for n, text in enumerate(["one", "two"], start=3):
+            d.request(n, "agent/prompt", {"sessionId": sid, "prompt": text})
+            assert (await d.response(n, timeout=30))["result"]["stopReason"] == "end_turn"
+
+        def logged(text: str) -> list[str]:
+            return [
+                m["params"]["message"]
+                for m in d.notifications
+                if m["method"] == "window/logMessage" and text in m["params"]["message"]
+            ]
+
+        assert len(logged("cannot write the transcript")) == 1
+        assert logged("is written again") == []
+        folder.unlink()
+        folder.mkdir()
+        d.request(5, "agent/prompt", {"sessionId": sid, "prompt": "three"})
+        assert (await d.response(5, timeout=30))["result"]["stopReason"] == "end_turn"
+        assert len(logged("is written again")) == 1
+        lines = [json.loads(x) for x in (folder / f"{sid}.jsonl").read_text().splitlines()]
+        said = [
+            r["message"]["parts"][-1]["text"].rsplit("\n", 1)[-1]
+            for r in lines
+            if r["type"] == "message" and r["message"]["role"] == "user"
+        ]
+        assert said == ["one", "two", "three"]
     finally:
         await d.close()
