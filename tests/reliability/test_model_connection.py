@@ -163,3 +163,72 @@ async def test_a_cancel_while_the_head_is_held_ends_the_request_and_the_next_pro
         assert client.text(sid) == "Echo: next"
     finally:
         await client.lsp.shutdown_session()
+
+
+async def connecting_to(port: int) -> None:
+    """Until a connection to `port` on this machine is being opened (SYN sent):
+    no event says so but the kernel's table of TCP sockets."""
+    while True:
+        for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[2].endswith(f":{port:04X}") and fields[3] == "02":  # SYN_SENT
+                return
+        await asyncio.sleep(0.01)
+
+
+async def test_a_cancel_while_connecting_ends_the_prompt(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, black_hole: str
+) -> None:
+    """The connect never completes (SYNs dropped) and no connect timeout is
+    near: the cancel alone ends the prompt."""
+    client = await start_client(
+        daemon_env(model_server.openai_base_url, tmp_path, AGENTD_BASE_URL=black_hole),
+        {"connectTimeout": 600, "maxRetries": 0},
+    )
+    try:
+        sid = await client.new_session(workspace)
+        task = asyncio.ensure_future(client.prompt(sid, "hello", msg_id="connecting"))
+        await asyncio.wait_for(connecting_to(int(black_hole.rsplit(":", 1)[1].split("/")[0])), 20)
+        client.cancel("connecting")
+        with pytest.raises(JsonRpcException):
+            await task
+        # Still the black hole: the session is free again (a second prompt
+        # would wait out the connect), and the daemon answers at once.
+        listed = await client.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert isinstance(listed["sessions"], list)
+    finally:
+        await client.lsp.shutdown_session()
+
+
+async def test_keep_alive_comments_past_the_idle_timeout_keep_the_stream(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """A server that sends only SSE comments for longer than the read idle
+    timeout (1 s here) before its first token: no timeout, the answer comes."""
+    client = await started(model_server, tmp_path)
+    try:
+        sid = await client.new_session(workspace)
+        model_server.enqueue({"text": "at last", "ttft": 2.5, "pingEvery": 0.2})
+        result: dict[str, Any] = await client.prompt(sid, "hello")
+        assert result["stopReason"] == "end_turn", result
+        assert client.text(sid) == "at last"
+    finally:
+        await client.lsp.shutdown_session()
+
+
+async def test_ten_megabytes_in_one_event_line_arrive_whole(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    big = "0123456789" * 1_000_000
+    client = await started(model_server, tmp_path)
+    try:
+        sid = await client.new_session(workspace)
+        model_server.enqueue({"chunks": [big]})
+        result: dict[str, Any] = await client.prompt(sid, "hello")
+        assert result["stopReason"] == "end_turn", result
+        assert client.text(sid) == big
+        assert (await client.prompt(sid, "next"))["stopReason"] == "end_turn"
+        history = model_server.requests("main")[-1]["body"]["messages"]
+        assert history[2] == {"role": "assistant", "content": big}
+    finally:
+        await client.lsp.shutdown_session()

@@ -3,8 +3,6 @@ a connect timeout and a stream that stalls after its headers."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +16,6 @@ pytestmark = pytest.mark.e2e
 
 BOUNDS = {"readIdleTimeout": 1, "connectTimeout": 1, "maxRetries": 0}
 KEY = "sk-test-key-123456"
-
-
-@pytest.fixture
-def black_hole() -> Iterator[str]:
-    """A loopback port whose accept queue is full: SYNs are dropped, connects time out."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(0)
-    fill = []
-    for _ in range(8):
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(srv.getsockname())
-        except BlockingIOError:
-            pass
-        fill.append(s)
-    host, port = srv.getsockname()
-    yield f"http://{host}:{port}/v1"
-    for s in fill:
-        s.close()
-    srv.close()
 
 
 async def test_connect_timeout_is_a_clear_error(

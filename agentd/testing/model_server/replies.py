@@ -72,6 +72,10 @@ class Reply:
     # answer: what a client sees when a server's keep-alive timeout closes
     # the idle connection just as the request goes out on it.
     hang_up: bool = False
+    # While a stream waits for its first token (`ttft`, headers sent), an SSE
+    # comment every this many seconds (0: none), as proxies keep a quiet
+    # stream alive.
+    ping_every: float = 0.0
     malformed: str | None = None
     # For `malformed: error_event | bad_json`: how many content chunks precede it.
     error_after: int = 1
@@ -122,7 +126,7 @@ _REPLY_KEYS = frozenset(
     {
         "text", "chunks", "thinking", "redactedThinking", "toolCalls", "stopReason", "ttft",
         "chunkDelay", "usage", "status", "retryAfter", "errorBody", "dropAfter", "stallAfter",
-        "malformed", "errorAfter", "hangUp",
+        "malformed", "errorAfter", "hangUp", "pingEvery",
     }
 )  # fmt: skip
 
@@ -191,6 +195,7 @@ def parse_reply(data: Mapping[str, Any]) -> Reply:
         malformed=malformed,
         error_after=1 if error_after is None else error_after,
         hang_up=hang_up,
+        ping_every=_number(data, "pingEvery"),
     )
 
 

@@ -40,7 +40,8 @@ that forces a tool, the stand-in summariser (`summarise.py`), else
 Reply dicts are documented in `replies.parse_reply`'s keys:
 text, chunks, thinking, redactedThinking, toolCalls, stopReason, ttft,
 chunkDelay, usage ({input, output, cacheRead?, cacheWrite?}), status,
-retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter, hangUp.
+retryAfter, errorBody, dropAfter, stallAfter, malformed, errorAfter, hangUp,
+pingEvery.
 
 Requests are checked as the real APIs check them (`checks`): tool calls
 without their results (and results without their calls) are refused, reasoning
@@ -904,7 +905,7 @@ class ModelServer:
             await conn.pause(ttft)
         await conn.start_stream(200, headers, keep_alive=request.keep_alive, chunked=chunked)
         if not self.hold_headers:
-            await conn.pause(ttft)
+            await self._wait_first_token(conn, ttft, reply.ping_every)
         split = reply.malformed == "split_events"
         carry = b""
         for i, frame in enumerate(frames):
@@ -934,6 +935,18 @@ class ModelServer:
         await conn.end_stream()
         self._complete(progress)
         return chunked
+
+    async def _wait_first_token(self, conn: Connection, ttft: float, ping_every: float) -> None:
+        """`ttft` seconds, with an SSE comment every `ping_every` (if > 0)."""
+        if ping_every <= 0:
+            await conn.pause(ttft)
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + ttft
+        while (left := end - loop.time()) > 0:
+            await conn.pause(min(ping_every, left))
+            if loop.time() < end:
+                await conn.write_chunk(b": keep-alive\n\n")
 
 
 def _after_content(frames: list[Frame], n: int) -> int:
