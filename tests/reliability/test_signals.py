@@ -201,3 +201,52 @@ async def test_stop_signal_before_the_first_byte_exits_cleanly(
         stdout = await proc.stdout.read()
         assert await proc.wait() == 0
     assert stdout == b""
+
+
+async def test_sigterm_while_a_tool_request_is_out_to_the_editor_closes_the_turn(
+    peer: Peer, model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The model's call is the editor's to run (an LSP client tool; ACP's
+    `fs/read_text_file`) and the editor never answers: SIGTERM (stdin left
+    open) answers the prompt cancelled, closes the call with a result in the
+    transcript and exits 0."""
+    if peer.acp:
+        caps = {"fs": {"readTextFile": True, "writeTextFile": True}}
+        peer.send(
+            rpc_request("init", "initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+        )
+        call = {"id": "c1", "name": "read_file", "arguments": {"path": "README.md"}}
+    else:
+        peer.send(
+            rpc_request("init", "initialize", initialize_params({"clientTools": ["run_command"]}))
+        )
+        call = {"id": "c1", "name": "run_command", "arguments": {"command": "make test"}}
+    await peer.response("init")
+    if not peer.acp:
+        peer.send(notification("initialized", {}))
+    sid = await new_session(peer, "s1", workspace)
+    model_server.enqueue({"toolCalls": [call]})
+    prompt(peer, "p1", sid, "run it")
+    read = read_acp_line if peer.acp else read_frame
+    async with asyncio.timeout(60):  # a hang guard, not a synchronisation
+        while True:
+            msg = await read(peer.reader)
+            if msg.get("method") == "fs/read_text_file":
+                break  # a request to the editor, left unanswered
+            update = msg.get("params", {}).get("update", {}) if not peer.acp else {}
+            if msg.get("method") == "agent/update" and update.get("kind") == "tool_call":
+                break  # the client tool's call, its result never sent
+
+    peer.proc.send_signal(signal.SIGTERM)
+
+    assert (await peer.response("p1"))["error"]["code"] == -32800
+    assert await asyncio.wait_for(peer.proc.wait(), 60) == 0
+    raw = (sessions_dir(workspace, agentd_home(tmp_path)) / f"{sid}.jsonl").read_text()
+    assert raw.endswith("\n")
+    records = [json.loads(x) for x in raw.splitlines()]
+    parts = [p for r in records if r["type"] == "message" for p in r["message"]["parts"]]
+    calls = [p["id"] for p in parts if p["type"] == "tool_call"]
+    results = [p for p in parts if p["type"] == "tool_result"]
+    assert calls == ["c1"] and [r["toolCallId"] for r in results] == ["c1"]
+    assert results[0]["isError"] is True
+    assert records[-1]["note"] == {"kind": "prompt_end", "stopReason": "cancelled"}
