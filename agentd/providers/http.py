@@ -154,7 +154,8 @@ class ModelHTTP:
                 # httpx's transport over our asyncio network backend (None:
                 # httpx's own, e.g. for a proxy set in the environment).
                 transport = model_transport(verify, limits)
-            self._client = httpx.AsyncClient(
+            self._client = _client(
+                self.host,
                 transport=transport,
                 verify=verify,
                 timeout=httpx.Timeout(
@@ -236,8 +237,10 @@ class ModelHTTP:
             raise
 
     def warm(self) -> None:
-        """Build the client (and its SSL context) now; safe off the event loop."""
-        self._get_client()
+        """Build the client (and its SSL context) now; safe off the event loop.
+        A client that cannot be built is each request's error, not the start's."""
+        with contextlib.suppress(ModelError):
+            self._get_client()
 
     def preconnect(self) -> Coroutine[Any, Any, None] | None:
         """What opens a connection to the endpoint now and leaves it in the
@@ -257,9 +260,9 @@ class ModelHTTP:
 
     async def _preconnect(self) -> None:
         # Never raises (a failure is logged at debug level); cancellable.
-        client = self._get_client()
         url = self.config.effective_base_url()
         try:
+            client = self._get_client()
             async with asyncio.timeout(self.config.connect_timeout):
                 async with client.stream("GET", url, headers={"Accept": "*/*"}) as response:
                     size = 0
@@ -267,19 +270,19 @@ class ModelHTTP:
                         size += len(chunk)
                         if size > PRECONNECT_BODY_LIMIT:
                             break  # not worth reading: the connection is dropped
-        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError, OSError, ModelError) as exc:
             log.debug("pre-connect to %s failed: %s", self.host, type(exc).__name__)
 
     async def get_json(self, url: str, headers: Mapping[str, str], timeout: float) -> Any:
         """GET a small JSON document (no retries); None on any failure."""
-        client = self._get_client()
         try:
+            client = self._get_client()
             async with asyncio.timeout(timeout):
                 response = await client.get(url, headers={**headers, "Accept": "application/json"})
                 if not response.is_success or len(response.content) > MODELS_BODY_LIMIT:
                     return None
                 return response.json()
-        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError, ValueError):
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError, ValueError, ModelError):
             return None
 
     async def _sse(
@@ -449,6 +452,19 @@ class ModelHTTP:
 
     def _error(self, failure: httpx.Response | Exception, body: bytes = b"") -> ModelError:
         return to_model_error(failure, host=self.host, config=self.config, body=body)
+
+
+def _client(host: str, **settings: Any) -> httpx.AsyncClient:
+    """`httpx.AsyncClient(**settings)`; a proxy from the environment that
+    this httpx cannot use (SOCKS without its optional package: an
+    ImportError) is a `ModelConnectionError` saying so, raised again by each
+    request, never a failed start of the daemon."""
+    try:
+        return httpx.AsyncClient(**settings)
+    except ImportError as exc:
+        raise ModelConnectionError(
+            f"cannot reach {host} through the proxy set in the environment: {exc}"
+        ) from exc
 
 
 def json_bytes(value: Any) -> bytes:

@@ -232,3 +232,27 @@ async def test_ten_megabytes_in_one_event_line_arrive_whole(
         assert history[2] == {"role": "assistant", "content": big}
     finally:
         await client.lsp.shutdown_session()
+
+
+async def test_a_socks_proxy_this_httpx_cannot_use_fails_prompts_clearly_not_the_start(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """A SOCKS proxy in the environment needs a package httpx does not bring:
+    the daemon still starts (sessions, listings), and each prompt says why it
+    cannot reach the model, instead of every request failing the start-up."""
+    client = await started(model_server, tmp_path, ALL_PROXY="socks5://127.0.0.1:9")
+    try:
+        sid = await client.new_session(workspace)
+        result: dict[str, Any] = await client.prompt(sid, "hello")
+        assert result["stopReason"] == "error"
+        assert result["error"]["kind"] == "connection_error"
+        message = result["error"]["message"]
+        assert message.startswith(
+            f"cannot reach {host_of(model_server)} through the proxy set in the environment: "
+        ), message
+        assert "socksio" in message
+        assert model_server.requests() == []
+        listed = await client.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert [s["sessionId"] for s in listed["sessions"]] == [sid]
+    finally:
+        await client.lsp.shutdown_session()
