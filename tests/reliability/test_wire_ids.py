@@ -1,0 +1,124 @@
+"""Request ids and `_meta` at the edges, on every session request of both
+front ends: ids past 64 bits, negative, empty or non-ASCII strings come back
+as sent (the same JSON value and type); a fractional id is refused `-32600`
+with a null id (JSON-RPC: an id is a string or an integer here) and the
+daemon goes on; `_meta` nested far deeper than any client nests it is
+refused with the request's id, not a crash or silence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.testing.daemon import daemon_env
+from agentd.testing.framing import frame
+from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
+
+pytestmark = pytest.mark.e2e
+
+IDS = [2**70, -(2**70), -1, "", "ïd-✓"]
+
+
+def session_requests(acp: bool, sid: str, workspace: Path) -> list[tuple[str, dict[str, Any]]]:
+    root = str(workspace)
+    if acp:
+        at = {"cwd": root, "mcpServers": []}
+        return [
+            ("session/new", at),
+            ("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+            ("session/fork", {"sessionId": sid, **at}),
+            ("session/list", {}),
+            ("session/load", {"sessionId": sid, **at}),
+            ("session/set_config_option", {"sessionId": sid, "configId": "mode", "value": "ask"}),
+            ("session/set_mode", {"sessionId": sid, "modeId": "code"}),
+            ("session/delete", {"sessionId": "not-a-session"}),
+        ]
+    return [
+        ("agent/newSession", {"workspaceRoot": root}),
+        ("agent/prompt", {"sessionId": sid, "prompt": "hi"}),
+        ("agent/forkSession", {"sessionId": sid}),
+        ("agent/listSessions", {"workspaceRoot": root}),
+        ("agent/loadSession", {"sessionId": sid}),
+        ("agent/setMode", {"sessionId": sid, "mode": "ask"}),
+        ("agent/setMode", {"sessionId": sid, "mode": "code"}),
+        ("agent/deleteSession", {"sessionId": "not-a-session"}),
+    ]
+
+
+async def opened(d: RawDaemon, acp: bool, workspace: Path) -> str:
+    if acp:
+        d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        await d.response(0)
+        d.request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
+    else:
+        await d.initialize()
+        d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+    sid: str = (await d.response(1))["result"]["sessionId"]
+    return sid
+
+
+async def next_reply(d: RawDaemon) -> dict[str, Any]:
+    """The next message that is no notification and no request to the editor."""
+    while True:
+        msg = await d.read_message()
+        if "method" not in msg:
+            return msg
+        d.notifications.append(msg)
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_edge_ids_come_back_as_sent_on_every_session_request(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        sid = await opened(d, acp, workspace)
+        for method, params in session_requests(acp, sid, workspace):
+            for msg_id in IDS:
+                d.request(msg_id, method, params)
+                reply = await next_reply(d)
+                assert "result" in reply, (method, msg_id, reply)
+                assert reply["id"] == msg_id and type(reply["id"]) is type(msg_id)
+            d.request(1.5, method, params)
+            reply = await next_reply(d)
+            assert reply["id"] is None and reply["error"]["code"] == -32600, (method, reply)
+    finally:
+        await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_meta_nested_deeper_than_read_is_refused_with_the_request_s_id(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    depth = 100_000
+    try:
+        sid = await opened(d, acp, workspace)
+        meta = '{"a":' * depth + "1" + "}" * depth
+        if acp:
+            params = '{"sessionId":"%s","prompt":[{"type":"text","text":"hi"}],"_meta":%s}'
+            body = '{"jsonrpc":"2.0","id":"deep","method":"session/prompt","params":%s}'
+            d.write_raw((body % (params % (sid, meta))).encode() + b"\n")
+        else:
+            params = '{"sessionId":"%s","prompt":"hi","_meta":%s}'
+            body = '{"jsonrpc":"2.0","id":"deep","method":"agent/prompt","params":%s}'
+            d.write_raw(frame((body % (params % (sid, meta))).encode()))
+        reply = await d.response("deep")
+        assert reply["error"]["code"] == -32600
+        assert "nested deeper than agentd reads" in reply["error"]["message"]
+        assert model_server.requests() == []
+        # The daemon reads on: the same prompt without the nesting runs.
+        if acp:
+            d.request(
+                2, "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}
+            )
+        else:
+            d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "hi"})
+        assert (await d.response(2))["result"]["stopReason"] == "end_turn"
+    finally:
+        await d.close()
