@@ -54,6 +54,7 @@ from collections.abc import (
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 from agentd import __version__
@@ -139,6 +140,9 @@ class ModelHTTP:
         # A request's head but its Content-Length (Host, the client's default
         # headers merged with the request's), by URL and request headers: `_request`.
         self._headers: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.Headers] = {}
+        # " through the proxy HOST:PORT set in the environment" when requests
+        # go through one: said in errors, where the proxy may be what failed.
+        self._via = ""
         # The client's timeouts as a request's extension (`_timeouts`).
         self._timeout_dict: tuple[httpx.Timeout, dict[str, float | None]] | None = None
 
@@ -169,6 +173,9 @@ class ModelHTTP:
                 # Never follow a redirect: the key goes only to the configured host.
                 follow_redirects=False,
             )
+            if transport is None:
+                proxy = _proxy_of(self._client, c.effective_base_url())
+                self._via = f" through the proxy {proxy} set in the environment" if proxy else ""
         return self._client
 
     async def aclose(self) -> None:
@@ -451,7 +458,7 @@ class ModelHTTP:
         return self._error(response, body[:ERROR_BODY_LIMIT])
 
     def _error(self, failure: httpx.Response | Exception, body: bytes = b"") -> ModelError:
-        return to_model_error(failure, host=self.host, config=self.config, body=body)
+        return to_model_error(failure, host=self.host + self._via, config=self.config, body=body)
 
 
 def _client(host: str, **settings: Any) -> httpx.AsyncClient:
@@ -465,6 +472,24 @@ def _client(host: str, **settings: Any) -> httpx.AsyncClient:
         raise ModelConnectionError(
             f"cannot reach {host} through the proxy set in the environment: {exc}"
         ) from exc
+
+
+def _proxy_of(client: httpx.AsyncClient, url: str) -> str | None:
+    """HOST:PORT of the proxy `client` sends `url` through (one set in the
+    environment: httpx's choice, NO_PROXY included), never its credentials;
+    None without one. httpx does not say so publicly: read from its
+    transport for the URL and that transport's httpcore proxy pool, and None
+    where those have moved (the errors then name only the endpoint)."""
+    try:
+        transport = client._transport_for_url(httpx.URL(url))
+        proxy = getattr(getattr(transport, "_pool", None), "_proxy_url", None)
+        if not isinstance(proxy, httpcore.URL):
+            return None
+        host = proxy.host.decode("ascii")
+    except (AttributeError, httpx.InvalidURL, UnicodeDecodeError):
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{proxy.port}" if proxy.port is not None else host
 
 
 def json_bytes(value: Any) -> bytes:

@@ -256,3 +256,24 @@ async def test_a_socks_proxy_this_httpx_cannot_use_fails_prompts_clearly_not_the
         assert [s["sessionId"] for s in listed["sessions"]] == [sid]
     finally:
         await client.lsp.shutdown_session()
+
+
+async def test_a_proxy_that_cannot_be_reached_is_named_in_the_error(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The model endpoint is fine; the proxy set in the environment (its
+    credentials never shown) is what refuses: the error says so."""
+    proxy = "http://someone:pass-1234@127.0.0.1:9"
+    client = await started(model_server, tmp_path, HTTP_PROXY=proxy)
+    try:
+        sid = await client.new_session(workspace)
+        result: dict[str, Any] = await client.prompt(sid, "hello")
+        assert result["error"]["kind"] == "connection_error"
+        message = result["error"]["message"]
+        assert message.startswith(
+            f"cannot connect to {host_of(model_server)} through the proxy 127.0.0.1:9 "
+            "set in the environment: "
+        ), message
+        assert "pass-1234" not in message and model_server.requests() == []
+    finally:
+        await client.lsp.shutdown_session()
