@@ -68,6 +68,12 @@ class ModelPool:
         self._streams: weakref.WeakKeyDictionary[
             httpcore.AsyncHTTP11Connection, httpcore.AsyncNetworkStream
         ] = weakref.WeakKeyDictionary()
+        # How many bytes each idle connection had received when it went idle
+        # (any byte since makes it unusable: `has_expired`); kept there, off
+        # the path from a request to its head's write.
+        self._received_idle: weakref.WeakKeyDictionary[httpcore.AsyncHTTP11Connection, int] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def connections(self) -> list[httpcore.AsyncHTTP11Connection]:
@@ -81,7 +87,6 @@ class ModelPool:
                 f"Request URL has an unsupported protocol '{scheme}://'."
             )
         connection, reused = await self._acquire(request)
-        received = self._received(connection)
         try:
             response = await connection.handle_async_request(request)
         except BaseException as exc:
@@ -90,7 +95,9 @@ class ModelPool:
             await self._release(connection)
             if self._closed or not reused:
                 raise
-            if not _died_unanswered(exc, received, self._received(connection)):
+            # Bytes received then and now: the same, nothing of an answer came.
+            quiet = self._received_idle.get(connection)
+            if not _died_unanswered(exc, quiet, self._received(connection)):
                 raise
             response, connection = await self._resend(request)
         assert isinstance(response.stream, AsyncIterable)
@@ -227,6 +234,9 @@ class ModelPool:
         self._busy.discard(connection)
         closing: list[httpcore.AsyncHTTP11Connection] = []
         if connection.is_idle():
+            received = self._received(connection)
+            if received is not None:
+                self._received_idle[connection] = received
             self._idle.append(connection)
             kept: list[httpcore.AsyncHTTP11Connection] = []
             for other in self._idle:
