@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -97,5 +98,54 @@ async def test_an_editor_that_stops_reading_is_given_up_on(
         while await asyncio.wait_for(proc.stdout.read(65536), 60):
             pass
         assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await d.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_an_editor_that_stops_reading_can_still_cancel_and_stop_the_daemon(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """Well under the unread-output limit: the editor stops reading stdout (its
+    pipe full) while a turn streams, yet its cancel ends the model stream and
+    SIGTERM ends the process, exit 0, before it reads another byte."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        if acp:
+            d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await d.response(0)
+            d.request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            await d.initialize()
+            d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid = (await d.response(1))["result"]["sessionId"]
+        # About 12 MB of chunks, far more than a pipe holds; stdout is not read again.
+        model_server.enqueue({"chunks": ["x" * 4096] * 3000, "chunkDelay": 0.001})
+        if acp:
+            text = [{"type": "text", "text": "flood"}]
+            d.request(2, "session/prompt", {"sessionId": sid, "prompt": text})
+        else:
+            d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "flood"})
+        main = await model_server.wait_for(lambda e: e["type"] == "first_chunk", timeout=30)
+        if acp:
+            d.notify("session/cancel", {"sessionId": sid})
+        else:
+            d.notify("$/cancelRequest", {"id": 2})
+        ended = await model_server.wait_for(
+            lambda e: e["type"] in ("disconnect", "complete") and e["id"] == main["id"], timeout=30
+        )
+        assert ended["type"] == "disconnect"  # cut by the cancel, not streamed to its end
+        d.proc.send_signal(signal.SIGTERM)
+
+        async def exited() -> None:
+            # `proc.wait()` would also wait for the unread pipe to be read: the
+            # exit itself shows in the return code, which nothing announces.
+            while d.proc.returncode is None:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(exited(), 60)
+        assert d.proc.returncode == 0
     finally:
         await d.close()
