@@ -64,6 +64,14 @@ non-streaming answer has no chunks: with `dropAfter` it sends half its body
 and drops, with `stallAfter` only its headers; `malformed: bad_json`
 truncates its JSON, `error_event` makes it a 500.
 
+Connections (set on the server object, in process): `idle_timeout` closes a
+kept-alive connection that waits that long for its next request, as real
+servers' keep-alive timeouts do; `close_every` answers every request with
+`connection: close` and closes; a reply's `hangUp` closes its connection
+once the request is read, before any byte of an answer (the keep-alive
+timeout crossing a request); `pingEvery` sends an SSE comment that often
+while a stream waits for its first token.
+
 Log entries, in order (and as JSON lines in `log_path`):
     request      id, ts, purpose, api, path, headers (secrets redacted), body, replySource,
                  cache ({input, read, write}: the emulated cache's view of the prompt),
@@ -491,7 +499,7 @@ class ModelServer:
                 async with asyncio.timeout(self.idle_timeout):
                     request = await conn.read_request()
             except TimeoutError:
-                return  # idle too long (or a head sent too slowly): closed
+                return  # idle too long (or a request sent too slowly): closed
             except HTTPError as exc:
                 self._bad_request(None, exc.status, exc.message)
                 body = _json_bytes({"error": {"message": exc.message, "type": "invalid_request"}})
