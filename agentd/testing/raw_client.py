@@ -83,6 +83,20 @@ class RawDaemon:
         self.notify("initialized", {})
         return reply
 
+    async def open_session(self, workspace: Any) -> str:
+        """The handshake of this daemon's framing (ACP `initialize`; LSP
+        `initialize` + `initialized`), then a new session in `workspace`
+        (ids 0 and 1 over ACP): its id."""
+        if self.framing == "acp":
+            self.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await self.response(0)
+            self.request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
+        else:
+            await self.initialize()
+            self.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
+        sid: str = (await self.response(1))["result"]["sessionId"]
+        return sid
+
     async def wait_exit(self, timeout: float = 20.0) -> int:
         return await asyncio.wait_for(self.proc.wait(), timeout)
 

@@ -113,14 +113,7 @@ async def test_an_editor_that_stops_reading_can_still_cancel_and_stop_the_daemon
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     d = await RawDaemon.spawn(env, acp=acp)
     try:
-        if acp:
-            d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-            await d.response(0)
-            d.request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
-        else:
-            await d.initialize()
-            d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
-        sid = (await d.response(1))["result"]["sessionId"]
+        sid = await d.open_session(workspace)
         # About 12 MB of chunks, far more than a pipe holds; stdout is not read again.
         model_server.enqueue({"chunks": ["x" * 4096] * 3000, "chunkDelay": 0.001})
         if acp:

@@ -28,19 +28,6 @@ pytestmark = pytest.mark.e2e
 NOTE = "---\nname: {0}\ndescription: about {0}\ntype: project\n---\n\nThe {0} note.\n"
 
 
-async def _new_session(d: RawDaemon, workspace: Path, acp: bool) -> str:
-    """Initialize (id 1) and open a session on `workspace` (id 2) over either front end."""
-    if acp:
-        d.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        await d.response(1)
-        d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
-    else:
-        await d.initialize()
-        d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
-    sid: str = (await d.response(2))["result"]["sessionId"]
-    return sid
-
-
 @pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
 async def test_loading_a_live_session_with_another_cwd_is_refused(
     model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
@@ -51,7 +38,7 @@ async def test_loading_a_live_session_with_another_cwd_is_refused(
     d = await RawDaemon.spawn(env, acp=acp)
     root_field = "cwd" if acp else "workspaceRoot"
     try:
-        sid = await _new_session(d, workspace, acp)
+        sid = await d.open_session(workspace)
         load = "session/load" if acp else "agent/loadSession"
         params: dict[str, Any] = {"sessionId": sid, "mcpServers": []}
         d.request(3, load, {**params, root_field: str(other)})
@@ -126,7 +113,7 @@ async def test_a_workspace_folder_replaced_by_a_symlink_is_refused_not_followed(
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     d = await RawDaemon.spawn(env, acp=acp)
     try:
-        sid = await _new_session(d, workspace, acp)
+        sid = await d.open_session(workspace)
 
         def prompt(n: int, text: str) -> None:
             if acp:
@@ -210,7 +197,7 @@ async def test_a_sessions_folder_that_cannot_be_made_costs_no_turn_and_is_said_o
         folder.write_text("not a folder")
     d = await RawDaemon.spawn(daemon_env(model_server.openai_base_url, tmp_path))
     try:
-        sid = await _new_session(d, workspace, acp=False)
+        sid = await d.open_session(workspace)
         for n, text in enumerate(["one", "two"], start=3):
             d.request(n, "agent/prompt", {"sessionId": sid, "prompt": text})
             assert (await d.response(n, timeout=30))["result"]["stopReason"] == "end_turn"

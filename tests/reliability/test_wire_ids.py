@@ -48,18 +48,6 @@ def session_requests(acp: bool, sid: str, workspace: Path) -> list[tuple[str, di
     ]
 
 
-async def opened(d: RawDaemon, acp: bool, workspace: Path) -> str:
-    if acp:
-        d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        await d.response(0)
-        d.request(1, "session/new", {"cwd": str(workspace), "mcpServers": []})
-    else:
-        await d.initialize()
-        d.request(1, "agent/newSession", {"workspaceRoot": str(workspace)})
-    sid: str = (await d.response(1))["result"]["sessionId"]
-    return sid
-
-
 async def next_reply(d: RawDaemon) -> dict[str, Any]:
     """The next message that is no notification and no request to the editor."""
     while True:
@@ -76,7 +64,7 @@ async def test_edge_ids_come_back_as_sent_on_every_session_request(
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     d = await RawDaemon.spawn(env, acp=acp)
     try:
-        sid = await opened(d, acp, workspace)
+        sid = await d.open_session(workspace)
         for method, params in session_requests(acp, sid, workspace):
             for msg_id in IDS:
                 d.request(msg_id, method, params)
@@ -98,7 +86,7 @@ async def test_meta_nested_deeper_than_read_is_refused_with_the_request_s_id(
     d = await RawDaemon.spawn(env, acp=acp)
     depth = 100_000
     try:
-        sid = await opened(d, acp, workspace)
+        sid = await d.open_session(workspace)
         meta = '{"a":' * depth + "1" + "}" * depth
         if acp:
             params = '{"sessionId":"%s","prompt":[{"type":"text","text":"hi"}],"_meta":%s}'
