@@ -1,4 +1,5 @@
-"""Session transcripts: JSON lines, appended as the session goes, never rewritten.
+"""Session transcripts: JSON lines, appended as the session goes, never rewritten
+(but for one taken away behind the daemon, below).
 
 One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
 
@@ -11,7 +12,7 @@ One file per session, `$AGENTD_HOME/projects/<slug>/sessions/<sessionId>.jsonl`:
     {"type": "compaction", "offset": n, "ts", "split", "summary",        the history was compacted
      "summaryText", "cleared", "note"}
     {"type": "fork", "ts", "from", "history", "notes", "plan",           a fork's copied history
-     "summary", "turns", "tokensUsed", "title"}                         (second line, once)
+     "summary", "turns", "tokensUsed", "title", "offset"?}              (second line, once)
 
 A note is something the editor was shown beside the messages and that a
 replay must show again: a memory delivery, a model step's token usage, the
@@ -71,6 +72,18 @@ extraction, which reads message lines only, never extracts them a second
 time (the source's transcript has them, under its own cursor); the fork's
 own messages count offsets from 0. Its images are links to the source's
 image files (`agentd.session_files`).
+
+A live session's file removed, renamed or replaced behind the daemon (by
+hand, by an older agentd, by a sync tool) is written again whole
+(`TranscriptWriter._rebuild`): its header, then a `fork` record that names
+the session itself and holds its state as the daemon has it, with
+`offset`, the offset its next message line takes (the message lines
+before it are gone, and a cursor pointing among them finds nothing
+there), then its settings; written under a temporary name and renamed into
+place. Found as a closed file is opened again (never created: a session's
+file that is not there was taken away) and, for a file kept open, at a
+prompt's start and at close (`check_file`). A session deleted through
+agentd is never written again: its writer is `discard`ed first.
 
 Written by the core (`agentd.agent.core`), read back by `session/load` and by
 memory extraction (`agentd.memory.extraction`): it lives below both, so that
@@ -445,14 +458,34 @@ class OpenFiles:
             self._discard(*self._spares.popitem(last=False))
         self._spares[path] = io.FileIO(fd, "a")
 
-    def get(self, path: Path) -> IO[bytes]:
+    def get(self, path: Path, *, create: bool = True) -> IO[bytes]:
+        """The file kept open for `path`, else opened (created unless not
+        `create`: then FileNotFoundError when it is not there)."""
+        f = self.kept(path)
+        if f is not None:
+            return f
+        # Appending, never through a symlink, and never waiting on a FIFO.
+        if not create:
+            fd = open_regular(path, _APPEND, 0o600)
+        else:
+            fd = _in_folder(path, lambda: open_regular(path, _APPEND | os.O_CREAT, 0o600))
+        return self._keep(path, io.FileIO(fd, "a"))
+
+    def kept(self, path: Path) -> IO[bytes] | None:
+        """The file open for `path` if it is kept (now the most recently
+        used); None when it was closed, or never opened."""
         f = self._files.get(path)
         if f is not None:
             self._files.move_to_end(path)
-            return f
-        # Appending, never through a symlink, and never waiting on a FIFO.
-        fd = _in_folder(path, lambda: open_regular(path, _APPEND | os.O_CREAT, 0o600))
-        return self._keep(path, io.FileIO(fd, "a"))
+        return f
+
+    def replace(self, path: Path, f: IO[bytes]) -> IO[bytes]:
+        """Keep `f` for `path` in place of what was open for it (a file
+        rewritten under its name: the old descriptor holds the old file)."""
+        old = self._files.pop(path, None)
+        if old is not None:
+            old.close()
+        return self._keep(path, f)
 
     def create(self, path: Path) -> IO[bytes]:
         """`get` for a file that must not exist yet (a new session's
@@ -575,6 +608,7 @@ class TranscriptWriter:
         fresh: bool = False,
         torn: bool = False,
         additional_roots: Iterable[str] = (),
+        snapshot: Callable[[], tuple[ForkBase, dict[str, Any]]] | None = None,
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -619,6 +653,16 @@ class TranscriptWriter:
         # Lines that close a prompt a crash cut short (`close_cut_turn`),
         # written before this writer's first line, never on their own.
         self._held: list[bytes] = []
+        # The session as it is now (its history as the model sees it, with
+        # notes, plan, counters, and its settings as a config line's values),
+        # for a file taken away behind the daemon (`_rebuild`). None: such a
+        # file is created again as any missing one (a writer of no session).
+        self._snapshot = snapshot
+        # (st_dev, st_ino) of the file last seen open (None: not learned yet):
+        # another file found under the name was put there behind the daemon.
+        self._identity: tuple[int, int] | None = None
+        # Rebuilds so far: a line whose state a rebuild wrote is not written again.
+        self._rebuilds = 0
 
     @property
     def pending(self) -> int:
@@ -629,7 +673,9 @@ class TranscriptWriter:
         """Before the first line: the session header of a new file, the
         settings chosen before there was a file; its meta file is due."""
         self._started = True
-        new = self._fresh or not self.path.exists()
+        # A session's file that is not there was taken away: its first write
+        # rebuilds it whole (`_reopen`), never a file of new lines alone.
+        new = self._fresh or (self._snapshot is None and not self.path.exists())
         # The meta file says the additional roots too: it follows their change.
         roots_changed = CONFIG_ROOTS in self._pending_config
         if self._torn and not new:
@@ -670,6 +716,8 @@ class TranscriptWriter:
         if not self._pending or self.discarded:
             return
         f = self._open()
+        if not self._pending:
+            return  # the file was rebuilt: it holds what they said
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         try:
             # Unbuffered: one `write` call, no buffer to copy into and flush
@@ -709,7 +757,9 @@ class TranscriptWriter:
 
     def _open(self) -> IO[bytes]:
         if not self._fresh:
-            return self._files.get(self.path)
+            if self._snapshot is None:
+                return self._files.get(self.path)
+            return self._reopen()
         try:
             f = self._files.create(self.path)
         except FileExistsError:
@@ -717,6 +767,139 @@ class TranscriptWriter:
             return self._files.get(self.path)
         self._fresh = False
         return f
+
+    def _reopen(self) -> IO[bytes]:
+        """The session's file, kept open or opened again (never created: a
+        session's file that is gone was taken away behind the daemon, and
+        is rebuilt whole, as is one another file stands in for)."""
+        f = self._files.kept(self.path)
+        if f is not None:
+            return f
+        try:
+            f = self._files.get(self.path, create=False)
+        except FileNotFoundError:
+            return self._rebuild()
+        held = os.fstat(f.fileno())
+        if self._identity not in (None, (held.st_dev, held.st_ino)):
+            return self._rebuild()
+        self._identity = (held.st_dev, held.st_ino)
+        return f
+
+    def check_file(self) -> None:
+        """Rebuild the session's transcript (`_rebuild`) if its file was
+        taken away behind the daemon while the daemon kept it open: removed
+        (the descriptor's `st_nlink` is 0), renamed, or replaced by another.
+        A closed one is checked as it is opened again (`_reopen`); this
+        checks the kept one, at a prompt's start (before its first line, so
+        that the prompt's messages are message lines of the new file, which
+        memory extraction reads) and at `close` (a daemon's exit): an
+        `fstat` and an `lstat`, 2-4 us, once per prompt, not on every line.
+        Nothing for a writer that has written nothing yet: a load alone
+        writes nothing, and a new session's file is its first prompt's."""
+        if self._snapshot is None or not self._started or self._fresh or self.discarded:
+            return
+        if self._taken_away():
+            self._rebuild()
+
+    def _taken_away(self) -> bool:
+        try:
+            named = os.lstat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # the folder cannot be read: the next write says why
+        f = self._files.kept(self.path)
+        if f is not None:
+            held = os.fstat(f.fileno())
+            # An unlinked file (st_nlink 0) is no longer the one at the path:
+            # the identity check covers it, and a rename or a replacement too.
+            self._identity = (held.st_dev, held.st_ino)
+        return self._identity not in (None, (named.st_dev, named.st_ino))
+
+    def _rebuild(self) -> IO[bytes]:
+        """Write the session's transcript again, whole, under its name: the
+        header, its state now as one `fork` record naming the session itself
+        (the history as the model sees it, notes, plan, summary, counters,
+        title, and `offset`, where the next message line counts on from),
+        and its settings as a config line. Written under a temporary name,
+        synced, and renamed into place: a reader sees the old file, none, or
+        the whole new one. The lines waiting to be written are dropped: what
+        they said is in the state (the core changes a session before it
+        writes the line). The images of the history are written again if
+        they went too. Returns the new file, kept open.
+
+        For a file removed or renamed behind the daemon (by hand, by an
+        older agentd, by a sync tool): written as it was, the next line
+        would start a file without a header, listed but never loadable, and
+        the history before it gone from disk. A session deleted through
+        agentd is `discard`ed first: it is never rebuilt."""
+        assert self._snapshot is not None
+        base, config = self._snapshot()
+        images: dict[str, bytes] = {}
+        base = replace(base, title=self.title or EMPTY_TITLE, offset=self.offset)
+        data = fork_lines(
+            base,
+            self.session_id,
+            self.workspace_root,
+            config,
+            lambda m: self._message_json(m, images),
+        )
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
+        try:
+            os.unlink(tmp)  # left by a crash
+        except FileNotFoundError:
+            pass
+        fd = _in_folder(tmp, lambda: os.open(tmp, flags, 0o600))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        f = self._files.replace(self.path, io.FileIO(fd, "a"))
+        held = os.fstat(fd)
+        self._identity = (held.st_dev, held.st_ino)
+        _sync_folder(self.path.parent)
+        for digest, raw in images.items():
+            try:
+                self._write_image(digest, raw)
+            except OSError as exc:
+                log.warning("transcript %s: cannot store an image again: %s", self.path, exc)
+        self._pending.clear()
+        self._held = []
+        self._pending_config = {}
+        self._started = True
+        self._torn = False
+        self._meta_due = False
+        self._rebuilds += 1
+        self._write_meta()
+        log.warning(
+            "the transcript %s was taken away behind the daemon: written again whole "
+            "(%d messages of the history)",
+            self.path,
+            len(base.history),
+        )
+        return f
+
+    def _message_json(self, message: Message, images: dict[str, bytes]) -> dict[str, Any]:
+        """A message as its line holds it: a prompt's images by their hash,
+        their bytes put in `images` to be written beside the transcript."""
+        record = message_to_json(message)
+        if message.images:
+            for part in record["parts"]:
+                if part["type"] == "image" and "data" in part:
+                    digest, raw = _image_bytes(part.pop("data"))
+                    part["sha256"] = digest
+                    images[digest] = raw
+        return record
 
     def _found_existing(self) -> None:
         """A new session's file was there after all (made by hand, or an id
@@ -732,18 +915,30 @@ class TranscriptWriter:
     def append(self, message: Message) -> int:
         """Write one message; returns its offset (given even when the write fails)."""
         offset = self.offset
+        self.offset += 1
         if self.discarded:
-            self.offset += 1
             return offset
+        if not self.title and message.role == "user":
+            title = _title(message)
+            if title:
+                self.title = title
+                if self._started:
+                    self._write_meta()
+                else:
+                    # The first prompt's path: one meta file write, not two.
+                    self._meta_due = True
         record = message_to_json(message)
         if message.images and not self._started:
             # The transcript before its images: an images folder without its
             # transcript is garbage to `collect_orphan_images`, even for an instant.
+            rebuilds = self._rebuilds
             self._start()
             try:
                 self.flush()
             except OSError:
                 pass  # kept pending; the message line below tries again
+            if self._rebuilds != rebuilds:
+                return offset  # the rebuilt file holds the message already
         if message.images:
             for part in record["parts"]:
                 if part["type"] == "image" and "data" in part:
@@ -754,16 +949,6 @@ class TranscriptWriter:
                         log.warning("transcript %s: cannot store an image: %s", self.path, exc)
                         continue
                     del part["data"]
-        self.offset += 1
-        if not self.title and message.role == "user":
-            title = _title(message)
-            if title:
-                self.title = title
-                if self._started:
-                    self._write_meta()
-                else:
-                    # The first prompt's path: one meta file write, not two.
-                    self._meta_due = True
         self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
         return offset
 
@@ -831,11 +1016,11 @@ class TranscriptWriter:
 
     def _store_image(self, data: str) -> str:
         """Write an image's bytes once, named by their hash; returns the hash."""
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            raw = data.encode("ascii", "replace")  # validated at the boundary; keep what came
-        digest = hashlib.sha256(raw).hexdigest()
+        digest, raw = _image_bytes(data)
+        self._write_image(digest, raw)
+        return digest
+
+    def _write_image(self, digest: str, raw: bytes) -> None:
         folder = images_dir(self.path)
         target = folder / digest
         if not target.exists():
@@ -844,7 +1029,6 @@ class TranscriptWriter:
             tmp.write_bytes(raw)
             os.replace(tmp, target)
             self._unsynced.append(target)
-        return digest
 
     def write_due_meta(self) -> None:
         """Write the meta file of a new transcript. Until then there is none,
@@ -901,6 +1085,10 @@ class TranscriptWriter:
                 os.close(fd)
 
     def close(self) -> None:
+        try:
+            self.check_file()  # the daemon's exit: the session's file, not lost with it
+        except OSError as exc:
+            log.error("transcript %s taken away; cannot write it again: %s", self.path, exc)
         self.write_due_meta()
         try:
             self.flush()
@@ -912,6 +1100,29 @@ class TranscriptWriter:
 _APPEND = os.O_WRONLY | os.O_APPEND
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _image_bytes(data: str) -> tuple[str, bytes]:
+    """An image's bytes (from base64) and their hash, which names its file."""
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raw = data.encode("ascii", "replace")  # validated at the boundary; keep what came
+    return hashlib.sha256(raw).hexdigest(), raw
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable; best effort (the file is there)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _holds_data(path: Path) -> bool:
@@ -1193,6 +1404,7 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
                 continue
             history, notes, plan = base.history, base.notes, base.plan
             summary, turns, tokens = base.summary, base.turns, base.tokens_used
+            total = max(total, base.offset)
             title = "" if base.title == EMPTY_TITLE else base.title
     for msg in history if images else ():
         if msg.images:
@@ -1233,6 +1445,9 @@ class ForkBase:
     turns: int
     tokens_used: int
     title: str
+    # The offset the next message line takes (a rebuilt transcript's, whose
+    # earlier lines are gone; 0 for a fork, whose own messages count from 0).
+    offset: int = 0
 
     @classmethod
     def of(cls, source_id: str, loaded: LoadedTranscript) -> ForkBase:
@@ -1260,12 +1475,14 @@ class ForkBase:
             loaded.title,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(
+        self, message_json: Callable[[Message], dict[str, Any]] = message_to_json
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "type": "fork",
             "ts": time.time(),
             "from": self.source_id,
-            "history": [message_to_json(m) for m in self.history],
+            "history": [message_json(m) for m in self.history],
             "notes": [[i, note_to_json(n)] for i, n in self.notes],
             "plan": note_to_json(PlanUpdated(self.plan))["entries"],
             "summary": self.summary,
@@ -1273,6 +1490,9 @@ class ForkBase:
             "tokensUsed": self.tokens_used,
             "title": self.title,
         }
+        if self.offset:
+            out["offset"] = self.offset
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ForkBase:
@@ -1295,15 +1515,21 @@ class ForkBase:
             max(0, _int(data.get("turns"), 0)),
             max(0, _int(data.get("tokensUsed"), 0)),
             str(data.get("title") or EMPTY_TITLE),
+            max(0, _int(data.get("offset"), 0)),
         )
 
 
 def fork_lines(
-    base: ForkBase, session_id: str, workspace_root: Path, config: dict[str, Any]
+    base: ForkBase,
+    session_id: str,
+    workspace_root: Path,
+    config: dict[str, Any],
+    message_json: Callable[[Message], dict[str, Any]] = message_to_json,
 ) -> bytes:
     """A fork's transcript as first written: its header, the `fork` record,
     and the settings it starts with (`mode`, `model`, `additionalDirectories`)
-    as a config line."""
+    as a config line. A rebuilt transcript (`TranscriptWriter._rebuild`) is
+    written the same way, its record naming its own session."""
     now = time.time()
     lines = [
         _encode(
@@ -1314,7 +1540,7 @@ def fork_lines(
                 "createdAt": now,
             }
         ),
-        _encode(base.to_json()),
+        _encode(base.to_json(message_json)),
     ]
     if config:
         lines.append(_encode({"type": "config", "ts": now, **config}))

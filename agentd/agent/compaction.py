@@ -339,6 +339,14 @@ class Compactor:
         st.summary = summ.Summary.from_json(summary)
         st.meter.invalidate()
 
+    def summary_json(self, session: Session) -> dict[str, Any] | None:
+        """The structured summary the session's next compaction builds on
+        (None: none yet), as a transcript keeps it."""
+        st = self._sessions.get(session.id)
+        if st is None or st.summary is None:
+            return None
+        return st.summary.to_json()
+
     def forget(self, session: Session, *, closed: bool = False) -> None:
         """Reset or close: a running summariser is cancelled, the count restarts."""
         st = self._sessions.pop(session.id, None)

@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from agentd.agent import commands
 from agentd.agent.compaction import CompactionOptions, Compactor, compaction_line, kept_memory
@@ -69,6 +70,7 @@ from agentd.providers.models import main_output_cap
 from agentd.session_files import LiveSessions, delete_session_files, write_fork
 from agentd.tasks import Supervisor
 from agentd.transcript import (
+    CONFIG_ROOTS,
     EMPTY_TITLE,
     CompactionRecord,
     ForkBase,
@@ -196,6 +198,7 @@ class AgentCore:
             torn=torn,
             # What the transcript says already (a restored session's).
             additional_roots=[] if fresh else [str(r) for r in session.additional_roots],
+            snapshot=lambda: self._snapshot(session),
         )
         self.writers[session.id] = writer
 
@@ -207,6 +210,27 @@ class AgentCore:
         session.listeners.append(persist)
         # The meta file (the listing's cache) once the request is out, not before it.
         session.sent_listeners.append(lambda _: _write(writer, writer.write_due_meta))
+
+    def _snapshot(self, session: Session) -> tuple[ForkBase, dict[str, Any]]:
+        """The session as it is now, for its transcript written again whole
+        (`TranscriptWriter._rebuild`): its state as a fork copies it, and its
+        settings as a config line's values."""
+        config: dict[str, Any] = {"mode": session.mode}
+        if session.model is not None:
+            config["model"] = session.model
+        if session.additional_roots:
+            config[CONFIG_ROOTS] = [str(r) for r in session.additional_roots]
+        base = ForkBase(
+            session.id,
+            list(session.history),
+            list(session.notes),
+            list(session.plan),
+            self.compactor.summary_json(session),
+            session.turns,
+            session.tokens_used,
+            session.title or EMPTY_TITLE,
+        )
+        return base, config
 
     def prepare_session(self, session_id: str) -> None:
         """What a new session's first prompt would otherwise set up on its way
@@ -532,15 +556,17 @@ class AgentCore:
         await self._stop_running(session)
         self.memory.session_reset(session)
         self.compactor.forget(session)
-        writer = self.writers.get(session_id)
-        if writer is not None:
-            _write(writer, writer.reset)
         session.history.clear()
         session.notes.clear()
         session.plan = []
         session.turns = 0
         session.tokens_used = 0
         session.title = ""
+        # After the session changed, as every line: a transcript rebuilt on
+        # the way (`TranscriptWriter._rebuild`) holds the cleared session.
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            _write(writer, writer.reset)
 
     async def close(self, session_id: str) -> None:
         session = self.get(session_id)
@@ -586,6 +612,9 @@ class AgentCore:
         session.running = asyncio.current_task()
         writer = self.writers.get(session_id)
         if writer is not None:
+            # A file taken away behind the daemon is written again now, before
+            # this prompt's lines, which follow as message lines.
+            _write(writer, writer.check_file)
             self._prompt_starts[session_id] = writer.offset
         session.prompt_usage = Usage()
         closed = False

@@ -529,8 +529,8 @@ def test_a_line_is_written_whole_through_short_writes(tmp_path: Path) -> None:
             return super().write(bytes(data)[: Trickle.step]) if Trickle.step else 0
 
     class TrickleFiles(OpenFiles):
-        def get(self, path: Path) -> Any:
-            f = super().get(path)
+        def get(self, path: Path, *, create: bool = True) -> Any:
+            f = super().get(path, create=create)
             if not isinstance(f, Trickle):
                 f.close()
                 f = self._keep(path, Trickle(os.open(path, os.O_WRONLY | os.O_APPEND), "a"))
