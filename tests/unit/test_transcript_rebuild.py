@@ -1,0 +1,156 @@
+"""A session's transcript taken away behind the daemon is written again whole
+(`TranscriptWriter._rebuild`): what each way of losing it leaves on disk."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agentd.events import PlanEntry, PlanUpdated
+from agentd.messages import ImagePart, Message, Role, TextPart
+from agentd.transcript import (
+    EMPTY_TITLE,
+    ForkBase,
+    OpenFiles,
+    TranscriptWriter,
+    images_dir,
+    load,
+    meta_path,
+    sessions_dir,
+)
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n a picture").decode("ascii")
+
+
+class Live:
+    """What the core keeps of a session, and the writer it feeds."""
+
+    def __init__(self, tmp_path: Path, sid: str, files: OpenFiles) -> None:
+        root = tmp_path / "ws"
+        root.mkdir(exist_ok=True)
+        self.history: list[Message] = []
+        self.plan: list[PlanEntry] = []
+        self.summary: dict[str, Any] | None = None
+        self.mode = "code"
+        self.path = sessions_dir(root, tmp_path) / f"{sid}.jsonl"
+        self.writer = TranscriptWriter(
+            self.path, sid, root, files=files, fresh=True, snapshot=self.snapshot
+        )
+
+    def snapshot(self) -> tuple[ForkBase, dict[str, Any]]:
+        turns = sum(1 for m in self.history if m.role == "user")
+        base = ForkBase(
+            "ignored", list(self.history), [], self.plan, self.summary, turns, 7, EMPTY_TITLE
+        )
+        return base, {"mode": self.mode}
+
+    def say(self, role: Role, text: str, *images: ImagePart) -> int:
+        message = Message(role, [TextPart(text), *images])
+        self.history.append(message)  # the core changes the session first
+        return self.writer.append(message)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_removed_file_is_written_again_on_its_next_write(tmp_path: Path) -> None:
+    """Pushed out of the open files, removed with its meta file and images:
+    the next line writes header, state and settings under a temporary name
+    renamed into place, the images again, the meta file; the line that found
+    it gone is in the state (not written twice), the next ones count on."""
+    files = OpenFiles(limit=1)
+    s = Live(tmp_path, "s1", files)
+    s.say("user", "look at this", ImagePart("image/png", PNG))
+    s.say("assistant", "a picture")
+    s.plan = [PlanEntry("step", "high", "pending")]
+    s.writer.note(PlanUpdated(s.plan))
+    s.writer.write_due_meta()  # the core's, once the request is out
+    other = Live(tmp_path, "s2", files)
+    other.say("user", "pushes s1 out")
+    os.unlink(s.path)
+    os.unlink(meta_path(s.path))
+    for image in images_dir(s.path).iterdir():
+        image.unlink()
+    s.mode = "ask"
+    assert s.say("user", "still there?") == 2
+    assert s.say("assistant", "yes") == 3
+    records = lines(s.path)
+    assert [r["type"] for r in records] == ["session", "fork", "config", "message"]
+    assert records[1]["offset"] == 3 and records[1]["title"] == "look at this"
+    assert records[2]["mode"] == "ask" and records[3]["offset"] == 3
+    loaded = load(s.path)
+    assert loaded is not None
+    assert [m.text for m in loaded.history] == ["look at this", "a picture", "still there?", "yes"]
+    assert loaded.history[0].images[0].data == PNG
+    assert (loaded.total, loaded.turns, loaded.tokens_used) == (4, 2, 7)
+    assert loaded.plan == s.plan and loaded.mode == "ask"
+    assert json.loads(meta_path(s.path).read_text())["title"] == "look at this"
+    assert sorted(p.name for p in s.path.parent.iterdir() if p.name.startswith(".")) == []
+    s.writer.close()
+    other.writer.close()
+
+
+def test_a_file_unlinked_renamed_or_replaced_while_open_is_found_when_checked(
+    tmp_path: Path,
+) -> None:
+    """`check_file` (a prompt's start, `close`): the descriptor's file is no
+    longer the one under the name. Before any line, or once deleted through
+    agentd (`discard`), nothing is checked or written."""
+    files = OpenFiles()
+    s = Live(tmp_path, "s1", files)
+    s.writer.check_file()
+    assert not s.path.exists()  # a new session's file is its first prompt's
+    s.say("user", "one")
+    s.writer.check_file()
+    assert [r["type"] for r in lines(s.path)] == ["session", "message"]
+    for take_away in (
+        os.unlink,
+        lambda p: os.rename(p, p.with_name("moved.jsonl")),
+        lambda p: p.with_name("other.jsonl").rename(p),
+    ):
+        (s.path.parent / "other.jsonl").write_text('{"type":"session","sessionId":"x"}\n')
+        take_away(s.path)
+        s.writer.check_file()
+        loaded = load(s.path)
+        assert loaded is not None and loaded.session_id == "s1"
+        assert [m.text for m in loaded.history] == ["one"]
+    s.writer.discard()
+    os.unlink(s.path)
+    s.writer.close()
+    assert not s.path.exists()
+
+
+def test_a_replaced_file_is_rebuilt_when_opened_again_and_a_reset_holds(
+    tmp_path: Path,
+) -> None:
+    """Closed, then another file put under its name (an older copy a sync
+    tool brought back): opened again, it is not appended to but replaced.
+    A reset written into a rebuild leaves the cleared session."""
+    files = OpenFiles(limit=1)
+    s = Live(tmp_path, "s1", files)
+    s.say("user", "one")
+    s.writer.check_file()  # learns the file's identity
+    old = s.path.read_bytes()
+    other = Live(tmp_path, "s2", files)
+    other.say("user", "pushes s1 out")
+    s.path.unlink()
+    s.path.write_bytes(old)  # the same bytes, another file
+    s.say("assistant", "two")
+    loaded = load(s.path)
+    assert loaded is not None and [m.text for m in loaded.history] == ["one", "two"]
+    other.say("user", "pushes s1 out again")
+    s.path.unlink()
+    s.history.clear()
+    s.writer.reset()
+    loaded = load(s.path)
+    assert loaded is not None and (loaded.history, loaded.total) == ([], 2)
+    s.say("user", "after the reset")
+    loaded = load(s.path)
+    assert loaded is not None and [m.text for m in loaded.history] == ["after the reset"]
+    assert loaded.title == "after the reset"
+    s.writer.close()
+    other.writer.close()
