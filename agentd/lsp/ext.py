@@ -216,7 +216,16 @@ class NewSessionResult(SessionSetup):
     session_id: str
 
 
-class LoadSessionResult(SessionSetup):
+class SessionRoots(WireModel):
+    """The folders a session's tools may use, as the daemon has them: an
+    editor that runs tools checks their paths against these."""
+
+    workspace_root: str
+    # The folders beside it ([] when none).
+    additional_directories: list[str]
+
+
+class LoadSessionResult(SessionSetup, SessionRoots):
     # The session's plan as it stands (also replayed as `plan` updates).
     plan: list[PlanEntryOut]
 
@@ -325,7 +334,7 @@ class ForkSessionParams(WireModel):
     additional_directories: AdditionalDirectories | None = None
 
 
-class ForkSessionResult(SessionSetup):
+class ForkSessionResult(SessionSetup, SessionRoots):
     session_id: str
     # The plan copied from the source.
     plan: list[PlanEntryOut]

@@ -43,6 +43,7 @@ from agentd.params import (
 from agentd.paths import pin_root
 
 if TYPE_CHECKING:
+    from agentd.agent.session import Session
     from agentd.app import App
     from agentd.config import Settings
     from agentd.events import Update
@@ -233,7 +234,16 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     )
     app.attach_tools(session, _permissions(ls))
     setup = _setup(app.settings, session.mode, app.core.model_of(session))
-    return {**setup, "plan": plan_to_wire(session.plan)}
+    return {**setup, **_roots(session), "plan": plan_to_wire(session.plan)}
+
+
+def _roots(session: Session) -> dict[str, Any]:
+    """The session's folders as the daemon has them (a load's, a fork's
+    reply): what an editor checks its own tools' paths against."""
+    return {
+        "workspaceRoot": str(session.workspace_root),
+        "additionalDirectories": [str(r) for r in session.additional_roots],
+    }
 
 
 async def fork_session(ls: AgentdServer, app: App, p: ForkSessionParams) -> dict[str, Any]:
@@ -263,7 +273,7 @@ async def fork_session(ls: AgentdServer, app: App, p: ForkSessionParams) -> dict
     app.attach_tools(session, _permissions(ls))
     app.start_memory(session.workspace_root)
     setup = _setup(app.settings, session.mode, app.core.model_of(session))
-    return {"sessionId": session.id, **setup, "plan": plan_to_wire(session.plan)}
+    return {"sessionId": session.id, **setup, **_roots(session), "plan": plan_to_wire(session.plan)}
 
 
 async def delete_session(ls: AgentdServer, app: App, p: SessionParams) -> dict[str, Any]:

@@ -88,16 +88,24 @@ async def test_the_list_is_kept_across_daemons_and_load_and_fork_replace_it(
     c = await start_client(env)
     try:
         assert (await listed(c, workspace))[sid]["additionalDirectories"] == [str(shared)]
-        # Loaded without the field, the session keeps its list.
-        await c.request("agent/loadSession", {"sessionId": sid})
+        # Loaded without the field, the session keeps its list, and says so.
+        loaded = await c.request("agent/loadSession", {"sessionId": sid})
+        assert (loaded["workspaceRoot"], loaded["additionalDirectories"]) == (
+            str(workspace),
+            [str(shared)],
+        )
         await c.prompt(sid, tool_prompt("read_file", path=util))
         assert last_tool_result(model_server) == "1  SHARED_ANSWER = 7"
 
         # A fork without the field has the source's list; with it, its own.
-        same = (await c.request("agent/forkSession", {"sessionId": sid}))["sessionId"]
-        none = (
-            await c.request("agent/forkSession", {"sessionId": sid, "additionalDirectories": []})
-        )["sessionId"]
+        forked = await c.request("agent/forkSession", {"sessionId": sid})
+        assert forked["additionalDirectories"] == [str(shared)]
+        same = forked["sessionId"]
+        forked = await c.request(
+            "agent/forkSession", {"sessionId": sid, "additionalDirectories": []}
+        )
+        assert (forked["workspaceRoot"], forked["additionalDirectories"]) == (str(workspace), [])
+        none = forked["sessionId"]
         await c.prompt(same, tool_prompt("read_file", path=util))
         assert last_tool_result(model_server) == "1  SHARED_ANSWER = 7"
         await c.prompt(none, tool_prompt("read_file", path=util))
