@@ -287,6 +287,32 @@ describe('confinement', () => {
     expect(fs.readFileSync(path.join(outside, 'secret.txt'), 'utf8')).toBe('secret');
   });
 
+  it("a loaded session's own folders, as the daemon has them, not the window's", async () => {
+    const stored = tmpDir('agentd-stored-');
+    const windowOnly = tmpDir('agentd-window-');
+    fs.writeFileSync(path.join(stored, 'a.txt'), 'stored\n');
+    fs.writeFileSync(path.join(windowOnly, 'b.txt'), 'window\n');
+    runner = new ClientToolRunner(new VscodeWorkspace(reviews, new TerminalCommandRunner(0)), {
+      workspaceRoot: () => root,
+      additionalRoots: () => [windowOnly],
+      editApproval: () => 'always',
+    });
+    runner.setSessionRoots('loaded', [root, stored]);
+    const read = async (p: string, sessionId: string) => (await run(call('read_file', { path: p }, sessionId))).content;
+    // The loaded session reaches its stored folder, not the window's other one.
+    expect(await read(path.join(stored, 'a.txt'), 'loaded')).toBe('1  stored');
+    expect(await read(path.join(windowOnly, 'b.txt'), 'loaded')).toMatch(/^Refused: .*outside the workspace folders\.$/);
+    const wrote = await run(call('write_file', { path: path.join(windowOnly, 'c.txt'), content: 'x' }, 'loaded'));
+    expect(wrote.content).toMatch(/^Refused: /);
+    expect(fs.existsSync(path.join(windowOnly, 'c.txt'))).toBe(false);
+    // A new session (no roots set) has the window's folders.
+    expect(await read(path.join(windowOnly, 'b.txt'), 's1')).toBe('1  window');
+    expect(await read(path.join(stored, 'a.txt'), 's1')).toMatch(/^Refused: /);
+    // Dropped (a deleted session): the window's folders again.
+    runner.setSessionRoots('loaded', undefined);
+    expect(await read(path.join(windowOnly, 'b.txt'), 'loaded')).toBe('1  window');
+  });
+
   it('says so when no folder is open', async () => {
     root = '';
     const res = await run(call('read_file', { path: 'a' }));

@@ -156,6 +156,29 @@ describe('a multi-root workspace', () => {
     const current = listed.find((s) => s.sessionId === h.controller.currentSessionId)!;
     expect(current.additionalDirectories).toEqual([fs.realpathSync(other)]);
   });
+
+  it("a session loaded from the picker: the editor's tools use its stored folders, not the window's", async () => {
+    const other = tmpDir('agentd-other-');
+    const third = tmpDir('agentd-third-');
+    fs.writeFileSync(path.join(other, 'kept.txt'), 'KEPT\n');
+    fs.writeFileSync(path.join(third, 'new.txt'), 'NEW\n');
+    const folders = [other];
+    const h = harness(tmpDir('agentd-ws-'), folders);
+    const sid = await h.controller.newSession();
+    await h.controller.prompt('hello');
+    // The window's folders change: the stored session still has `other`, not `third`.
+    folders.splice(0, 1, third);
+    await h.controller.newSession();
+    const listed = await h.controller.listSessions();
+    expect(listed.find((s) => s.sessionId === sid)!.additionalDirectories).toEqual([fs.realpathSync(other)]);
+    await h.controller.loadSession(sid);
+    await h.controller.prompt(`!tool read_file ${JSON.stringify({ path: path.join(other, 'kept.txt') })}`);
+    await h.controller.prompt(`!tool read_file ${JSON.stringify({ path: path.join(third, 'new.txt') })}`);
+    const results = h.wire.filter((w) => w.dir === 'out-notification' && w.method === 'agent/toolResult') as Array<{ params: { content: string; isError?: boolean } }>;
+    expect(results.at(-2)!.params).toMatchObject({ content: '1  KEPT', isError: false });
+    expect(results.at(-1)!.params).toMatchObject({ isError: true });
+    expect(results.at(-1)!.params.content).toMatch(/^Refused: .*outside the workspace folders\.$/);
+  });
 });
 
 describe('images', () => {

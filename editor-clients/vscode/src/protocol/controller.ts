@@ -83,6 +83,8 @@ export class AgentController {
   private setup: SessionSetup | undefined;
   /** The context window the daemon last reported, for a compaction's `tokensAfter`. */
   private contextWindow: number | undefined;
+  /** The last agent/listSessions answer, by id: a listed session's folders. */
+  private listed = new Map<string, SessionInfo>();
 
   constructor(
     private readonly workspaceRoot: () => string | undefined,
@@ -347,7 +349,9 @@ export class AgentController {
       const res = await this.connection().sendRequest<{ sessions: SessionInfo[] }>('agent/listSessions', {
         workspaceRoot: this.root(),
       });
-      return res.sessions ?? [];
+      const sessions = res.sessions ?? [];
+      this.listed = new Map(sessions.map((s) => [s.sessionId, s]));
+      return sessions;
     } catch (err) {
       if (errorCode(err) === ErrorCodes.MethodNotFound) throw new NotSupportedError('agent/listSessions');
       throw err;
@@ -399,6 +403,7 @@ export class AgentController {
       throw err;
     }
     this.tools.forgetSession(sessionId);
+    this.tools.setSessionRoots(sessionId, undefined);
     if (current) {
       this.sessionId = undefined;
       this.staleSessionId = undefined;
@@ -415,6 +420,7 @@ export class AgentController {
     try {
       const res = await this.connection().sendRequest<SessionSetup | null>('agent/loadSession', { sessionId, workspaceRoot: this.root() });
       this.sessionId = sessionId;
+      this.tools.setSessionRoots(sessionId, this.rootsOf(sessionId, res ?? undefined));
       this.applySetup(sessionId, res ?? undefined);
       if (res && Array.isArray(res.plan)) this.showPlan(res.plan);
       else this.clearPlan();
@@ -429,6 +435,20 @@ export class AgentController {
     }
   }
   private pendingReplaySession: string | undefined;
+
+  /**
+   * A loaded session's folders as the daemon has them: its load's reply,
+   * else its agent/listSessions entry (listed without the field: none
+   * beside its root); undefined when neither says (a fork, from a daemon
+   * that does not answer them): the window's folders, as for a new session.
+   */
+  private rootsOf(sessionId: string, res: SessionSetup | undefined): string[] | undefined {
+    const root = typeof res?.workspaceRoot === 'string' ? res.workspaceRoot : this.workspaceRoot();
+    if (!root) return undefined;
+    if (Array.isArray(res?.additionalDirectories)) return [root, ...res.additionalDirectories];
+    const listed = this.listed.get(sessionId);
+    return listed ? [root, ...(listed.additionalDirectories ?? [])] : undefined;
+  }
 
   // --- prompts -----------------------------------------------------------------
 

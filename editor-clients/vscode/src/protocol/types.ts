@@ -81,6 +81,12 @@ export interface SessionSetup {
   models?: { id: string; name: string; supportsImages: boolean }[];
   /** Only in agent/loadSession's result: the plan as it stands. */
   plan?: PlanEntry[];
+  /**
+   * Only in agent/loadSession's and agent/forkSession's results (a daemon
+   * that says them): the session's folders as the daemon has them.
+   */
+  workspaceRoot?: string;
+  additionalDirectories?: string[];
 }
 
 export interface PlanEntry {

@@ -89,6 +89,8 @@ class ToolFailure extends Error {}
 export class ClientToolRunner {
   /** `${sessionId}\0${kind}` for "Allow for this session". */
   private readonly sessionAllows = new Set<string>();
+  /** A loaded session's folders as the daemon has them, its workspace root first (`setSessionRoots`). */
+  private readonly sessionRoots = new Map<string, string[]>();
 
   constructor(
     private readonly ws: WorkspaceAdapter,
@@ -99,13 +101,27 @@ export class ClientToolRunner {
     for (const key of [...this.sessionAllows]) if (key.startsWith(sessionId + '\0')) this.sessionAllows.delete(key);
   }
 
+  /**
+   * The folders a session's tools may use, as the daemon has them (a
+   * session loaded, resumed or forked: its stored roots, which need not be
+   * this window's folders); `undefined` drops them, and the session's calls
+   * are checked against the window's folders again, as a new session's are.
+   */
+  setSessionRoots(sessionId: string, roots: string[] | undefined): void {
+    if (roots?.length) this.sessionRoots.set(sessionId, roots);
+    else this.sessionRoots.delete(sessionId);
+  }
+
   /** Never rejects: every failure becomes an `isError` result the model can read. */
   async run(call: ToolCall, signal: AbortSignal, onState: ToolStateListener = () => {}): Promise<ToolOutcome> {
     try {
       if (signal.aborted) return { content: CANCELLED, isError: true };
-      const root = this.options.workspaceRoot();
+      // A loaded session's own folders: a call the daemon's view refuses is
+      // refused here too, whatever folders this window has open.
+      const own = this.sessionRoots.get(call.sessionId);
+      const root = own ? own[0] : this.options.workspaceRoot();
       if (!root) throw new ToolFailure('No workspace folder is open in the editor.');
-      const roots = [root, ...(this.options.additionalRoots?.() ?? [])];
+      const roots = own ?? [root, ...(this.options.additionalRoots?.() ?? [])];
       const args = call.arguments ?? {};
       switch (call.name) {
         case 'read_file':
