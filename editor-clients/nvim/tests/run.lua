@@ -906,6 +906,60 @@ test(':AgentdReset clears the chat; :AgentdNew starts another session', function
   check(contains(chat.content(), 'Echo: fresh start'), 'answer after new')
 end)
 
+test('additional_directories: sent as a new session\'s additionalDirectories; the editor\'s tools reach it, a loaded session keeps it', function()
+  local extra = tmp .. '/extra'
+  vim.fn.mkdir(extra, 'p')
+  extra = uv.fs_realpath(extra)
+  vim.fn.writefile({ 'EXTRA_FACT' }, extra .. '/note.txt')
+  local given
+  local read_note = '!tool read_file ' .. vim.json.encode({ path = extra .. '/note.txt' })
+  local ok, err = pcall(function()
+    agentd.setup({
+      auto_approve = approvals,
+      additional_directories = function(r)
+        given = r
+        return { '../extra' } -- relative: the project root's
+      end,
+    })
+    vim.cmd('AgentdNew')
+    ask_and_wait(read_note)
+    check(given == root, 'the function was given %s', tostring(given))
+    check(contains(chat.content(), 'Tool result received: 1  EXTRA_FACT'), 'read_file in the extra folder')
+    local sid = state().session_id
+    local _, listed = request('agent/listSessions', { workspaceRoot = root })
+    local mine = vim.iter(listed.sessions):find(function(s)
+      return s.sessionId == sid
+    end)
+    check(mine and vim.deep_equal(mine.additionalDirectories, { extra }), 'listed: %s', vim.inspect(mine))
+    -- Without the option a new session has no folder beside its root.
+    agentd.setup({ auto_approve = approvals })
+    vim.cmd('AgentdNew')
+    ask_and_wait(read_note)
+    check(contains(chat.content(), 'is outside the workspace'), 'a new session without the option read it')
+    -- The saved session, loaded again, has its folder still (the daemon says so).
+    local loaded
+    agentd.load_session(sid, { root = root }, function(r)
+      loaded = r
+    end)
+    wait_for('the load', function()
+      return loaded ~= nil
+    end)
+    check(vim.deep_equal(loaded.additionalDirectories, { extra }), 'load reply: %s', vim.inspect(loaded))
+    ask_and_wait(read_note)
+    check(contains(chat.content(), 'Tool result received: 1  EXTRA_FACT'), 'read_file after the load')
+    -- A list is taken as it is; a bad value is reported and nothing sent.
+    agentd.setup({ auto_approve = approvals, additional_directories = { extra } })
+    vim.cmd('AgentdNew')
+    ask_and_wait(read_note)
+    check(contains(chat.content(), 'Tool result received: 1  EXTRA_FACT'), 'the list form')
+  end)
+  agentd.setup({ auto_approve = approvals })
+  vim.cmd('AgentdNew')
+  if not ok then
+    error(err, 0)
+  end
+end)
+
 test(':AgentdMode picks a mode with vim.ui.select; auto-edit applies an edit without asking', function()
   ask_and_wait('a turn so the session exists')
   if not state().mode then

@@ -43,6 +43,11 @@ local defaults = {
   -- After :AgentdCancel the next prompt waits for the daemon's cancel
   -- acknowledgement; past this (ms) it is sent anyway (a busy answer is retried).
   cancel_ack_timeout = 5000,
+  -- More folders a new session's tools may work in, beside its project root
+  -- (sent as `additionalDirectories`): a list of paths, or a function(root)
+  -- returning one. Read when a session starts; `~` and $VARS are expanded,
+  -- relative paths are the project root's.
+  additional_directories = nil,
 }
 
 M.config = vim.deepcopy(defaults)
@@ -52,7 +57,7 @@ function M.setup(opts)
   opts = opts or {}
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts)
   -- tbl_deep_extend merges tables key by key; these are taken whole.
-  for _, key in ipairs({ 'auto_approve', 'shell' }) do
+  for _, key in ipairs({ 'auto_approve', 'shell', 'additional_directories' }) do
     if opts[key] ~= nil then
       M.config[key] = opts[key]
     end
@@ -178,6 +183,53 @@ local function forget_session(p)
   p.session_id = nil
   p.setup = nil
   p.plan = nil
+  p.extra_roots = nil
+end
+
+--- The folders `additional_directories` names for a new session of the
+--- project at `root`: absolute, `~` and $VARS expanded, relative ones the
+--- root's; nil when none. A bad value is reported, and none are sent.
+local function additional_directories(root)
+  local value = M.config.additional_directories
+  if type(value) == 'function' then
+    local ok, res = pcall(value, root)
+    if not ok then
+      notify('additional_directories failed: ' .. tostring(res), vim.log.levels.ERROR)
+      return nil
+    end
+    value = res
+  end
+  if value == nil then
+    return nil
+  end
+  if type(value) ~= 'table' then
+    notify('additional_directories must be a list of paths (or a function returning one)', vim.log.levels.ERROR)
+    return nil
+  end
+  local dirs = {}
+  for _, dir in ipairs(value) do
+    if type(dir) ~= 'string' or dir == '' then
+      notify('additional_directories: not a path: ' .. vim.inspect(dir), vim.log.levels.ERROR)
+      return nil
+    end
+    dir = vim.fn.expand(dir)
+    if dir:sub(1, 1) ~= '/' then
+      dir = root .. '/' .. dir
+    end
+    dirs[#dirs + 1] = vim.fs.normalize(dir)
+  end
+  return #dirs > 0 and dirs or nil
+end
+
+--- The folders beside the root a loaded or forked session has, as the
+--- daemon says them (nil from a daemon that does not): the editor's own
+--- tools take absolute paths inside them too.
+local function keep_roots(p, res)
+  if type(res) == 'table' and type(res.additionalDirectories) == 'table' then
+    p.extra_roots = res.additionalDirectories
+  else
+    p.extra_roots = nil
+  end
 end
 
 --- Keep what agent/newSession or agent/loadSession says about how the
@@ -385,7 +437,10 @@ local function with_session(p, fn)
       return
     end
     p.session_waiters = { fn }
-    c:request('agent/newSession', { workspaceRoot = p.root }, function(e, res)
+    local extra = additional_directories(p.root)
+    -- Absent when there are none: a daemon older than the field is not asked about it.
+    local params = { workspaceRoot = p.root, additionalDirectories = extra }
+    c:request('agent/newSession', params, function(e, res)
       local waiters = p.session_waiters or {}
       p.session_waiters = nil
       if e or type(res) ~= 'table' or not res.sessionId then
@@ -396,6 +451,7 @@ local function with_session(p, fn)
       end
       p.session_id = res.sessionId
       by_session[res.sessionId] = p
+      p.extra_roots = extra
       keep_setup(p, res)
       fetch_commands(p, c, res.sessionId)
       for _, w in ipairs(waiters) do
@@ -457,6 +513,7 @@ local function run_client_tool(p, turn, c, sid, call, args)
   end
   local ctx = {
     root = p.root,
+    extra_roots = p.extra_roots,
     config = M.config,
     cancelled = function()
       return turn.cancelled == true or p.turn ~= turn
@@ -1214,6 +1271,7 @@ function M.load_session(session_id, opts, cb)
       end
       p.session_id = session_id
       keep_setup(p, res)
+      keep_roots(p, res)
       if type(res) == 'table' and type(res.plan) == 'table' then
         p.plan = res.plan
       end

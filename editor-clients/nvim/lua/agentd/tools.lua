@@ -17,6 +17,7 @@ M.needs_approval = { edit_file = true, write_file = true, run_command = true }
 
 ---@class agentd.ToolCtx
 ---@field root string project root (absolute)
+---@field extra_roots string[]? the session's folders beside it: absolute paths inside them are taken too
 ---@field config table the plugin's options
 ---@field cancelled fun(): boolean true once the turn was cancelled
 ---@field auto_approved boolean? the session's mode runs this call without asking (`autoApprove`)
@@ -149,11 +150,21 @@ local function real_of(path)
   end
 end
 
---- Resolve a tool's path argument inside the project root. `..`, absolute
---- paths elsewhere and symlinks that point out of the root are refused, as
---- the daemon does for its own tools.
+--- Resolve a tool's path argument inside the project root, or, when it is
+--- absolute, inside one of `extra_roots` (the session's other folders).
+--- `..`, absolute paths elsewhere and symlinks that point out of the root
+--- are refused, as the daemon does for its own tools.
 ---@return string absolute normalized path (symlinks kept, so buffer names match what the user opened)
-function M.resolve(root, path)
+function M.resolve(root, path, extra_roots)
+  if extra_roots and #extra_roots > 0 and type(path) == 'string' and path:sub(1, 1) == '/' then
+    for _, r in ipairs(vim.list_extend({ root }, extra_roots)) do
+      local ok, abs = pcall(M.resolve, r, path)
+      if ok then
+        return abs
+      end
+    end
+    fail(('%s is outside the workspace folders'):format(path))
+  end
   if type(path) ~= 'string' or path == '' then
     fail('path is required')
   end
@@ -234,7 +245,7 @@ end
 local handlers = {}
 
 function handlers.read_file(ctx, args, done)
-  local abs = M.resolve(ctx.root, args.path)
+  local abs = M.resolve(ctx.root, args.path, ctx.extra_roots)
   local lines
   local buf = loaded_buf(abs)
   if buf then
@@ -278,7 +289,7 @@ function handlers.read_file(ctx, args, done)
 end
 
 function handlers.edit_file(ctx, args, done)
-  local abs = M.resolve(ctx.root, args.path)
+  local abs = M.resolve(ctx.root, args.path, ctx.extra_roots)
   local old, new = args.old_text, args.new_text
   if type(old) ~= 'string' or old == '' then
     fail('old_text must be a non-empty string')
@@ -336,7 +347,7 @@ function handlers.edit_file(ctx, args, done)
 end
 
 function handlers.write_file(ctx, args, done)
-  local abs = M.resolve(ctx.root, args.path)
+  local abs = M.resolve(ctx.root, args.path, ctx.extra_roots)
   if type(args.content) ~= 'string' then
     fail('content must be a string')
   end
@@ -364,7 +375,7 @@ function handlers.run_command(ctx, args, done)
   end
   local cwd = ctx.root
   if args.cwd and args.cwd ~= '' then
-    cwd = M.resolve(ctx.root, args.cwd)
+    cwd = M.resolve(ctx.root, args.cwd, ctx.extra_roots)
     local stat = uv.fs_stat(cwd)
     if not stat or stat.type ~= 'directory' then
       fail(('cwd %s is not a directory'):format(args.cwd))
