@@ -614,7 +614,7 @@ class AgentCore:
         if writer is not None:
             # A file taken away behind the daemon is written again now, before
             # this prompt's lines, which follow as message lines.
-            _write(writer, writer.check_file)
+            _check_file(writer)
             self._prompt_starts[session_id] = writer.offset
         session.prompt_usage = Usage()
         closed = False
@@ -848,6 +848,20 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
     if writer.failed and not writer.pending:
         writer.failed = False
         log.warning("the transcript %s is written again, nothing skipped", writer.path)
+
+
+def _check_file(writer: TranscriptWriter) -> None:
+    """`TranscriptWriter.check_file`, whose failure (the file cannot be written
+    again now) is logged; its next line tries again. Not through `_write`,
+    which would take a check that wrote nothing for lines written again."""
+    try:
+        writer.check_file()
+    except OSError as exc:
+        log.error(
+            "the transcript %s was taken away and cannot be written again: %s",
+            writer.path,
+            describe_os_error(exc),
+        )
 
 
 async def _sync(writer: TranscriptWriter) -> None:
