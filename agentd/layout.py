@@ -2,6 +2,8 @@
 
     $AGENTD_HOME/projects/<slug>/memory/     a project's memory (MEMORY.md + topic files)
     $AGENTD_HOME/projects/<slug>/sessions/   its session transcripts (`agentd.transcript`)
+    $AGENTD_HOME/cache/memory-index/<hash>.jsonl   a memory folder's parsed notes, kept
+                                             across starts (`agentd.memory.index_cache`)
     <workspace>/.agentd/memory/              optional team memory, shared through git
     <user config dir>/                       config.toml, AGENTS.md, the TCP token
 
@@ -27,6 +29,9 @@ INDEX_FILE = "MEMORY.md"
 MEMORY_FOLDER = "memory"
 TEAM_MEMORY_PARTS = (".agentd", "memory")
 TOPIC_SUFFIX = ".md"
+# Derived data agentd can always rebuild, outside any memory folder (a team
+# folder is shared through git; the cache is not memory).
+MEMORY_INDEX_CACHE_PARTS = ("cache", "memory-index")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _READABLE_MAX = 40
@@ -88,3 +93,17 @@ def memory_dir(workspace_root: Path, home: Path | None = None) -> Path:
 def team_memory_dir(workspace_root: Path) -> Path:
     """The optional team memory folder inside the workspace (shared through git)."""
     return canonical_root(workspace_root).joinpath(*TEAM_MEMORY_PARTS)
+
+
+def memory_index_cache_dir(home: Path | None = None) -> Path:
+    """Where the index caches of every memory folder live (not created here)."""
+    base = home if home is not None else agentd_home()
+    return base.joinpath(*MEMORY_INDEX_CACHE_PARTS)
+
+
+def memory_index_cache_file(folder_real: Path, home: Path | None = None) -> Path:
+    """The index cache of the memory folder whose real path is ``folder_real``:
+    one file per folder, named by a hash of that path (a team folder reached
+    through two workspaces shares one)."""
+    key = str(folder_real).encode("utf-8", "surrogateescape")
+    return memory_index_cache_dir(home) / f"{hashlib.sha256(key).hexdigest()[:32]}.jsonl"

@@ -55,7 +55,13 @@ class MemoryManager:
         return await asyncio.shield(task)
 
     async def _start(self, key: Path, progress: Callable[[int, int], None] | None) -> ProjectMemory:
-        project = ProjectMemory(key, home=self.home, watch=self._watch, watch_gate=self.watch_gate)
+        project = ProjectMemory(
+            key,
+            home=self.home,
+            watch=self._watch,
+            watch_gate=self.watch_gate,
+            index_cache_home=self.home,
+        )
         try:
             await project.start(progress)
         except BaseException:

@@ -8,13 +8,20 @@ Invariants:
 - ``recall`` is a plain function over the live index: it never awaits.
 - ``generation`` bumps on every change of the index; listeners hear about
   every change after the initial build, with the paths that changed.
+- With an ``index_cache`` folder, each memory folder's parsed notes are kept
+  there (`agentd.memory.index_cache`): the first scan reads them instead of
+  the notes that did not change; the cache is written in a worker thread,
+  `SAVE_DELAY_S` after the last change of the index (never on a prompt's
+  path), and once more at `aclose` when a change is still unsaved.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -28,9 +35,12 @@ from agentd.layout import (
     INDEX_FILE,
     canonical_root,
     memory_dir,
+    memory_index_cache_file,
     team_memory_dir,
 )
+from agentd.memory import index_cache
 from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
+from agentd.memory.index_cache import CacheEntry, entry_of, identity_of
 from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, budgeted, rank, recall_index
 from agentd.memory.store import (
     MAX_TOPIC_BYTES,
@@ -44,7 +54,7 @@ from agentd.memory.store import (
     list_topics,
     parse_topic,
     read_index_file,
-    read_topic,
+    read_topic_stat,
 )
 from agentd.memory.watcher import Changes, FolderWatcher, WatchState
 
@@ -57,6 +67,14 @@ WatchGate = Callable[[], Awaitable[None]]
 
 # The most docs ``candidates`` returns.
 MAX_CANDIDATES = 200
+# The index cache is written this long after the last change of the index:
+# a build's own write waits until its first prompt's request is long out, and
+# a burst of edits (a checkout) is written once.
+SAVE_DELAY_S = 3.0
+
+# Index cache entries of a memory folder by file name, keyed by team (True)
+# or personal (False) folder.
+Entries = dict[bool, dict[str, CacheEntry]]
 
 
 @dataclass
@@ -67,6 +85,10 @@ class _Snapshot:
     skipped: dict[str, str] = field(default_factory=dict)
     folder_problems: dict[str, str] = field(default_factory=dict)
     index_file: IndexFile = field(default_factory=lambda: IndexFile("", None))
+    # The index cache's entries for what this scan found, and the folders
+    # (team or not) whose entries differ from those the scan started from.
+    entries: Entries = field(default_factory=lambda: {False: {}, True: {}})
+    entries_changed: set[bool] = field(default_factory=set)
 
 
 def _realpath(path: Path) -> Path:
@@ -83,7 +105,11 @@ class ProjectMemory:
         team_directory: Path | None = None,
         watch: bool = True,
         watch_gate: WatchGate | None = None,
+        index_cache_home: Path | None = None,
     ) -> None:
+        """``index_cache_home``: the ``$AGENTD_HOME`` whose cache folder keeps
+        the parsed notes across starts (`agentd.layout.memory_index_cache_file`);
+        None keeps no cache."""
         self.workspace_root = canonical_root(workspace_root)
         self.directory = Path(os.path.abspath(directory or memory_dir(self.workspace_root, home)))
         self.team_directory = Path(
@@ -104,6 +130,11 @@ class ProjectMemory:
         self._started = False
         self._watched_once = False
         self._recreated = False
+        self._cache_home = index_cache_home
+        self._entries: Entries = {False: {}, True: {}}
+        self._unsaved: set[bool] = set()
+        self._save_wanted = asyncio.Event()
+        self._saver: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -162,6 +193,15 @@ class ProjectMemory:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             await watcher.aclose()
+        saver, self._saver = self._saver, None
+        if saver is not None:
+            saver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await saver
+        if self._unsaved:
+            # What the next start would otherwise read again (a daemon that
+            # exits within `SAVE_DELAY_S` of its first index, as a reload does).
+            await self._save_cache()
 
     @property
     def watcher_state(self) -> WatchState:
@@ -294,8 +334,15 @@ class ProjectMemory:
         except OSError:
             mtime = time.time()
         doc = parse_topic(path, data, size=len(data), mtime=mtime, team=team)
-        self._index.upsert(doc)
+        fields = field_terms(doc)
+        self._index.upsert(doc, fields)
         self._skipped.pop(str(path), None)
+        if self._cache_home is not None:
+            # Just written, so not `verified`: the save reads it again first.
+            with contextlib.suppress(OSError):
+                lst = os.lstat(path)
+                if stat.S_ISREG(lst.st_mode):
+                    self._set_entry(team, path.name, entry_of(doc, fields, lst, time.time_ns()))
         self._changed([path])
 
     # -- scanning -----------------------------------------------------------------
@@ -324,32 +371,85 @@ class ProjectMemory:
             folders.append((self.team_directory, True))
         return folders
 
-    def _scan(self, progress: Progress | None) -> _Snapshot:
-        """Read and tokenise every topic file (blocking; may run in a thread)."""
+    def _cache_file(self, folder_real: Path) -> Path | None:
+        if self._cache_home is None:
+            return None
+        return memory_index_cache_file(folder_real, self._cache_home)
+
+    def _scan(self, progress: Progress | None, known: Entries | None = None) -> _Snapshot:
+        """Read and tokenise every topic file (blocking; may run in a thread).
+
+        A file whose identity is that of its entry in ``known`` (None: in the
+        index cache on disk) is not read: the entry holds what reading it gives.
+        """
         snapshot = _Snapshot(InvertedIndex())
         team_problem = self._team_allowed()
         if team_problem:
             snapshot.folder_problems[str(self.team_directory)] = team_problem
         work: list[tuple[Path, Path, bool]] = []
+        cached: Entries = {False: {}, True: {}}
         for folder, team in self._folders():
             listing = list_topics(folder)
             for problem in listing.problems:
                 snapshot.folder_problems[str(problem.path)] = problem.problem
             real = _realpath(folder)
             work.extend((p, real, team) for p in listing.paths)
+            cache_file = self._cache_file(real)
+            if known is not None:
+                cached[team] = known[team]
+            elif cache_file is not None and listing.paths:
+                cached[team] = index_cache.load(cache_file)
         total = len(work)
         if progress is not None:
             progress(0, total)
         step = max(1, total // 100)
         tokenised = []
+        keep = self._cache_home is not None
+        entries = snapshot.entries
+        read_ns = time.time_ns()
+        reused = 0
         for n, (path, real, team) in enumerate(work, 1):
-            outcome = read_topic(path, real, team=team)
+            name = path.name
+            entry = cached[team].get(name)
+            if entry is not None and entry.verified:
+                try:
+                    lst = os.lstat(path)
+                except OSError:
+                    lst = None
+                if (
+                    lst is not None
+                    and stat.S_ISREG(lst.st_mode)
+                    and identity_of(lst) == entry.identity
+                ):
+                    # Same size, mtime, inode and device as when it was read.
+                    doc = entry.doc(path, team=team, mtime=lst.st_mtime)
+                    tokenised.append((doc, entry.fields()))
+                    entries[team][name] = entry
+                    reused += 1
+                    if progress is not None and (n % step == 0 or n == total):
+                        progress(n, total)
+                    continue
+            outcome, st = read_topic_stat(path, real, team=team)
             if isinstance(outcome, Skipped):
                 snapshot.skipped[str(path)] = outcome.problem
             elif outcome is not None:  # None: vanished since the listing
-                tokenised.append((outcome, field_terms(outcome)))
+                fields = field_terms(outcome)
+                tokenised.append((outcome, fields))
+                if keep and st is not None:
+                    entries[team][name] = entry_of(outcome, fields, st, read_ns)
             if progress is not None and (n % step == 0 or n == total):
                 progress(n, total)
+        if keep:
+            for team, now in entries.items():
+                before = cached[team]
+                if now.keys() != before.keys() or any(before[k] is not e for k, e in now.items()):
+                    snapshot.entries_changed.add(team)
+            log.info(
+                "memory index of %s: %d notes from the index cache, %d read",
+                self.workspace_root,
+                reused,
+                len(work) - reused,
+            )
         snapshot.index = InvertedIndex.from_tokenised(tokenised)
         snapshot.index_file = read_index_file(self.directory)
         return snapshot
@@ -367,7 +467,9 @@ class ProjectMemory:
             report(0, 0)
         return _Snapshot(InvertedIndex())
 
-    async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
+    async def _build_snapshot(
+        self, progress: Progress | None, known: Entries | None = None
+    ) -> _Snapshot:
         # Always in a worker thread: files are read, and a file of the
         # workspace's team folder may be anything (a FIFO, a huge file).
         report = _log_failures(progress)
@@ -380,7 +482,7 @@ class ProjectMemory:
                 # Progress goes to the wire layer, which lives on the loop.
                 loop.call_soon_threadsafe(on_loop, done, total)
 
-        return await asyncio.to_thread(self._scan, from_thread)
+        return await asyncio.to_thread(self._scan, from_thread, known)
 
     def _install(self, snapshot: _Snapshot, *, notify: bool) -> None:
         before = {str(d.info.path): d.content_hash for d in self._index.docs()}
@@ -390,12 +492,61 @@ class ProjectMemory:
         self._skipped = snapshot.skipped
         self._folder_problems = snapshot.folder_problems
         self._index_file = snapshot.index_file
+        self._entries = snapshot.entries
+        if snapshot.entries_changed:
+            self._unsaved |= snapshot.entries_changed
+            self._want_save()
         self._changed([Path(p) for p in changed], notify=notify)
 
     async def _rescan(self) -> None:
         """After a watcher restart: events may have been missed, so look again."""
         await self._ready.wait()
-        self._install(await self._build_snapshot(None), notify=True)
+        known = {team: dict(entries) for team, entries in self._entries.items()}
+        self._install(await self._build_snapshot(None, known), notify=True)
+
+    # -- the index cache ----------------------------------------------------------
+
+    def _set_entry(self, team: bool, name: str, entry: CacheEntry | None) -> None:
+        """Record (or, with None, drop) the cache entry of a file, on the loop."""
+        entries = self._entries[team]
+        if entry is None:
+            if entries.pop(name, None) is None:
+                return
+        else:
+            entries[name] = entry
+        self._unsaved.add(team)
+        self._want_save()
+
+    def _want_save(self) -> None:
+        if self._cache_home is None:
+            return
+        self._save_wanted.set()
+        if self._saver is None:
+            self._saver = asyncio.create_task(
+                self._save_after_changes(), name=f"memory-index-cache:{self.directory.parent.name}"
+            )
+
+    async def _save_after_changes(self) -> None:
+        """Owned by this project (`aclose` cancels and awaits it)."""
+        while True:
+            await self._save_wanted.wait()
+            # Debounced: written once the index has not changed for SAVE_DELAY_S.
+            while self._save_wanted.is_set():
+                self._save_wanted.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._save_wanted.wait(), SAVE_DELAY_S)
+            await self._save_cache()
+
+    async def _save_cache(self) -> None:
+        jobs: list[tuple[Path, Path, dict[str, CacheEntry]]] = []
+        for team in sorted(self._unsaved):
+            folder = self.team_directory if team else self.directory
+            cache_file = self._cache_file(_realpath(folder))
+            if cache_file is not None:
+                # A copy: the loop goes on changing the entries while the thread writes.
+                jobs.append((cache_file, folder, dict(self._entries[team])))
+        self._unsaved.clear()
+        await asyncio.to_thread(_save_all, jobs)
 
     # -- watching -----------------------------------------------------------------
 
@@ -457,22 +608,24 @@ class ProjectMemory:
             await self._apply_topic_changes(list(topics.values()))
         return False
 
-    def _read_many(
-        self, items: list[tuple[Path, bool]], known: dict[str, str]
-    ) -> list[tuple[Path, TopicDoc | Skipped | None, Fields | None]]:
+    def _read_many(self, items: list[tuple[Path, bool]], known: dict[str, str]) -> list[_Read]:
         """Read changed files and tokenise those whose content hash is new.
 
         Blocking; runs in a worker thread. ``known`` maps paths to the hashes
         indexed when the batch began.
         """
         reals = {False: _realpath(self.directory), True: _realpath(self.team_directory)}
-        out: list[tuple[Path, TopicDoc | Skipped | None, Fields | None]] = []
+        out: list[_Read] = []
+        read_ns = time.time_ns()
         for path, team in items:
-            outcome = read_topic(path, reals[team], team=team)
+            outcome, st = read_topic_stat(path, reals[team], team=team)
             fields = None
+            entry = None
             if isinstance(outcome, TopicDoc) and known.get(str(path)) != outcome.content_hash:
                 fields = field_terms(outcome)
-            out.append((path, outcome, fields))
+                if st is not None and self._cache_home is not None:
+                    entry = entry_of(outcome, fields, st, read_ns)
+            out.append(_Read(path, team, outcome, fields, entry, st, read_ns))
         return out
 
     async def _apply_topic_changes(self, items: list[tuple[Path, bool]]) -> None:
@@ -484,18 +637,22 @@ class ProjectMemory:
         }
         results = await asyncio.to_thread(self._read_many, items, known)
         changed: list[Path] = []
-        for path, outcome, fields in results:
+        for read in results:
+            path, outcome, fields = read.path, read.outcome, read.fields
             key = str(path)
             if isinstance(outcome, TopicDoc):
                 current = self._index.get(key)
                 if current is not None and current.content_hash == outcome.content_hash:
                     # Our own write (note_own_write indexed it already), or a touch.
                     self._index.set_mtime(key, outcome.info.mtime)
+                    self._refresh_entry(read, outcome.content_hash)
                     continue
                 self._index.upsert(outcome, fields)
                 self._skipped.pop(key, None)
+                self._set_entry(read.team, path.name, read.entry)
                 changed.append(path)
                 continue
+            self._set_entry(read.team, path.name, None)
             removed = self._index.remove(key)
             had_problem = self._skipped.pop(key, None) is not None
             if isinstance(outcome, Skipped):
@@ -504,6 +661,32 @@ class ProjectMemory:
                 changed.append(path)
         if changed:
             self._changed(changed)
+
+    def _refresh_entry(self, read: _Read, digest: str) -> None:
+        """The file holds what its entry says, found with a new identity."""
+        old = self._entries[read.team].get(read.path.name)
+        if read.st is None or old is None or old.content_hash != digest:
+            self._set_entry(read.team, read.path.name, None)
+        elif identity_of(read.st) != old.identity:
+            self._set_entry(read.team, read.path.name, old.with_identity(read.st, read.read_ns))
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One file of a watcher batch, as `ProjectMemory._read_many` read it."""
+
+    path: Path
+    team: bool
+    outcome: TopicDoc | Skipped | None
+    fields: Fields | None  # its terms, when its content is new to the index
+    entry: CacheEntry | None  # its index cache entry, with those terms
+    st: os.stat_result | None  # its `fstat`, when a regular file (no symlink)
+    read_ns: int
+
+
+def _save_all(jobs: Sequence[tuple[Path, Path, dict[str, CacheEntry]]]) -> None:
+    for cache_file, folder, entries in jobs:
+        index_cache.save(cache_file, folder, entries)
 
 
 def _log_failures(progress: Progress | None) -> Progress | None:

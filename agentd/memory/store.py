@@ -153,6 +153,15 @@ def parse_topic(
 
 def read_topic(path: Path, folder_real: Path, *, team: bool) -> TopicDoc | Skipped | None:
     """Read one topic file. ``None`` means it no longer exists (nothing to report)."""
+    return read_topic_stat(path, folder_real, team=team)[0]
+
+
+def read_topic_stat(
+    path: Path, folder_real: Path, *, team: bool
+) -> tuple[TopicDoc | Skipped | None, os.stat_result | None]:
+    """`read_topic`, and the `fstat` of the file read when ``path`` itself is a
+    regular file (not a symlink): what identifies the content read, for the
+    index cache (`agentd.memory.index_cache`)."""
     try:
         lst = os.lstat(path)
         target = path
@@ -162,28 +171,31 @@ def read_topic(path: Path, folder_real: Path, *, team: bool) -> TopicDoc | Skipp
             try:
                 real = Path(os.path.realpath(path, strict=True))
             except (OSError, RuntimeError):
-                return Skipped(path, "broken symlink; not followed")
+                return Skipped(path, "broken symlink; not followed"), None
             if not real.is_relative_to(folder_real):
-                return Skipped(path, "symlink points outside the memory folder; not followed")
+                why = "symlink points outside the memory folder; not followed"
+                return Skipped(path, why), None
             target = real
         elif not stat.S_ISREG(lst.st_mode):
-            return Skipped(path, "not a regular file; skipped")
+            return Skipped(path, "not a regular file; skipped"), None
         try:
             fd = open_regular(target)
         except NotRegularFile:
-            return Skipped(path, "not a regular file; skipped")
+            return Skipped(path, "not a regular file; skipped"), None
         try:
             st = os.fstat(fd)
             data = read_fd(fd, MAX_TOPIC_BYTES + 1)
         finally:
             os.close(fd)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
-        return Skipped(path, f"cannot read: {exc.strerror or exc}")
+        return Skipped(path, f"cannot read: {exc.strerror or exc}"), None
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
-        return Skipped(path, "binary file (contains NUL bytes); skipped")
-    return parse_topic(path, data, size=max(st.st_size, len(data)), mtime=st.st_mtime, team=team)
+        return Skipped(path, "binary file (contains NUL bytes); skipped"), None
+    size = max(st.st_size, len(data))
+    doc = parse_topic(path, data, size=size, mtime=st.st_mtime, team=team)
+    return doc, (st if target is path else None)
 
 
 def with_mtime(doc: TopicDoc, mtime: float) -> TopicDoc:

@@ -23,6 +23,11 @@ import re
 import unicodedata
 from functools import lru_cache
 
+# Bumped whenever `terms` gives other terms for some text: the index cache
+# (`agentd.memory.index_cache`) keeps terms made by this code, and a cache of
+# another version is rebuilt, never mixed with fresh terms.
+TOKENIZER_VERSION = 1
+
 # Han (+ extension A, compatibility), kana, Hangul syllables and jamo.
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 _HIRAGANA = "\u3041-\u309f"

@@ -131,15 +131,17 @@ async def test_files_vanishing_mid_scan(
     for i in range(10):
         topic(mem, f"t{i}.md", f"Topic {i}", "shared words")
     import agentd.memory.project as project_module
-    from agentd.memory.store import read_topic as real_read
+    from agentd.memory.store import read_topic_stat as real_read
 
-    def flaky_read(path: Path, folder_real: Path, *, team: bool) -> TopicDoc | Skipped | None:
+    def flaky_read(
+        path: Path, folder_real: Path, *, team: bool
+    ) -> tuple[TopicDoc | Skipped | None, os.stat_result | None]:
         # Every other file disappears between the listing and the read.
         if int(path.stem[1:]) % 2:
             path.unlink()
         return real_read(path, folder_real, team=team)
 
-    monkeypatch.setattr(project_module, "read_topic", flaky_read)
+    monkeypatch.setattr(project_module, "read_topic_stat", flaky_read)
     memory = ProjectMemory(ws, directory=mem, watch=False)
     await memory.start()
     try:

@@ -1,0 +1,103 @@
+"""The memory index kept across daemon starts, over the real daemon: a second
+daemon on the same `$AGENTD_HOME` takes the notes that did not change from the
+index cache, reads the one edited while no daemon ran, and recalls at its
+first prompt."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from agentd.testing.daemon import agentd_home, daemon_env, memory_folder
+from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
+
+pytestmark = pytest.mark.e2e
+
+FILLERS = 40
+
+
+def _note(folder: Path, stem: str, name: str, description: str, body: str) -> Path:
+    path = folder / f"{stem}.md"
+    path.write_text(f"---\nname: {name}\ndescription: {description}\ntype: project\n---\n{body}\n")
+    # Last changed an hour ago: a folder as the previous daemon left it.
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(path, ns=(an_hour_ago, an_hour_ago))
+    return path
+
+
+async def _stop(d: RawDaemon) -> None:
+    d.request(90, "shutdown")
+    await d.response(90)
+    d.notify("exit")
+    assert await d.wait_exit() == 0
+
+
+async def test_a_second_daemon_recalls_from_the_index_cache_and_sees_an_edit_made_meanwhile(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    folder = memory_folder(workspace, tmp_path)
+    _note(
+        folder,
+        "deploy",
+        "Deploy checklist",
+        "How we ship releases to production",
+        "Run the smoke tests, then tag the release and deploy with make ship.",
+    )
+    db = _note(
+        folder,
+        "db",
+        "Database notes",
+        "Postgres connection pooling",
+        "Pool size is 20 per service; pgbouncer runs in transaction mode.",
+    )
+    for i in range(FILLERS):
+        _note(
+            folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} shows latency."
+        )
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "memory/status", {"workspaceRoot": str(workspace)})
+        assert (await d.response(1))["result"]["docCount"] == FILLERS + 2
+        await _stop(d)  # the cache is written, at the latest, as the daemon stops
+    finally:
+        await d.close()
+    (cache_file,) = (agentd_home(tmp_path) / "cache" / "memory-index").iterdir()
+    assert cache_file.suffix == ".jsonl" and b"pgbouncer" in cache_file.read_bytes()
+    assert cache_file.stat().st_mode & 0o777 == 0o600
+
+    # Edited while no daemon runs, keeping its size: its mtime tells.
+    before = db.stat().st_size
+    db.write_text(db.read_text().replace("transaction", "zanzibarish"))
+    assert db.stat().st_size == before
+
+    log = tmp_path / "second.log"
+    with log.open("wb") as stderr:
+        d = await RawDaemon.spawn(env, stderr=stderr)
+        try:
+            await d.initialize()
+            d.request(2, "agent/newSession", {"workspaceRoot": str(workspace)})
+            sid = (await d.response(2))["result"]["sessionId"]
+            # Written the instant the session exists: its first request carries the note.
+            d.request(
+                3, "agent/prompt", {"sessionId": sid, "prompt": "how do we deploy a release?"}
+            )
+            assert (await d.response(3))["result"]["stopReason"] == "end_turn"
+            first = model_server.requests("main")[0]
+            users = [m["content"] for m in first["body"]["messages"] if m["role"] == "user"]
+            assert users[-1].startswith("<system-reminder>") and "make ship" in users[-1]
+            query = {"workspaceRoot": str(workspace), "query": "zanzibarish pooling mode"}
+            d.request(4, "memory/recall", query)
+            docs = (await d.response(4))["result"]["docs"]
+            assert [doc["path"] for doc in docs] == [str(db)]
+            await _stop(d)
+        finally:
+            await d.close()
+    said = log.read_text()
+    assert f"{FILLERS + 1} notes from the index cache, 1 read" in said, said[-2000:]
+    assert b"zanzibarish" in cache_file.read_bytes() or b"pgbouncer" not in cache_file.read_bytes()

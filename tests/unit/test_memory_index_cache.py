@@ -1,0 +1,312 @@
+"""The memory index kept across starts (`agentd.memory.index_cache`): a start
+with the cache gives exactly the index a fresh build gives, reads only the
+notes whose identity changed, and survives any cache file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentd.layout import memory_index_cache_file
+from agentd.memory import index_cache, project, store
+from agentd.memory.project import ProjectMemory
+from agentd.memory.tokenize import TOKENIZER_VERSION, terms
+
+# Old enough to be trusted (`index_cache.RACY_NS`): a folder left as it was.
+AN_HOUR_AGO_NS = time.time_ns() - 3600 * 10**9
+
+NOTES = {
+    "deploy.md": (
+        "Deploy checklist",
+        "How we ship releases",
+        "Run make ship after the smoke tests.",
+    ),
+    "db.md": (
+        "Database notes",
+        "Postgres pooling",
+        "Pool size is 20; pgbouncer in transaction mode.",
+    ),
+    "zh.md": ("部署流程", "发布检查清单", "上线前确认监控和回滚开关。灰度发布后观察错误率。"),
+    "ja.md": (
+        "レビュー方針",
+        "コードレビューの基準",
+        "小さな変更に分割する。テストを必ず追加する。",
+    ),
+    "ko.md": ("배포 절차", "릴리스 체크리스트", "운영 반영 전에 모니터링을 확인한다."),
+    "camel.md": (
+        "parseHTTPHeaders",
+        "getUserID and XMLParser",
+        "\uff26\uff55\uff4c\uff4c width text, \uff8a\uff9d\uff76\uff78.",
+    ),
+}
+
+
+def _write(folder: Path, name: str, title: str, description: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(
+        f"---\nname: {title}\ndescription: {description}\ntype: project\n---\n{body}\n",
+        encoding="utf-8",
+    )
+    os.utime(path, ns=(AN_HOUR_AGO_NS, AN_HOUR_AGO_NS))
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    for name, note in NOTES.items():
+        _write(folder, name, *note)
+    # Indexed with problems, and skipped: both as a fresh build has them.
+    _write(folder, "plain.md", "x", "y", "z").write_text("no front matter at all\n")
+    os.utime(folder / "plain.md", ns=(AN_HOUR_AGO_NS, AN_HOUR_AGO_NS))
+    (folder / "binary.md").write_bytes(b"\0\1\2")
+    (folder / "inside.md").symlink_to(folder / "db.md")
+    return folder
+
+
+def _memory(tmp_path: Path, folder: Path, *, cache: bool = True) -> ProjectMemory:
+    home = tmp_path / "home" if cache else None
+    return ProjectMemory(tmp_path / "ws", directory=folder, watch=False, index_cache_home=home)
+
+
+async def _started(tmp_path: Path, folder: Path, *, cache: bool = True) -> ProjectMemory:
+    memory = _memory(tmp_path, folder, cache=cache)
+    await memory.start()
+    await memory.aclose()  # writes the cache when it changed
+    return memory
+
+
+def _cache_file(tmp_path: Path, folder: Path) -> Path:
+    return memory_index_cache_file(Path(os.path.realpath(folder)), tmp_path / "home")
+
+
+def _shape(memory: ProjectMemory) -> dict[str, Any]:
+    """Everything a fresh build decides: postings (exact floats), the docs as
+    indexed, the vocabulary, the averages, and what was skipped."""
+    index = memory._index
+    return {
+        "avg": index._avg,
+        "postings": index._postings,
+        "vocab": index._vocab,
+        "docs": [
+            (d.id, d.info, d.head, d.content_hash, d.lengths, d.terms, d.about_count)
+            for d in index.docs()
+        ],
+        "skipped": memory._skipped,
+    }
+
+
+class _Reads:
+    """Counts the notes read from their files (`read_topic_stat`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.names: list[str] = []
+        real = store.read_topic_stat
+
+        def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
+            self.names.append(path.name)
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(project, "read_topic_stat", counted)
+
+
+async def test_a_warm_start_is_the_index_a_fresh_build_gives(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _started(tmp_path, folder)
+    cached = index_cache.load(_cache_file(tmp_path, folder))
+    # Regular notes only: a symlink is read each time, a skipped file has no entry.
+    assert sorted(cached) == sorted([*NOTES, "plain.md"])
+    reads = _Reads(monkeypatch)
+    warm = await _started(tmp_path, folder)
+    assert sorted(reads.names) == ["binary.md", "inside.md"]
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(warm) == _shape(fresh)
+    for query in ("how do we ship", "部署 回滚", "コードレビュー", "배포 절차", "http headers"):
+        assert warm.recall(query) == fresh.recall(query), query
+        assert warm.recall(query).docs, query
+
+
+async def test_changed_added_and_removed_notes_are_read_and_dropped(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _started(tmp_path, folder)
+    # Same size, same (old) mtime a second later: only the identity tells.
+    same_size = folder / "deploy.md"
+    same_size.write_text(same_size.read_text().replace("make ship", "make sail"))
+    os.utime(same_size, ns=(AN_HOUR_AGO_NS + 10**9, AN_HOUR_AGO_NS + 10**9))
+    _write(folder, "added.md", "Release freeze", "When not to deploy", "No deploys on Fridays.")
+    (folder / "db.md").unlink()
+    (folder / "inside.md").unlink()
+    # A new inode under the same name, size and mtime (a rename over it).
+    (folder / "zh.new").write_bytes((folder / "zh.md").read_bytes())
+    os.replace(folder / "zh.new", folder / "zh.md")
+    os.utime(folder / "zh.md", ns=(AN_HOUR_AGO_NS, AN_HOUR_AGO_NS))
+    reads = _Reads(monkeypatch)
+    warm = await _started(tmp_path, folder)
+    assert sorted(reads.names) == ["added.md", "binary.md", "deploy.md", "zh.md"]
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(warm) == _shape(fresh)
+    assert [d.name for d in warm.recall("make sail").docs] == ["Deploy checklist"]
+    cached = index_cache.load(_cache_file(tmp_path, folder))
+    assert "db.md" not in cached and "added.md" in cached
+
+
+async def test_a_note_changed_too_recently_is_not_kept(tmp_path: Path, folder: Path) -> None:
+    """Modified within `RACY_NS` of its read: the same size could be written
+    again within the same timestamp tick, so the entry is left out."""
+    (folder / "fresh.md").write_text("---\nname: Fresh\n---\njust written\n")
+    await _started(tmp_path, folder)
+    cached = index_cache.load(_cache_file(tmp_path, folder))
+    assert "fresh.md" not in cached and "deploy.md" in cached
+
+
+def _hostile(kind: str, cache_file: Path, tmp_path: Path) -> None:
+    good = cache_file.read_bytes()
+    lines = good.split(b"\n")
+    if kind == "corrupt":
+        cache_file.write_bytes(b"\x80\x81not json at all\n" * 100)
+    elif kind == "truncated":
+        cache_file.write_bytes(good[: len(good) // 2])
+    elif kind == "truncated-at-a-line":
+        cache_file.write_bytes(b"\n".join(lines[:3]) + b"\n")
+    elif kind == "other-version":
+        header = json.loads(lines[0])
+        header["tokenizer"] += 1
+        cache_file.write_bytes(b"\n".join([json.dumps(header).encode(), *lines[1:]]))
+    elif kind == "wrong-types":
+        row = json.loads(lines[1])
+        row[1] = "12"  # the size as a string
+        cache_file.write_bytes(b"\n".join([lines[0], json.dumps(row).encode(), *lines[2:]]))
+    elif kind == "deep-nesting":
+        cache_file.write_bytes(lines[0] + b"\n" + b"[" * 100_000 + b"\n")
+    elif kind == "fifo":
+        cache_file.unlink()
+        os.mkfifo(cache_file)
+    elif kind == "symlink":
+        elsewhere = tmp_path / "elsewhere.jsonl"
+        elsewhere.write_bytes(good)
+        cache_file.unlink()
+        cache_file.symlink_to(elsewhere)
+    elif kind == "device":
+        cache_file.unlink()
+        cache_file.symlink_to("/dev/zero")
+    elif kind == "huge":
+        with cache_file.open("r+b") as f:
+            f.truncate(index_cache.MAX_CACHE_BYTES + 1)  # sparse: no disk used
+    elif kind == "directory":
+        cache_file.unlink()
+        cache_file.mkdir()
+
+
+HOSTILE = [
+    "corrupt",
+    "truncated",
+    "truncated-at-a-line",
+    "other-version",
+    "wrong-types",
+    "deep-nesting",
+    "fifo",
+    "symlink",
+    "device",
+    "huge",
+    "directory",
+]
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+async def test_a_hostile_cache_file_is_ignored_and_rebuilt(
+    tmp_path: Path,
+    folder: Path,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await _started(tmp_path, folder)
+    cache_file = _cache_file(tmp_path, folder)
+    _hostile(kind, cache_file, tmp_path)
+    reads = _Reads(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="agentd.memory.index_cache"):
+        memory = _memory(tmp_path, folder)
+        # Bounded: a FIFO opened for reading would wait for a writer forever.
+        await asyncio.wait_for(memory.start(), 10)
+        await memory.aclose()
+    warnings = [r for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    # Every note read again, and the index is a fresh build's.
+    assert len(reads.names) == len(list(folder.iterdir()))
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(memory) == _shape(fresh)
+    if kind != "directory":
+        # Rewritten whole (a symlink replaced, never written through).
+        assert not cache_file.is_symlink()
+        assert sorted(index_cache.load(cache_file)) == sorted([*NOTES, "plain.md"])
+    if kind == "symlink":
+        assert (tmp_path / "elsewhere.jsonl").read_bytes().startswith(b'{"format"')
+
+
+async def test_a_tokenizer_version_bump_reads_every_note_again(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _started(tmp_path, folder)
+    monkeypatch.setitem(index_cache._HEADER, "tokenizer", TOKENIZER_VERSION + 1)
+    reads = _Reads(monkeypatch)
+    await _started(tmp_path, folder)
+    assert len(reads.names) == len(list(folder.iterdir()))
+    # Saved again under the new version: the next start reads from it.
+    reads.names.clear()
+    await _started(tmp_path, folder)
+    assert sorted(reads.names) == ["binary.md", "inside.md"]
+
+
+async def test_the_watcher_keeps_the_cache_current(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deletion and an edit seen by the watcher are written (debounced, off
+    the loop); the edit is kept once it is old enough to be trusted."""
+    monkeypatch.setattr(project, "SAVE_DELAY_S", 0.05)
+    monkeypatch.setattr(index_cache, "RACY_NS", 0)
+    saved: asyncio.Queue[dict[str, index_cache.CacheEntry]] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    real_save = index_cache.save
+
+    def save(cache_file: Path, where: Path, entries: Any) -> None:
+        real_save(cache_file, where, entries)
+        loop.call_soon_threadsafe(saved.put_nowait, index_cache.load(cache_file))
+
+    monkeypatch.setattr(index_cache, "save", save)
+    memory = ProjectMemory(
+        tmp_path / "ws", directory=folder, watch=True, index_cache_home=tmp_path / "home"
+    )
+    await memory.start()
+    try:
+        assert "db.md" in await asyncio.wait_for(saved.get(), 10)  # the first build's
+        (folder / "db.md").unlink()
+        assert "db.md" not in await asyncio.wait_for(saved.get(), 10)
+        _write(folder, "deploy.md", "Deploy checklist", "How we ship", "Now: make sail.")
+        os.utime(folder / "deploy.md")  # now: as an editor's save leaves it
+        while True:
+            entry = (await asyncio.wait_for(saved.get(), 10)).get("deploy.md")
+            if entry is not None and "sail" in entry.terms[2]:
+                break
+        assert entry.identity == index_cache.identity_of(os.stat(folder / "deploy.md"))
+    finally:
+        await memory.aclose()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_term_never_holds_whitespace(text: str) -> None:
+    """The cache joins a field's terms with spaces and splits them back."""
+    found = terms(text)
+    assert " ".join(found).split() == found
