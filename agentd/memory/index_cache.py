@@ -38,7 +38,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentd import __version__
@@ -99,10 +99,6 @@ class CacheEntry:
     def fields(self) -> Fields:
         name, description, body = self.terms
         return name.split(), description.split(), body.split()
-
-    def with_identity(self, st: os.stat_result, read_ns: int) -> CacheEntry:
-        """The same content, found again with ``st`` (a touch, a rename over it)."""
-        return replace(self, identity=identity_of(st), verified=_old_enough(st, read_ns))
 
 
 def _old_enough(st: os.stat_result, read_ns: int) -> bool:

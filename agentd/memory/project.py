@@ -8,11 +8,14 @@ Invariants:
 - ``recall`` is a plain function over the live index: it never awaits.
 - ``generation`` bumps on every change of the index; listeners hear about
   every change after the initial build, with the paths that changed.
-- With an ``index_cache`` folder, each memory folder's parsed notes are kept
-  there (`agentd.memory.index_cache`): the first scan reads them instead of
-  the notes that did not change; the cache is written in a worker thread,
+- With an ``index_cache_home``, each memory folder's parsed notes are kept
+  in its index cache (`agentd.memory.index_cache`): a scan takes the notes
+  that did not change from there. The cache is written in a worker thread,
   `SAVE_DELAY_S` after the last change of the index (never on a prompt's
-  path), and once more at `aclose` when a change is still unsaved.
+  path), and once more at `aclose` when a change is still unsaved. Between
+  writes only what changed is held (a scan's whole set of entries until its
+  write; then the watcher's changes, merged into the file at the next write),
+  so the daemon does not keep a second copy of every note's terms.
 """
 
 from __future__ import annotations
@@ -71,10 +74,32 @@ MAX_CANDIDATES = 200
 # a build's own write waits until its first prompt's request is long out, and
 # a burst of edits (a checkout) is written once.
 SAVE_DELAY_S = 3.0
+# ... or at the latest this long after the first unsaved change, however
+# busy the folder stays.
+MAX_SAVE_DELAY_S = 30.0
 
 # Index cache entries of a memory folder by file name, keyed by team (True)
 # or personal (False) folder.
 Entries = dict[bool, dict[str, CacheEntry]]
+
+
+@dataclass
+class _Unsaved:
+    """What the next write of a folder's index cache holds: a scan's whole set
+    of entries (or, None, the file's own), with the changes since applied."""
+
+    whole: dict[str, CacheEntry] | None = None
+    changes: dict[str, CacheEntry | None] = field(default_factory=dict)  # None: dropped
+
+    def merged(self, cache_file: Path) -> dict[str, CacheEntry]:
+        """The entries to write (blocking: the file may be read)."""
+        entries = self.whole if self.whole is not None else index_cache.load(cache_file)
+        for name, entry in self.changes.items():
+            if entry is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = entry
+        return entries
 
 
 @dataclass
@@ -131,10 +156,11 @@ class ProjectMemory:
         self._watched_once = False
         self._recreated = False
         self._cache_home = index_cache_home
-        self._entries: Entries = {False: {}, True: {}}
-        self._unsaved: set[bool] = set()
+        self._unsaved: dict[bool, _Unsaved] = {}
         self._save_wanted = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
+        self._saving: asyncio.Future[None] | None = None
+        self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -190,6 +216,7 @@ class ProjectMemory:
         )
 
     async def aclose(self) -> None:
+        self._closed = True
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             await watcher.aclose()
@@ -198,6 +225,9 @@ class ProjectMemory:
             saver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await saver
+        if self._saving is not None:
+            # A write the cancel found under way finishes: its thread cannot stop.
+            await asyncio.wait([self._saving])
         if self._unsaved:
             # What the next start would otherwise read again (a daemon that
             # exits within `SAVE_DELAY_S` of its first index, as a reload does).
@@ -376,11 +406,11 @@ class ProjectMemory:
             return None
         return memory_index_cache_file(folder_real, self._cache_home)
 
-    def _scan(self, progress: Progress | None, known: Entries | None = None) -> _Snapshot:
+    def _scan(self, progress: Progress | None) -> _Snapshot:
         """Read and tokenise every topic file (blocking; may run in a thread).
 
-        A file whose identity is that of its entry in ``known`` (None: in the
-        index cache on disk) is not read: the entry holds what reading it gives.
+        A file whose identity is that of its entry in the index cache is not
+        read: the entry holds what reading it gives.
         """
         snapshot = _Snapshot(InvertedIndex())
         team_problem = self._team_allowed()
@@ -395,9 +425,7 @@ class ProjectMemory:
             real = _realpath(folder)
             work.extend((p, real, team) for p in listing.paths)
             cache_file = self._cache_file(real)
-            if known is not None:
-                cached[team] = known[team]
-            elif cache_file is not None and listing.paths:
+            if cache_file is not None and listing.paths:
                 cached[team] = index_cache.load(cache_file)
         total = len(work)
         if progress is not None:
@@ -467,9 +495,7 @@ class ProjectMemory:
             report(0, 0)
         return _Snapshot(InvertedIndex())
 
-    async def _build_snapshot(
-        self, progress: Progress | None, known: Entries | None = None
-    ) -> _Snapshot:
+    async def _build_snapshot(self, progress: Progress | None) -> _Snapshot:
         # Always in a worker thread: files are read, and a file of the
         # workspace's team folder may be anything (a FIFO, a huge file).
         report = _log_failures(progress)
@@ -482,7 +508,7 @@ class ProjectMemory:
                 # Progress goes to the wire layer, which lives on the loop.
                 loop.call_soon_threadsafe(on_loop, done, total)
 
-        return await asyncio.to_thread(self._scan, from_thread, known)
+        return await asyncio.to_thread(self._scan, from_thread)
 
     def _install(self, snapshot: _Snapshot, *, notify: bool) -> None:
         before = {str(d.info.path): d.content_hash for d in self._index.docs()}
@@ -492,33 +518,36 @@ class ProjectMemory:
         self._skipped = snapshot.skipped
         self._folder_problems = snapshot.folder_problems
         self._index_file = snapshot.index_file
-        self._entries = snapshot.entries
+        for team in snapshot.entries_changed:
+            self._unsaved[team] = _Unsaved(snapshot.entries[team])
         if snapshot.entries_changed:
-            self._unsaved |= snapshot.entries_changed
             self._want_save()
         self._changed([Path(p) for p in changed], notify=notify)
 
     async def _rescan(self) -> None:
         """After a watcher restart: events may have been missed, so look again."""
         await self._ready.wait()
-        known = {team: dict(entries) for team, entries in self._entries.items()}
-        self._install(await self._build_snapshot(None, known), notify=True)
+        self._install(await self._build_snapshot(None), notify=True)
 
     # -- the index cache ----------------------------------------------------------
 
     def _set_entry(self, team: bool, name: str, entry: CacheEntry | None) -> None:
         """Record (or, with None, drop) the cache entry of a file, on the loop."""
-        entries = self._entries[team]
-        if entry is None:
-            if entries.pop(name, None) is None:
-                return
+        if self._cache_home is None:
+            return
+        unsaved = self._unsaved.setdefault(team, _Unsaved())
+        if unsaved.whole is not None:
+            if entry is None:
+                unsaved.whole.pop(name, None)
+            else:
+                unsaved.whole[name] = entry
         else:
-            entries[name] = entry
-        self._unsaved.add(team)
+            unsaved.changes[name] = entry
         self._want_save()
 
     def _want_save(self) -> None:
-        if self._cache_home is None:
+        if self._cache_home is None or self._closed:
+            # Closed: no new owner-less task (`aclose` wrote what was unsaved).
             return
         self._save_wanted.set()
         if self._saver is None:
@@ -531,22 +560,35 @@ class ProjectMemory:
         while True:
             await self._save_wanted.wait()
             # Debounced: written once the index has not changed for SAVE_DELAY_S.
-            while self._save_wanted.is_set():
+            loop = asyncio.get_running_loop()
+            latest = loop.time() + MAX_SAVE_DELAY_S
+            while self._save_wanted.is_set() and loop.time() < latest:
                 self._save_wanted.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._save_wanted.wait(), SAVE_DELAY_S)
             await self._save_cache()
 
     async def _save_cache(self) -> None:
-        jobs: list[tuple[Path, Path, dict[str, CacheEntry]]] = []
-        for team in sorted(self._unsaved):
-            folder = self.team_directory if team else self.directory
+        # Handed over whole: changes from now on go to a new `_Unsaved`.
+        jobs = [
+            (self.team_directory if team else self.directory, unsaved)
+            for team, unsaved in self._unsaved.items()
+        ]
+        self._unsaved = {}
+        self._saving = asyncio.ensure_future(asyncio.to_thread(self._write_caches, jobs))
+        try:
+            # Shielded: a cancel (`aclose`) lets the write finish, awaited there.
+            await asyncio.shield(self._saving)
+        finally:
+            if self._saving.done():
+                self._saving = None
+
+    def _write_caches(self, jobs: Sequence[tuple[Path, _Unsaved]]) -> None:
+        """Blocking: in a worker thread."""
+        for folder, unsaved in jobs:
             cache_file = self._cache_file(_realpath(folder))
             if cache_file is not None:
-                # A copy: the loop goes on changing the entries while the thread writes.
-                jobs.append((cache_file, folder, dict(self._entries[team])))
-        self._unsaved.clear()
-        await asyncio.to_thread(_save_all, jobs)
+                index_cache.save(cache_file, folder, unsaved.merged(cache_file))
 
     # -- watching -----------------------------------------------------------------
 
@@ -617,15 +659,21 @@ class ProjectMemory:
         reals = {False: _realpath(self.directory), True: _realpath(self.team_directory)}
         out: list[_Read] = []
         read_ns = time.time_ns()
+        cache = self._cache_home is not None
         for path, team in items:
             outcome, st = read_topic_stat(path, reals[team], team=team)
             fields = None
             entry = None
-            if isinstance(outcome, TopicDoc) and known.get(str(path)) != outcome.content_hash:
-                fields = field_terms(outcome)
-                if st is not None and self._cache_home is not None:
-                    entry = entry_of(outcome, fields, st, read_ns)
-            out.append(_Read(path, team, outcome, fields, entry, st, read_ns))
+            if isinstance(outcome, TopicDoc):
+                new = known.get(str(path)) != outcome.content_hash
+                if new or (cache and st is not None):
+                    # Tokenised for the cache too when the index has it (a
+                    # touch, our own write): the entry must say what it holds.
+                    terms = field_terms(outcome)
+                    fields = terms if new else None
+                    if cache and st is not None:
+                        entry = entry_of(outcome, terms, st, read_ns)
+            out.append(_Read(path, outcome, fields, entry))
         return out
 
     async def _apply_topic_changes(self, items: list[tuple[Path, bool]]) -> None:
@@ -636,6 +684,7 @@ class ProjectMemory:
             str(p): d.content_hash for p, _ in items if (d := self._index.get(str(p))) is not None
         }
         results = await asyncio.to_thread(self._read_many, items, known)
+        team_of = {str(p): team for p, team in items}
         changed: list[Path] = []
         for read in results:
             path, outcome, fields = read.path, read.outcome, read.fields
@@ -645,14 +694,14 @@ class ProjectMemory:
                 if current is not None and current.content_hash == outcome.content_hash:
                     # Our own write (note_own_write indexed it already), or a touch.
                     self._index.set_mtime(key, outcome.info.mtime)
-                    self._refresh_entry(read, outcome.content_hash)
+                    self._set_entry(outcome.info.team, path.name, read.entry)
                     continue
                 self._index.upsert(outcome, fields)
                 self._skipped.pop(key, None)
-                self._set_entry(read.team, path.name, read.entry)
+                self._set_entry(outcome.info.team, path.name, read.entry)
                 changed.append(path)
                 continue
-            self._set_entry(read.team, path.name, None)
+            self._set_entry(team_of[key], path.name, None)
             removed = self._index.remove(key)
             had_problem = self._skipped.pop(key, None) is not None
             if isinstance(outcome, Skipped):
@@ -662,31 +711,15 @@ class ProjectMemory:
         if changed:
             self._changed(changed)
 
-    def _refresh_entry(self, read: _Read, digest: str) -> None:
-        """The file holds what its entry says, found with a new identity."""
-        old = self._entries[read.team].get(read.path.name)
-        if read.st is None or old is None or old.content_hash != digest:
-            self._set_entry(read.team, read.path.name, None)
-        elif identity_of(read.st) != old.identity:
-            self._set_entry(read.team, read.path.name, old.with_identity(read.st, read.read_ns))
-
 
 @dataclass(frozen=True, slots=True)
 class _Read:
     """One file of a watcher batch, as `ProjectMemory._read_many` read it."""
 
     path: Path
-    team: bool
     outcome: TopicDoc | Skipped | None
     fields: Fields | None  # its terms, when its content is new to the index
-    entry: CacheEntry | None  # its index cache entry, with those terms
-    st: os.stat_result | None  # its `fstat`, when a regular file (no symlink)
-    read_ns: int
-
-
-def _save_all(jobs: Sequence[tuple[Path, Path, dict[str, CacheEntry]]]) -> None:
-    for cache_file, folder, entries in jobs:
-        index_cache.save(cache_file, folder, entries)
+    entry: CacheEntry | None  # its index cache entry (a regular file's, cache on)
 
 
 def _log_failures(progress: Progress | None) -> Progress | None:

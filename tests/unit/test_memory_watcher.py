@@ -318,9 +318,9 @@ async def test_a_project_without_memory_folders_is_indexed_without_a_scan(
     scans: list[Path] = []
     real_scan = ProjectMemory._scan
 
-    def counted(self: ProjectMemory, progress: Any, known: Any = None) -> Any:
+    def counted(self: ProjectMemory, progress: Any) -> Any:
         scans.append(self.workspace_root)
-        return real_scan(self, progress, known)
+        return real_scan(self, progress)
 
     monkeypatch.setattr(ProjectMemory, "_scan", counted)
     fresh, known = tmp_path / "fresh", tmp_path / "known"
