@@ -13,9 +13,9 @@ Invariants:
   that did not change from there. The cache is written in a worker thread,
   `SAVE_DELAY_S` after the last change of the index (never on a prompt's
   path), and once more at `aclose` when a change is still unsaved. Between
-  writes only what changed is held (a scan's whole set of entries until its
-  write; then the watcher's changes, merged into the file at the next write),
-  so the daemon does not keep a second copy of every note's terms.
+  writes only what changed is held (the notes a scan read, the watcher's
+  changes), merged into the file at the next write: the daemon does not keep
+  a second copy of every note's terms.
 """
 
 from __future__ import annotations
@@ -110,10 +110,9 @@ class _Snapshot:
     skipped: dict[str, str] = field(default_factory=dict)
     folder_problems: dict[str, str] = field(default_factory=dict)
     index_file: IndexFile = field(default_factory=lambda: IndexFile("", None))
-    # The index cache's entries for what this scan found, and the folders
-    # (team or not) whose entries differ from those the scan started from.
-    entries: Entries = field(default_factory=lambda: {False: {}, True: {}})
-    entries_changed: set[bool] = field(default_factory=set)
+    # What the index cache of each folder (team or not) needs written: the
+    # notes this scan read, and those gone.
+    cache_writes: dict[bool, _Unsaved] = field(default_factory=dict)
 
 
 def _realpath(path: Path) -> Path:
@@ -433,7 +432,8 @@ class ProjectMemory:
         step = max(1, total // 100)
         tokenised = []
         keep = self._cache_home is not None
-        entries = snapshot.entries
+        fresh: Entries = {False: {}, True: {}}  # entries of the notes read
+        stale: dict[bool, set[str]] = {False: set(), True: set()}  # read, left without one
         read_ns = time.time_ns()
         reused = 0
         for n, (path, real, team) in enumerate(work, 1):
@@ -452,7 +452,6 @@ class ProjectMemory:
                     # Same size, mtime, inode and device as when it was read.
                     doc = entry.doc(path, team=team, mtime=lst.st_mtime)
                     tokenised.append((doc, entry.fields()))
-                    entries[team][name] = entry
                     reused += 1
                     if progress is not None and (n % step == 0 or n == total):
                         progress(n, total)
@@ -464,14 +463,13 @@ class ProjectMemory:
                 fields = field_terms(outcome)
                 tokenised.append((outcome, fields))
                 if keep and st is not None:
-                    entries[team][name] = entry_of(outcome, fields, st, read_ns)
+                    fresh[team][name] = entry_of(outcome, fields, st, read_ns)
+            if name not in fresh[team] and name in cached[team]:
+                stale[team].add(name)
             if progress is not None and (n % step == 0 or n == total):
                 progress(n, total)
         if keep:
-            for team, now in entries.items():
-                before = cached[team]
-                if now.keys() != before.keys() or any(before[k] is not e for k, e in now.items()):
-                    snapshot.entries_changed.add(team)
+            self._cache_writes(snapshot, work, cached, fresh, stale)
             log.info(
                 "memory index of %s: %d notes from the index cache, %d read",
                 self.workspace_root,
@@ -481,6 +479,33 @@ class ProjectMemory:
         snapshot.index = InvertedIndex.from_tokenised(tokenised)
         snapshot.index_file = read_index_file(self.directory)
         return snapshot
+
+    @staticmethod
+    def _cache_writes(
+        snapshot: _Snapshot,
+        work: list[tuple[Path, Path, bool]],
+        cached: Entries,
+        fresh: Entries,
+        stale: dict[bool, set[str]],
+    ) -> None:
+        """What the scan leaves to write: each folder's new entries, and the
+        cached ones whose note is gone or was read again without giving one
+        (now a symlink, a skipped file). A folder of which nothing was cached
+        is written whole (its file may be damaged: not read again)."""
+        listed: dict[bool, set[str]] = {False: set(), True: set()}
+        for path, _, team in work:
+            listed[team].add(path.name)
+        for team in (False, True):
+            before, new = cached[team], fresh[team]
+            if not before:
+                if new or listed[team]:
+                    snapshot.cache_writes[team] = _Unsaved(whole=new)
+                continue
+            changes: dict[str, CacheEntry | None] = dict(new)
+            for name in stale[team] | (before.keys() - listed[team]):
+                changes[name] = None
+            if changes:
+                snapshot.cache_writes[team] = _Unsaved(changes=changes)
 
     def _nothing_to_scan(self, progress: Progress | None) -> _Snapshot | None:
         """The empty index, when neither memory folder exists (a project agentd
@@ -518,9 +543,8 @@ class ProjectMemory:
         self._skipped = snapshot.skipped
         self._folder_problems = snapshot.folder_problems
         self._index_file = snapshot.index_file
-        for team in snapshot.entries_changed:
-            self._unsaved[team] = _Unsaved(snapshot.entries[team])
-        if snapshot.entries_changed:
+        if self._cache_home is not None and snapshot.cache_writes:
+            self._unsaved.update(snapshot.cache_writes)
             self._want_save()
         self._changed([Path(p) for p in changed], notify=notify)
 

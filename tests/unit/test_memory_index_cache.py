@@ -127,9 +127,14 @@ async def test_a_warm_start_is_the_index_a_fresh_build_gives(
     cached = index_cache.load(_cache_file(tmp_path, folder))
     # Regular notes only: a symlink is read each time, a skipped file has no entry.
     assert sorted(cached) == sorted([*NOTES, "plain.md"])
+    written = os.stat(_cache_file(tmp_path, folder))
     reads = _Reads(monkeypatch)
     warm = await _started(tmp_path, folder)
     assert sorted(reads.names) == ["binary.md", "inside.md"]
+    # Nothing changed: not written again.
+    assert index_cache.identity_of(os.stat(_cache_file(tmp_path, folder))) == (
+        index_cache.identity_of(written)
+    )
     fresh = await _started(tmp_path, folder, cache=False)
     assert _shape(warm) == _shape(fresh)
     for query in ("how do we ship", "部署 回滚", "コードレビュー", "배포 절차", "http headers"):
@@ -148,18 +153,22 @@ async def test_changed_added_and_removed_notes_are_read_and_dropped(
     _write(folder, "added.md", "Release freeze", "When not to deploy", "No deploys on Fridays.")
     (folder / "db.md").unlink()
     (folder / "inside.md").unlink()
+    # A cached note that is now a symlink (read each time, no entry).
+    (folder / "ko.md").rename(folder / ".ko-target")
+    (folder / "ko.md").symlink_to(folder / ".ko-target")
     # A new inode under the same name, size and mtime (a rename over it).
     (folder / "zh.new").write_bytes((folder / "zh.md").read_bytes())
     os.replace(folder / "zh.new", folder / "zh.md")
     os.utime(folder / "zh.md", ns=(AN_HOUR_AGO_NS, AN_HOUR_AGO_NS))
     reads = _Reads(monkeypatch)
     warm = await _started(tmp_path, folder)
-    assert sorted(reads.names) == ["added.md", "binary.md", "deploy.md", "zh.md"]
+    assert sorted(reads.names) == ["added.md", "binary.md", "deploy.md", "ko.md", "zh.md"]
     fresh = await _started(tmp_path, folder, cache=False)
     assert _shape(warm) == _shape(fresh)
     assert [d.name for d in warm.recall("make sail").docs] == ["Deploy checklist"]
     cached = index_cache.load(_cache_file(tmp_path, folder))
-    assert "db.md" not in cached and "added.md" in cached
+    assert "db.md" not in cached and "ko.md" not in cached and "added.md" in cached
+    assert "sail" in cached["deploy.md"].terms[2] and "camel.md" in cached
 
 
 async def test_a_note_changed_too_recently_is_not_kept(tmp_path: Path, folder: Path) -> None:
