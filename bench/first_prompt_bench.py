@@ -2,7 +2,8 @@
 
     python bench/first_prompt_bench.py [--runs 10] [--notes 0,3,100,1000]
                                        [--modes lsp,acp] [--first-index-wait S]
-                                       [--baseline-src DIR] [--json FILE] [--table]
+                                       [--restarted] [--baseline-src DIR]
+                                       [--json FILE] [--table]
 
 Each run spawns a fresh daemon over stdio on a fresh `$AGENTD_HOME` whose
 project memory holds `--notes` notes (one of them, "Deploy checklist", is what
@@ -27,6 +28,10 @@ With `--baseline-src DIR` (another commit's `agentd/`, e.g. `git archive main
 agentd | tar -x -C DIR`) each run also spawns that code's daemon, modes and
 daemons alternating so that machine noise hits them alike.
 `--first-index-wait S` sets `memory.firstIndexWait` (default: the daemon's).
+`--restarted`: the notes were last changed an hour ago and a daemon of the
+same code already ran on that `$AGENTD_HOME` (it indexed the project and
+stopped), as after an editor's window reload: the measured daemon's first
+index may come from the memory index cache that daemon left.
 """
 
 from __future__ import annotations
@@ -117,6 +122,29 @@ async def reply(daemon: RawDaemon, msg_id: Any) -> Any:
     return message["result"]
 
 
+async def previous_daemon(args: list[str], env: dict[str, str], ws: Path, folder: Path) -> None:
+    """`--restarted`: the notes untouched for an hour, and a daemon that
+    indexed the project (`memory/status`) and stopped."""
+    from agentd.testing.daemon import spawn_process
+
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    for path in folder.iterdir():
+        os.utime(path, ns=(an_hour_ago, an_hour_ago))
+    daemon = RawDaemon(await spawn_process(args, env), "lsp")
+    try:
+        daemon.request(0, "initialize", initialize_params({}, os.getpid()))
+        await reply(daemon, 0)
+        daemon.notify("initialized", {})
+        daemon.request(1, "memory/status", {"workspaceRoot": str(ws)})
+        await reply(daemon, 1)
+        daemon.request(2, "shutdown")
+        await reply(daemon, 2)
+        daemon.notify("exit")
+        await daemon.wait_exit(60)
+    finally:
+        await daemon.close()
+
+
 async def one_run(
     mode: str,
     notes: int,
@@ -124,6 +152,7 @@ async def one_run(
     tmp: Path,
     baseline: Path | None,
     options: dict[str, Any],
+    restarted: bool = False,
 ) -> dict[str, Any]:
     ws, other = tmp / "ws", tmp / "other"
     ws.mkdir(parents=True)
@@ -134,12 +163,18 @@ async def one_run(
     args = None
     if baseline is not None:
         args, env = baseline_daemon(env, baseline)
+        lsp_args = args
         if mode == "acp":
             args = [*args[:-2], "agentd.acp"]
-    elif mode == "acp":
-        args = [sys.executable, "-m", "agentd.acp"]
+    else:
+        lsp_args = [sys.executable, "-m", "agentd", "serve"]
+        if mode == "acp":
+            args = [sys.executable, "-m", "agentd.acp"]
     proc_args = args or [sys.executable, "-m", "agentd", "serve"]
     from agentd.testing.daemon import spawn_process
+
+    if restarted:
+        await previous_daemon(lsp_args, env, ws, project_memory_dir(ws, tmp))
 
     daemon = RawDaemon(await spawn_process(proc_args, env), "acp" if mode == "acp" else "lsp")
     try:
@@ -222,7 +257,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         for base in order:
                             count += 1
                             sample = await one_run(
-                                mode, notes, model, tmp / f"r{count}", base, options
+                                mode,
+                                notes,
+                                model,
+                                tmp / f"r{count}",
+                                base,
+                                options,
+                                restarted=args.restarted,
                             )
                             if i:
                                 samples.setdefault(key(mode, notes, base is not None), []).append(
@@ -248,6 +289,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "notes": args.notes,
         "modes": args.modes,
         "first_index_wait_s": args.first_index_wait,
+        "restarted": args.restarted,
         "baseline_src": str(args.baseline_src) if args.baseline_src else None,
         "machine": {
             "python": platform.python_version(),
@@ -301,8 +343,9 @@ def build_table(r: dict[str, Any]) -> str:
         "new session, warm, p50 / p99 ms",
         "baseline",
     ]
+    after = " (after another on its home: --restarted)" if r.get("restarted") else ""
     note = (
-        f"\n{r['runs']} runs per row, a fresh daemon each; load average "
+        f"\n{r['runs']} runs per row, a fresh daemon each{after}; load average "
         f"{r['machine']['loadavg_start']} -> {r['machine']['loadavg_end']}; {r['elapsed_s']} s."
     )
     return markdown_table(header, rows) + note
@@ -330,6 +373,11 @@ def main() -> int:
         type=float,
         metavar="S",
         help="memory.firstIndexWait for the daemons (default: theirs)",
+    )
+    parser.add_argument(
+        "--restarted",
+        action="store_true",
+        help="a daemon of the same code indexed the project and stopped first",
     )
     parser.add_argument("--baseline-src", type=Path, metavar="DIR")
     add_output_args(parser)

@@ -96,9 +96,18 @@ class CacheEntry:
         # The index keeps only the head of a body (`HEAD_CHARS`).
         return TopicDoc(info, self.head, self.content_hash)
 
-    def fields(self) -> Fields:
-        name, description, body = self.terms
-        return name.split(), description.split(), body.split()
+    def fields(self, pool: dict[str, str]) -> Fields:
+        """The terms of the name, description and body; each term the one
+        object ``pool`` holds for it (a folder's docs share their terms, as
+        the tokenizer's cache makes fresh ones share them: a term split
+        out of each doc's text would cost the index one string per use)."""
+        keep = pool.setdefault
+        name, description, body = (joined.split() for joined in self.terms)
+        return (
+            list(map(keep, name, name)),
+            list(map(keep, description, description)),
+            list(map(keep, body, body)),
+        )
 
 
 def _old_enough(st: os.stat_result, read_ns: int) -> bool:

@@ -436,6 +436,7 @@ class ProjectMemory:
         stale: dict[bool, set[str]] = {False: set(), True: set()}  # read, left without one
         read_ns = time.time_ns()
         reused = 0
+        pool: dict[str, str] = {}
         for n, (path, real, team) in enumerate(work, 1):
             name = path.name
             entry = cached[team].get(name)
@@ -451,7 +452,7 @@ class ProjectMemory:
                 ):
                     # Same size, mtime, inode and device as when it was read.
                     doc = entry.doc(path, team=team, mtime=lst.st_mtime)
-                    tokenised.append((doc, entry.fields()))
+                    tokenised.append((doc, entry.fields(pool)))
                     reused += 1
                     if progress is not None and (n % step == 0 or n == total):
                         progress(n, total)
