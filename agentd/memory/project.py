@@ -437,9 +437,11 @@ class ProjectMemory:
         read_ns = time.time_ns()
         reused = 0
         pool: dict[str, str] = {}
+        cached_names = {team: set(entries) for team, entries in cached.items()}
         for n, (path, real, team) in enumerate(work, 1):
             name = path.name
-            entry = cached[team].get(name)
+            # Taken out: what a used entry does not share with its doc is freed now.
+            entry = cached[team].pop(name, None)
             if entry is not None and entry.verified:
                 try:
                     lst = os.lstat(path)
@@ -465,12 +467,12 @@ class ProjectMemory:
                 tokenised.append((outcome, fields))
                 if keep and st is not None:
                     fresh[team][name] = entry_of(outcome, fields, st, read_ns)
-            if name not in fresh[team] and name in cached[team]:
+            if name not in fresh[team] and name in cached_names[team]:
                 stale[team].add(name)
             if progress is not None and (n % step == 0 or n == total):
                 progress(n, total)
         if keep:
-            self._cache_writes(snapshot, work, cached, fresh, stale)
+            self._cache_writes(snapshot, work, cached_names, fresh, stale)
             log.info(
                 "memory index of %s: %d notes from the index cache, %d read",
                 self.workspace_root,
@@ -485,7 +487,7 @@ class ProjectMemory:
     def _cache_writes(
         snapshot: _Snapshot,
         work: list[tuple[Path, Path, bool]],
-        cached: Entries,
+        cached: dict[bool, set[str]],
         fresh: Entries,
         stale: dict[bool, set[str]],
     ) -> None:
@@ -503,7 +505,7 @@ class ProjectMemory:
                     snapshot.cache_writes[team] = _Unsaved(whole=new)
                 continue
             changes: dict[str, CacheEntry | None] = dict(new)
-            for name in stale[team] | (before.keys() - listed[team]):
+            for name in stale[team] | (before - listed[team]):
                 changes[name] = None
             if changes:
                 snapshot.cache_writes[team] = _Unsaved(changes=changes)
