@@ -448,7 +448,4 @@ def _cursor_key(cursor: str) -> tuple[float, str]:
             return float(t), sid
     except (ValueError, TypeError, binascii.Error, UnicodeError):
         pass
-    raise InvalidParams(
-        "Invalid params: cursor: not a cursor this agent gave out",
-        {"fields": [{"field": "cursor", "message": "not a cursor this agent gave out"}]},
-    )
+    raise InvalidParams.of("cursor", "not a cursor this agent gave out")

@@ -76,6 +76,13 @@ class ProtocolError(AgentdError):
 class InvalidParams(ProtocolError):
     code = INVALID_PARAMS
 
+    @classmethod
+    def of(cls, field: str, why: str) -> InvalidParams:
+        """The -32602 for one field: "Invalid params: FIELD: WHY", with the
+        field named in `data.fields` as every front end reports it."""
+        fields = [{"field": field, "message": why}]
+        return cls(f"Invalid params: {field}: {why}", {"fields": fields})
+
 
 class SessionNotFound(ProtocolError):
     code = SESSION_NOT_FOUND

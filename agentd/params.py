@@ -134,10 +134,7 @@ def additional_roots(values: list[str], root: Path | None) -> list[Path]:
     dropped: they add nothing to where the tools may go."""
     if len(values) > MAX_ADDITIONAL_ROOTS:
         why = f"at most {MAX_ADDITIONAL_ROOTS} directories, not {len(values)}"
-        raise InvalidParams(
-            f"Invalid params: {ADDITIONAL_ROOTS_FIELD}: {why}",
-            {"fields": [{"field": ADDITIONAL_ROOTS_FIELD, "message": why}]},
-        )
+        raise InvalidParams.of(ADDITIONAL_ROOTS_FIELD, why)
     out: list[Path] = []
     for i, value in enumerate(values):
         path = workspace_path(value, f"{ADDITIONAL_ROOTS_FIELD}.{i}")
@@ -151,9 +148,7 @@ def check_choice(value: str, allowed: list[str], field: str) -> str:
     if value in allowed:
         return value
     message = f"{value!r} is not one of {', '.join(allowed)}"
-    raise InvalidParams(
-        f"Invalid params: {field}: {message}", {"fields": [{"field": field, "message": message}]}
-    )
+    raise InvalidParams.of(field, message)
 
 
 # The image formats both model APIs take (OpenAI `image_url`, Anthropic `image`).
@@ -209,9 +204,7 @@ def _image(i: int, block: dict[str, Any], limit: int) -> ImagePart:
 
 def _bad_image(i: int, key: str, message: str) -> InvalidParams:
     field = f"prompt.{i}.{key}"
-    return InvalidParams(
-        f"Invalid params: {field}: {message}", {"fields": [{"field": field, "message": message}]}
-    )
+    return InvalidParams.of(field, message)
 
 
 def prompt_text(blocks: list[dict[str, Any]] | str) -> str:

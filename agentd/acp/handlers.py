@@ -155,10 +155,7 @@ def mcp_servers(entries: list[McpServer]) -> dict[str, McpServerSettings]:
             out[entry.name] = McpServerSettings.model_validate(spec)
         except ValidationError as exc:
             why = "; ".join(err["msg"] for err in exc.errors())
-            raise InvalidParams(
-                f"Invalid params: mcpServers.{i}: {why}",
-                {"fields": [{"field": f"mcpServers.{i}", "message": why}]},
-            ) from None
+            raise InvalidParams.of(f"mcpServers.{i}", why) from None
     return out
 
 
@@ -415,10 +412,7 @@ def _cancelled(session: Session | None) -> dict[str, Any]:
 def _workspace(p: WorkspaceParams) -> Path:
     value = p.workspace_root if p.workspace_root is not None else p.cwd
     if value is None:
-        raise InvalidParams(
-            "Invalid params: workspaceRoot: Field required",
-            {"fields": [{"field": "workspaceRoot", "message": "Field required"}]},
-        )
+        raise InvalidParams.of("workspaceRoot", "Field required")
     return workspace_path(value, "workspaceRoot" if p.workspace_root is not None else "cwd")
 
 

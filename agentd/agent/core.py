@@ -300,10 +300,7 @@ class AgentCore:
                 session.workspace_root
             ):
                 why = f"session {session_id} belongs to the workspace {session.workspace_root}"
-                raise InvalidParams(
-                    f"Invalid params: {root_field}: {why}",
-                    {"fields": [{"field": root_field, "message": why}]},
-                )
+                raise InvalidParams.of(root_field, why)
         else:
             if loaded is None:
                 raise SessionNotFound(f"no stored session with id {session_id!r}")
@@ -455,10 +452,7 @@ class AgentCore:
         transcript back."""
         if not valid_session_id(session_id):
             why = "not a session id (letters, digits, - and _ only, at most 128)"
-            raise InvalidParams(
-                f"Invalid params: sessionId: {why}",
-                {"fields": [{"field": "sessionId", "message": why}]},
-            )
+            raise InvalidParams.of("sessionId", why)
         if self.persist and not self.live.claim(session_id):
             # Its transcript is still being written there: removed now, it
             # would come back (headless) with that daemon's next line.
