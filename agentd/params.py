@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from agentd.errors import InvalidParams
 from agentd.messages import ImagePart, TextPart
+from agentd.paths import agentd_folders, is_within
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -131,13 +132,21 @@ def additional_roots(values: list[str], root: Path | None) -> list[Path]:
     `workspace_path` resolves the root; one that is not is refused naming
     `additionalDirectories.N`. The workspace root itself (when known here;
     the session drops it otherwise) and repeats (after resolving) are
-    dropped: they add nothing to where the tools may go."""
+    dropped: they add nothing to where the tools may go. A folder of
+    agentd's own (`$AGENTD_HOME`, a memory folder in it, the config folder)
+    or one inside them is refused: tools reaching it would read and write
+    the daemon's state (transcripts, locks, settings) as workspace files."""
     if len(values) > MAX_ADDITIONAL_ROOTS:
         why = f"at most {MAX_ADDITIONAL_ROOTS} directories, not {len(values)}"
         raise InvalidParams.of(ADDITIONAL_ROOTS_FIELD, why)
     out: list[Path] = []
     for i, value in enumerate(values):
-        path = workspace_path(value, f"{ADDITIONAL_ROOTS_FIELD}.{i}")
+        field = f"{ADDITIONAL_ROOTS_FIELD}.{i}"
+        path = workspace_path(value, field)
+        for own, name in agentd_folders():
+            if is_within(path, own):
+                why = f"{path} is agentd's own {name} ({own}), not a workspace"
+                raise InvalidParams.of(field, why)
         if path != root and path not in out:
             out.append(path)
     return out

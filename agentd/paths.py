@@ -113,6 +113,26 @@ def root_of(roots: Sequence[Path], user_path: str) -> Path:
     raise PathOutsideWorkspace(f"{user_path!r} is outside the workspace roots ({shown})")
 
 
+def agentd_folders() -> list[tuple[Path, str]]:
+    """agentd's own folders as real paths, each with what it is called: no
+    additional root may lie inside one, and no editor write may go there."""
+    from agentd.layout import agentd_home, user_config_dir
+
+    folders = [(agentd_home(), "data folder, $AGENTD_HOME"), (user_config_dir(), "config folder")]
+    return [(Path(os.path.realpath(f)), name) for f, name in folders]
+
+
+def refuse_agentd_state(resolved: Path) -> Path:
+    """`resolved` (a real path) unless it is inside one of agentd's own
+    folders (`PathOutsideWorkspace`): a workspace root that holds them (a
+    home folder) gives no tool a way to rewrite the daemon's transcripts,
+    locks or settings."""
+    for own, name in agentd_folders():
+        if is_within(resolved, own):
+            raise PathOutsideWorkspace(f"{resolved} is in agentd's own {name} ({own}): refused")
+    return resolved
+
+
 def resolve_in_roots(roots: Sequence[Path], user_path: str) -> Path:
     """`resolve_inside` for a session of several roots (`root_of`)."""
     return resolve_inside(root_of(roots, user_path), user_path)

@@ -32,6 +32,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from agentd.acp.caps import ClientCaps
@@ -48,7 +49,7 @@ from agentd.agent.session import Session
 from agentd.agent.tools import CLIENT_TOOL_SPECS
 from agentd.errors import ToolError
 from agentd.messages import ToolCall, ToolResultPart, ToolSpec
-from agentd.paths import resolve_in_roots
+from agentd.paths import refuse_agentd_state, resolve_in_roots
 
 log = logging.getLogger("agentd.acp")
 
@@ -155,7 +156,7 @@ class AcpToolRunner:
         return number_lines(text, max(1, offset or 1))
 
     async def _edit_file(self, session: Session, call: ToolCall, args: Mapping[str, Any]) -> str:
-        path = _path(session, args)
+        path = _write_path(session, args)
         old_text = _str(args, "old_text")
         new_text = _str(args, "new_text")
         if not old_text:
@@ -174,7 +175,7 @@ class AcpToolRunner:
         return f"Edited {args['path']}: replaced 1 occurrence."
 
     async def _write_file(self, session: Session, call: ToolCall, args: Mapping[str, Any]) -> str:
-        path = _path(session, args)
+        path = _write_path(session, args)
         content = _str(args, "content")
         before: str | None = None
         if self.caps.read_text_file:
@@ -322,6 +323,11 @@ def _selected_option(result: Any) -> str | None:
 def _path(session: Session, args: Mapping[str, Any]) -> str:
     # Inside one of the session's roots (an absolute path may be in an additional one).
     return str(resolve_in_roots(session.roots, _str(args, "path")))
+
+
+def _write_path(session: Session, args: Mapping[str, Any]) -> str:
+    # Never into agentd's own folders, even through a root that holds them.
+    return str(refuse_agentd_state(Path(_path(session, args))))
 
 
 def _str(args: Mapping[str, Any], name: str) -> str:

@@ -218,3 +218,34 @@ async def test_hostile_entries_are_refused_naming_the_entry(
         "session/new", {"cwd": str(workspace), "mcpServers": [], "additionalDirectories": None}
     )
     assert made["sessionId"]
+
+
+async def test_writes_never_reach_agentd_s_own_folders_through_a_root_holding_them(
+    daemon: Any, editor: EditorClient, workspace: Path, tmp_path: Path, model_server: ModelServer
+) -> None:
+    """A root that holds `$AGENTD_HOME` and the config folder (a home folder
+    added beside the workspace; here the test's folder holds both) lets the
+    editor write anywhere in it but there: a transcript, a lock or the
+    settings rewritten by a tool would change what the daemon does."""
+    await start(daemon)
+    new = await daemon.new_session(
+        cwd=str(workspace), mcp_servers=[], additional_directories=[str(tmp_path)]
+    )
+    sid = str(new.session_id)
+    home = tmp_path / "agentd-home"
+    for target in (
+        home / "live-sessions.lock",
+        home / "projects" / "p" / "memory" / "note.md",
+        tmp_path / "agentd-config" / "config.toml",
+    ):
+        for name, args in (
+            ("write_file", {"content": "x"}),
+            ("edit_file", {"old_text": "a", "new_text": "b"}),
+        ):
+            await daemon.prompt(session_id=sid, prompt=tool(name, path=str(target), **args))
+            assert "agentd's own" in last_tool_result(model_server), (name, target)
+    assert editor.writes == [] and editor.requests("session/request_permission") == []
+    # Beside them, the root is the editor's to write in.
+    beside = tmp_path / "notes.md"
+    await daemon.prompt(session_id=sid, prompt=tool("write_file", path=str(beside), content="ok"))
+    assert editor.writes == [(str(beside), "ok")]
