@@ -64,14 +64,16 @@ def open_regular(
     mode: int = 0o600,
     *,
     follow: bool = False,
+    dir_fd: int | None = None,
 ) -> int:
-    """A descriptor of the regular file at `path` (`flags` as for `os.open`).
+    """A descriptor of the regular file at `path` (`flags` as for `os.open`;
+    a relative `path` is `dir_fd`'s when given).
 
     Raises `NotRegularFile` for anything else, `OSError` (ELOOP) for a symlink
     unless `follow`, and what `os.open` raises (FileNotFoundError, ...).
     """
     flags |= os.O_NONBLOCK | _CLOEXEC | (0 if follow else _NOFOLLOW)
-    fd = os.open(path, flags, mode)
+    fd = os.open(path, flags, mode, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from agentd import __version__
 from agentd.files import NotRegularFile, open_regular, read_fd
+from agentd.layout import MEMORY_INDEX_CACHE_PARTS
 from agentd.memory.index import Fields
 from agentd.memory.store import HEAD_CHARS, MAX_TOPIC_BYTES, DocInfo, TopicDoc, content_hash
 from agentd.memory.tokenize import TOKENIZER_VERSION
@@ -56,6 +57,8 @@ FORMAT = 1
 MAX_CACHE_BYTES = 64 * 1024 * 1024
 # Timestamps of some filesystems have a granularity of up to 2 s (FAT).
 RACY_NS = 2_000_000_000
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 Identity = tuple[int, int, int, int]  # st_size, st_mtime_ns, st_ino, st_dev
 
@@ -172,7 +175,14 @@ def load(cache_file: Path) -> dict[str, CacheEntry]:
     """The entries of ``cache_file`` by file name; empty when there is none or
     it is not one this code wrote (said in one log line). Blocking; never raises."""
     try:
-        fd = open_regular(cache_file)
+        folder = _cache_folder(cache_file, create=False)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
+        return {}
+    try:
+        fd = open_regular(cache_file.name, dir_fd=folder)
     except FileNotFoundError:
         return {}
     except NotRegularFile:
@@ -181,6 +191,8 @@ def load(cache_file: Path) -> dict[str, CacheEntry]:
     except OSError as exc:
         log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
         return {}
+    finally:
+        os.close(folder)
     try:
         size = os.fstat(fd).st_size
         if size > MAX_CACHE_BYTES:
@@ -269,19 +281,48 @@ def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> N
     _write_atomically(cache_file, [json.dumps(header).encode() + b"\n", *rows])
 
 
-def _write_atomically(target: Path, chunks: Iterable[bytes]) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+def _cache_folder(target: Path, *, create: bool) -> int:
+    """A descriptor of the folder of ``target`` (a cache file), reached from
+    ``$AGENTD_HOME`` one component at a time without following a symlink
+    (created when ``create``): a cache folder replaced by a symlink out of
+    the home is refused (ELOOP), never read from or written through."""
+    home = target.parents[len(MEMORY_INDEX_CACHE_PARTS)]
+    if create:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(home, _FOLDER_FLAGS)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(tmp, flags, 0o600)
+        for part in MEMORY_INDEX_CACHE_PARTS:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+            inner = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_atomically(target: Path, chunks: Iterable[bytes]) -> None:
+    tmp = f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        folder = _cache_folder(target, create=True)
+    except OSError as exc:
+        log.warning("memory index cache %s not written: %s", target, exc)
+        return
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=folder)
         try:
             with os.fdopen(fd, "wb", closefd=False) as out:
                 out.writelines(chunks)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        os.replace(tmp, target.name, src_dir_fd=folder, dst_dir_fd=folder)
     except OSError as exc:
         log.warning("memory index cache %s not written: %s", target, exc)
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=folder)
+    finally:
+        os.close(folder)

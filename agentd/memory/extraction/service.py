@@ -411,7 +411,12 @@ class ExtractionService:
     ) -> set[str]:
         """Extract every session's slice; returns the sessions that failed."""
         directory = pm.directory
-        await _in_thread(clean_temps_locked, directory)
+        try:
+            await _in_thread(clean_temps_locked, directory)
+        except OSError as exc:
+            # `.cursors.lock` replaced by a FIFO, a folder, a symlink: said
+            # naming it (status, log), not as a failure of ours.
+            raise _RunError(describe_failure(exc, "the cursor lock")) from exc
         cursors = await _in_thread(load_cursors, directory)
         project.cursors = cursors
         slices: list[tuple[str, TranscriptSlice]] = []
