@@ -285,6 +285,7 @@ class AgentCore:
         """
         loaded = None
         if session_id not in self.sessions:
+            _check_id(session_id)
             # Shown open before it is read: a deletion in another daemon
             # either sees it open, or has it and is refused here.
             if self.persist and not self.live.hold(session_id):
@@ -375,6 +376,8 @@ class AgentCore:
         if not self.persist:
             raise ProtocolError("this daemon keeps no transcripts: nothing to fork from")
         source = self.sessions.get(source_id)
+        if source is None:
+            _check_id(source_id)
         path: Path | None = None
         end: int | None = None
         writer = self.writers.get(source_id) if source is not None else None
@@ -450,9 +453,7 @@ class AgentCore:
         and so is a session another daemon on this home has open
         (`SessionInUse`, `session_files.LiveSessions`): it would write the
         transcript back."""
-        if not valid_session_id(session_id):
-            why = "not a session id (letters, digits, - and _ only, at most 128)"
-            raise InvalidParams.of("sessionId", why)
+        _check_id(session_id)
         if self.persist and not self.live.claim(session_id):
             # Its transcript is still being written there: removed now, it
             # would come back (headless) with that daemon's next line.
@@ -921,3 +922,11 @@ def _clean_input(prompt: UserInput) -> UserInput:
     if isinstance(prompt, str):
         return clean_text(prompt)
     return [TextPart(clean_text(p.text)) if isinstance(p, TextPart) else p for p in prompt]
+
+
+def _check_id(session_id: str) -> None:
+    """An id that could not be one agentd gave out (a path, a NUL, 10 KB) is
+    refused naming `sessionId`, before anything is looked up or touched."""
+    if not valid_session_id(session_id):
+        why = "not a session id (letters, digits, - and _ only, at most 128)"
+        raise InvalidParams.of("sessionId", why)

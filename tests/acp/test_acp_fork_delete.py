@@ -262,7 +262,7 @@ async def test_hostile_ids_are_refused_and_nothing_outside_is_touched(
         assert len(str(info.value)) < 2000
         with pytest.raises(RequestError) as info:
             await daemon.fork_session(session_id=sid, cwd=str(workspace), mcp_servers=[])
-        assert info.value.code == -32002, sid
+        assert info.value.code == -32602, sid  # not an id: refused as a delete is
     # A transcript that is a symlink is removed as a link; what it points at stays.
     assert await delete(daemon, "linked") == {"_meta": {"agentd": {"deleted": True}}}
     assert victim.read_text() == "precious"
