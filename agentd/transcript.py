@@ -80,8 +80,10 @@ the session itself and holds its state as the daemon has it, with
 `offset`, the offset its next message line takes (the message lines
 before it are gone, and a cursor pointing among them finds nothing
 there), then its settings; written under a temporary name and renamed into
-place. Found as a closed file is opened again (never created: a session's
-file that is not there was taken away) and, for a file kept open, at a
+place; a symlink, a FIFO or a device put in the file's place is replaced
+so, never written through. Found as a closed file is opened again (never
+created: a session's file that is not there was taken away) and, for a
+file kept open, at a
 prompt's start and at close (`check_file`). A session deleted through
 agentd is never written again: its writer is `discard`ed first.
 
@@ -402,6 +404,16 @@ def _cleared(message: Message, cleared: dict[str, str]) -> Message:
         for p in message.parts
     ]
     return Message(message.role, parts, interrupted=message.interrupted)
+
+
+def _stands_in(path: Path) -> bool:
+    """Is what `path` names now something other than a file or a folder (a
+    symlink, a FIFO, a device, a socket), which a rename replaces?"""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 class OpenFiles:
@@ -778,6 +790,13 @@ class TranscriptWriter:
         try:
             f = self._files.get(self.path, create=False)
         except FileNotFoundError:
+            return self._rebuild()
+        except OSError:
+            if not _stands_in(self.path):
+                raise
+            # A symlink (to /etc/passwd, to another session's file), a FIFO
+            # or a device put in its place: replaced by the session's own
+            # file, never written through (the open refused it).
             return self._rebuild()
         held = os.fstat(f.fileno())
         if self._identity not in (None, (held.st_dev, held.st_ino)):

@@ -1,0 +1,66 @@
+"""A live session's transcript replaced behind the daemon by something
+hostile: a FIFO, a symlink to a file outside agentd's folders (standing for
+/etc/passwd: the test must not risk the machine's), a symlink to another
+session's transcript. Whether the daemon still holds the file open or had
+closed it (pushed out by 32 newer ones), the prompt is answered, nothing
+is written through the link, and the session's own file is a whole,
+loadable transcript again."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from agentd.agent.core import OPEN_TRANSCRIPTS
+from agentd.testing.daemon import agentd_home, daemon_env
+from agentd.testing.model_server import ModelServer
+from agentd.transcript import sessions_dir
+from tests.e2e.test_session_taken_away import goes_on_in_a_second_daemon
+from tests.lsp_client import start_client
+
+pytestmark = pytest.mark.e2e
+
+VICTIM = "root:x:0:0:root:/root:/bin/bash\n"
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held-open", "closed"])
+@pytest.mark.parametrize("kind", ["fifo", "symlink-out", "symlink-to-another-session"])
+async def test_a_replaced_transcript_is_written_again_never_through(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, kind: str, held: bool
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    victim = tmp_path / "passwd"
+    victim.write_text(VICTIM)
+    c = await start_client(env)
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "alpha")
+        other = await c.new_session(workspace)
+        await c.prompt(other, "the other one")
+        other_file = folder / f"{other}.jsonl"
+        other_bytes = other_file.read_bytes()
+        if not held:
+            for n in range(OPEN_TRANSCRIPTS):
+                filler = await c.new_session(workspace)
+                await c.prompt(filler, f"filler {n}")
+        path = folder / f"{sid}.jsonl"
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink-out":
+            path.symlink_to(victim)
+        else:
+            path.symlink_to(other_file)
+        await c.prompt(sid, "beta")
+        assert victim.read_text() == VICTIM
+        assert other_file.read_bytes() == other_bytes
+        assert stat.S_ISREG(path.lstat().st_mode)
+    finally:
+        await c.lsp.shutdown_session()
+    assert victim.read_text() == VICTIM
+    assert other_file.read_bytes() == other_bytes
+    await goes_on_in_a_second_daemon(model_server, env, workspace, sid, ["alpha", "beta"], "alpha")
