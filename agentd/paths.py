@@ -22,11 +22,14 @@ first is.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from agentd.errors import PathOutsideWorkspace
+
+log = logging.getLogger(__name__)
 
 # Each root's real path when first used (`real_root`); bounded, as the roots
 # a daemon serves are few: past the bound a new root is only resolved.
@@ -131,6 +134,27 @@ def refuse_agentd_state(resolved: Path) -> Path:
         if is_within(resolved, own):
             raise PathOutsideWorkspace(f"{resolved} is in agentd's own {name} ({own}): refused")
     return resolved
+
+
+def stored_roots(values: Sequence[str]) -> list[Path]:
+    """A transcript's additional roots, as a session restored from it may
+    use them: each absolute, and none inside agentd's own folders. The
+    check of `params.additional_roots` is the editor's list's; a stored list
+    was written by an older agentd, or by hand, so what it would not take
+    now is left out (and logged), not trusted. A folder missing now is kept:
+    the tools say so when it is used, and it may come back (a mount)."""
+    out: list[Path] = []
+    for value in values:
+        path = Path(value)
+        try:
+            if "\x00" in value or not path.is_absolute():
+                raise PathOutsideWorkspace(f"{value!r} is not an absolute path")
+            refuse_agentd_state(Path(os.path.realpath(path)))
+        except (PathOutsideWorkspace, OSError, ValueError) as exc:
+            log.warning("a stored additional root is left out: %s", exc)
+            continue
+        out.append(path)
+    return out
 
 
 def resolve_in_roots(roots: Sequence[Path], user_path: str) -> Path:

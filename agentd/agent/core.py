@@ -65,6 +65,7 @@ from agentd.messages import (
     ToolResultPart,
     clean_text,
 )
+from agentd.paths import stored_roots
 from agentd.providers.base import ModelProvider, Usage
 from agentd.providers.models import main_output_cap
 from agentd.session_files import LiveSessions, delete_session_files, write_fork
@@ -319,7 +320,7 @@ class AgentCore:
             loaded.session_id,
             loaded.workspace_root,
             client_tools,
-            additional_roots=[Path(r) for r in loaded.additional_roots],
+            additional_roots=stored_roots(loaded.additional_roots),
         )
         # The compacted state, when the session was compacted: the
         # summary, then the verbatim tail.
@@ -418,7 +419,7 @@ class AgentCore:
         elif source is not None:
             extra = [str(r) for r in source.additional_roots]
         else:
-            extra = list(stored.additional_roots)
+            extra = [str(r) for r in stored_roots(stored.additional_roots)]
         if extra:
             config["additionalDirectories"] = extra
         base = ForkBase.of(source_id, stored)

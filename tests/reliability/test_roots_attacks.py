@@ -14,6 +14,7 @@ import pytest
 from agentd.testing.daemon import agentd_home, daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
+from agentd.transcript import sessions_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -204,5 +205,49 @@ async def test_a_directory_removed_under_a_session(
         assert "result" in await d.response(1)
         _prompt(d, 2, sid, f'!tool read_file {{"path": "{shared / "util.py"}"}}')
         assert (await d.response(2))["result"]["stopReason"] == "end_turn"
+    finally:
+        await d.close()
+
+
+async def test_a_stored_list_is_checked_again_when_a_session_is_restored(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, shared: Path
+) -> None:
+    """A transcript whose list names agentd's home or a relative path (an
+    older agentd wrote it, or a hand did): a session loaded or forked from
+    it without a list of the request's (LSP: the stored one is kept) leaves
+    those out, and its tools never read agentd's files."""
+    home = agentd_home(tmp_path)
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "agent/newSession", {"workspaceRoot": str(workspace), FIELD: [str(shared)]})
+        sid = (await d.response(1))["result"]["sessionId"]
+        _prompt(d, 2, sid, "hello")
+        assert "result" in await d.response(2)
+    finally:
+        await d.close()
+    transcript = sessions_dir(workspace, home) / f"{sid}.jsonl"
+    text = transcript.read_text()
+    hostile = [str(home), "relative/dir", str(shared)]
+    transcript.write_text(text.replace(json.dumps([str(shared)]), json.dumps(hostile)))
+    secret = home / "secret.txt"
+    secret.write_text("AGENTD STATE\n")
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "agent/forkSession", {"sessionId": sid})
+        forked = (await d.response(1))["result"]
+        d.request(2, "agent/loadSession", {"sessionId": sid})
+        loaded = (await d.response(2))["result"]
+        for n, session in enumerate((forked, loaded)):
+            target = session.get("sessionId", sid)
+            assert session[FIELD] == [str(shared)], session
+            _prompt(d, 10 + n, target, f'!tool read_file {{"path": "{secret}"}}')
+            assert (await d.response(10 + n))["result"]["stopReason"] == "end_turn"
+            assert "AGENTD STATE" not in _tool_result(model_server)
+            _prompt(d, 20 + n, target, f'!tool read_file {{"path": "{shared / "util.py"}"}}')
+            assert (await d.response(20 + n))["result"]["stopReason"] == "end_turn"
+            assert "SHARED_ANSWER" in _tool_result(model_server)
     finally:
         await d.close()
