@@ -6,6 +6,7 @@ session."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,12 @@ async def test_a_directory_removed_under_a_session(
             assert reply["result"]["stopReason"] == "end_turn", reply
             # A failed result the model reads, naming what is missing.
             assert "No such file or directory" in _tool_result(model_server), tool
+        # A FIFO put where the folder was: refused as a folder, never opened.
+        os.mkfifo(shared)
+        _prompt(d, 15, sid, f'!tool list_dir {{"path": "{shared}"}}')
+        assert (await d.response(15))["result"]["stopReason"] == "end_turn"
+        assert "Not a directory" in _tool_result(model_server)
+        os.unlink(shared)
         listed = "session/list" if acp else "agent/listSessions"
         key = "cwd" if acp else "workspaceRoot"
         d.request(20, listed, {key: str(workspace)})

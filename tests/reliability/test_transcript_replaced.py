@@ -64,3 +64,30 @@ async def test_a_replaced_transcript_is_written_again_never_through(
     assert victim.read_text() == VICTIM
     assert other_file.read_bytes() == other_bytes
     await goes_on_in_a_second_daemon(model_server, env, workspace, sid, ["alpha", "beta"], "alpha")
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held-open", "closed"])
+async def test_a_folder_in_the_transcript_s_place_costs_the_prompt_nothing(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, held: bool
+) -> None:
+    """A folder cannot be renamed over: the session's lines wait (logged),
+    the prompts are answered, and nothing is written into the folder."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    c = await start_client(env)
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "alpha")
+        if not held:
+            for n in range(OPEN_TRANSCRIPTS):
+                filler = await c.new_session(workspace)
+                await c.prompt(filler, f"filler {n}")
+        path = folder / f"{sid}.jsonl"
+        path.unlink()
+        path.mkdir()
+        for text in ("beta", "gamma"):
+            assert (await c.prompt(sid, text))["stopReason"] == "end_turn"
+        assert c.text(sid).endswith("Echo: betaEcho: gamma")
+        assert list(path.iterdir()) == []
+    finally:
+        await c.lsp.shutdown_session()
