@@ -7,6 +7,7 @@ hang or write through a symlink to elsewhere."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from agentd.layout import memory_index_cache_dir
 from agentd.memory.extraction.cursor import CURSOR_LOCK
+from agentd.memory.extraction.lock import GUARD_FILE
 from agentd.session_files import LIVE_FILE
 from agentd.testing.daemon import agentd_home, daemon_env, memory_folder
 from agentd.testing.model_server import ModelServer
@@ -117,3 +119,32 @@ async def test_the_daemon_serves_with_a_hostile_state_file(
         "read-only": stat.S_ISDIR if folder else stat.S_ISREG,
     }[kind]
     assert expected(st.st_mode)
+
+
+@pytest.mark.parametrize("lock", [CURSOR_LOCK, GUARD_FILE])
+async def test_a_lock_held_for_ever_elsewhere_holds_no_reply_and_no_exit(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, lock: str
+) -> None:
+    """Another process takes `.cursors.lock` (or the extraction lock's
+    guard) and never lets go (a hung daemon, a hostile one): a delete is
+    still answered (the entry goes at that file's next write), and the
+    daemon still exits."""
+    memory = memory_folder(workspace, tmp_path)
+    (memory / "deploy.md").write_text(NOTE)
+    holder = os.open(memory / lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    try:
+        sid = await d.open_session(workspace)
+        d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "deploy?"})
+        assert (await d.response(2))["result"]["stopReason"] == "end_turn"
+        d.request(3, "agent/deleteSession", {"sessionId": sid})
+        assert (await d.response(3, timeout=60))["result"] == {"deleted": True}
+        d.request(4, "shutdown")
+        await d.response(4, timeout=60)
+        d.notify("exit")
+        assert await d.wait_exit(60) == 0
+    finally:
+        await d.close()
+        os.close(holder)

@@ -24,7 +24,9 @@ by a daemon that was killed before it wrote the file, leaves nothing
 behind for long. Only an entry whose transcript a listing of that folder
 lacks goes; a folder that cannot be listed drops nothing.
 
-Writers of the file take `<memory dir>/.cursors.lock` (an `flock`) around
+Writers of the file take `<memory dir>/.cursors.lock` (an `flock`, waited
+for at most `CURSOR_LOCK_WAIT_S`: one held longer is held by a stuck or
+hostile process, and the writer gives up as a failed write does) around
 what they read and write: a run (which holds the extraction lock, so only
 it advances cursors) and a deletion in another daemon (which holds only
 this one) never interleave, and neither loses the other's change. A run
@@ -38,10 +40,12 @@ cursor write in flight.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
+import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +66,9 @@ log = logging.getLogger(__name__)
 
 CURSOR_FILE = ".cursors.json"
 CURSOR_LOCK = ".cursors.lock"
+# How long a writer waits for that lock before it gives up (a run retries at
+# its next trigger; a delete's entry goes at the file's next write).
+CURSOR_LOCK_WAIT_S = 5.0
 VERSION = 2
 
 
@@ -110,12 +117,28 @@ def _count(value: object) -> int | None:
 
 
 @contextlib.contextmanager
-def cursor_lock(directory: Path) -> Iterator[None]:
-    """Hold `<directory>/.cursors.lock` (blocking: others hold it for a read
-    and a write of a small file). Never through a symlink."""
-    fd = open_regular(directory / CURSOR_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+def cursor_lock(directory: Path, wait: float = CURSOR_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold `<directory>/.cursors.lock`, waiting at most `wait` seconds for
+    it (others hold it for a read and a write of a small file); then
+    `TimeoutError` naming the file. Never through a symlink. Blocking."""
+    path = directory / CURSOR_LOCK
+    fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait
+        pause = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    why = f"held by another process for more than {wait:g} s"
+                    raise TimeoutError(errno.ETIMEDOUT, why, str(path)) from None
+                # Polled: flock has no timeout, and a holder that never lets
+                # go (a stuck or hostile process) must not hold a delete's
+                # reply, or the daemon's exit, which waits for this thread.
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
         yield
     finally:
         os.close(fd)  # lets go of the lock

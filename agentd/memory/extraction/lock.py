@@ -68,7 +68,13 @@ class FolderLock:
             return True
         fd = open_regular(self.guard, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                # Another daemon is taking or checking the lock: busy, as when
+                # it holds it (the caller polls). Never waited for in this
+                # thread: a guard held for ever would hold the daemon's exit.
+                return False
             if self._create():
                 return True
             owner = _read_owner(self.path)
