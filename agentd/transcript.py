@@ -1045,7 +1045,7 @@ class TranscriptWriter:
         if not target.exists():
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = folder / f".{digest}.tmp"
-            tmp.write_bytes(raw)
+            _write_temporary(tmp, raw)
             os.replace(tmp, target)
             self._unsynced.append(target)
 
@@ -1065,8 +1065,9 @@ class TranscriptWriter:
         tmp = target.with_name(f".{target.name}.tmp")
         try:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp.write_bytes(
-                meta_bytes(self.session_id, self.workspace_root, self.title, self.additional_roots)
+            _write_temporary(
+                tmp,
+                meta_bytes(self.session_id, self.workspace_root, self.title, self.additional_roots),
             )
             os.replace(tmp, target)
         except OSError as exc:
@@ -1119,6 +1120,24 @@ class TranscriptWriter:
 _APPEND = os.O_WRONLY | os.O_APPEND
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _write_temporary(tmp: Path, data: bytes) -> None:
+    """`data` as the new file `tmp` (to be renamed into place). Whatever is
+    at that name (a crash's leftover, or a FIFO or a symlink put there: the
+    name is predictable) is removed first, and the file is created, never
+    opened: a write never waits on a FIFO nor goes through a symlink."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _image_bytes(data: str) -> tuple[str, bytes]:

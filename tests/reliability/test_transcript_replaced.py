@@ -91,3 +91,33 @@ async def test_a_folder_in_the_transcript_s_place_costs_the_prompt_nothing(
         assert list(path.iterdir()) == []
     finally:
         await c.lsp.shutdown_session()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-out"])
+async def test_a_stand_in_at_the_meta_file_s_temporary_name_is_never_written_through(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, kind: str
+) -> None:
+    """The listing's meta file is written under a temporary name, then
+    renamed: a FIFO there must not hold the write (and the daemon's loop),
+    a symlink there must not carry it to the file it points at."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    victim = tmp_path / "passwd"
+    victim.write_text(VICTIM)
+    c = await start_client(env)
+    try:
+        sid = await c.new_session(workspace)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{sid}.meta.json.tmp"
+        if kind == "fifo":
+            os.mkfifo(tmp)
+        else:
+            tmp.symlink_to(victim)
+        assert (await c.prompt(sid, "alpha"))["stopReason"] == "end_turn"
+        assert (await c.prompt(sid, "beta"))["stopReason"] == "end_turn"
+        assert victim.read_text() == VICTIM
+        listed = await c.request("agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert [s["title"] for s in listed["sessions"]] == ["alpha"]
+    finally:
+        await c.lsp.shutdown_session()
+    assert victim.read_text() == VICTIM
