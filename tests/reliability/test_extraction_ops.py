@@ -133,7 +133,8 @@ async def test_extraction_never_deletes_or_overwrites_a_note_it_did_not_create(
     try:
         await turn_then_changed(d, sid, "we deploy with make ship", "deploy.md")
         assert (folder / "deploy.md").exists()
-        ext = await extraction_status(d, workspace)
+        # The run's refusals are recorded as it ends, after the note's `memory/changed`.
+        ext = await extraction_settled(d, workspace)
         await turn_then_changed(d, sid, "make ship is gone", "deploy.md")
     finally:
         await d.close()
