@@ -80,10 +80,8 @@ the session itself and holds its state as the daemon has it, with
 `offset`, the offset its next message line takes (the message lines
 before it are gone, and a cursor pointing among them finds nothing
 there), then its settings; written under a temporary name and renamed into
-place; a symlink, a FIFO or a device put in the file's place is replaced
-so, never written through. Found as a closed file is opened again (never
-created: a session's file that is not there was taken away) and, for a
-file kept open, at a
+place. Found as a closed file is opened again (never created: a session's
+file that is not there was taken away) and, for a file kept open, at a
 prompt's start and at close (`check_file`). A session deleted through
 agentd is never written again: its writer is `discard`ed first.
 
@@ -783,7 +781,9 @@ class TranscriptWriter:
     def _reopen(self) -> IO[bytes]:
         """The session's file, kept open or opened again (never created: a
         session's file that is gone was taken away behind the daemon, and
-        is rebuilt whole, as is one another file stands in for)."""
+        is rebuilt whole, as is one another file stands in for; a symlink,
+        a FIFO or a device put in its place is replaced so, never written
+        through)."""
         f = self._files.kept(self.path)
         if f is not None:
             return f
