@@ -87,7 +87,8 @@ async def test_a_folder_in_the_transcript_s_place_costs_the_prompt_nothing(
         path.mkdir()
         for text in ("beta", "gamma"):
             assert (await c.prompt(sid, text))["stopReason"] == "end_turn"
-        assert c.text(sid).endswith("Echo: betaEcho: gamma")
+        # (a chat line saying the session cannot be saved may come between them)
+        assert "Echo: beta" in c.text(sid) and c.text(sid).endswith("Echo: gamma")
         assert list(path.iterdir()) == []
     finally:
         await c.lsp.shutdown_session()
