@@ -55,6 +55,13 @@ def user_config_dir() -> Path:
     return Path(platformdirs.user_config_dir(APP_NAME))
 
 
+def agentd_folders() -> list[tuple[Path, str]]:
+    """agentd's own folders as real paths, each with what it is called: no
+    additional root may lie inside one, and no editor write may go there."""
+    folders = [(agentd_home(), "data folder, $AGENTD_HOME"), (user_config_dir(), "config folder")]
+    return [(Path(os.path.realpath(f)), name) for f, name in folders]
+
+
 def canonical_root(workspace_root: Path) -> Path:
     """The absolute, symlink-resolved form used as the identity of a project."""
     return Path(os.path.normcase(Path(workspace_root).expanduser().resolve(strict=False)))

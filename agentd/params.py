@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import binascii
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +29,6 @@ from urllib.parse import unquote, urlparse
 
 from agentd.errors import InvalidParams
 from agentd.messages import ImagePart, TextPart
-from agentd.paths import agentd_folders, is_within
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -126,7 +125,11 @@ MAX_ADDITIONAL_ROOTS = 64
 ADDITIONAL_ROOTS_FIELD = "additionalDirectories"
 
 
-def additional_roots(values: list[str], root: Path | None) -> list[Path]:
+def additional_roots(
+    values: list[str],
+    root: Path | None,
+    own_folders: Callable[[], Sequence[tuple[Path, str]]] = tuple,
+) -> list[Path]:
     """ACP `additionalDirectories` (and the LSP field of the same name): each
     an absolute path or file:// URI of an existing directory, resolved as
     `workspace_path` resolves the root; one that is not is refused naming
@@ -135,17 +138,21 @@ def additional_roots(values: list[str], root: Path | None) -> list[Path]:
     dropped: they add nothing to where the tools may go. A folder of
     agentd's own (`$AGENTD_HOME`, a memory folder in it, the config folder)
     or one inside them is refused: tools reaching it would read and write
-    the daemon's state (transcripts, locks, settings) as workspace files."""
+    the daemon's state (transcripts, locks, settings) as workspace files.
+    The front ends pass what gives those folders as `own_folders`
+    (`agentd.layout.agentd_folders`; called only for a list that is not
+    empty, off a plain new session's path)."""
     if len(values) > MAX_ADDITIONAL_ROOTS:
         why = f"at most {MAX_ADDITIONAL_ROOTS} directories, not {len(values)}"
         raise InvalidParams.of(ADDITIONAL_ROOTS_FIELD, why)
     out: list[Path] = []
+    own = own_folders() if values else ()
     for i, value in enumerate(values):
         field = f"{ADDITIONAL_ROOTS_FIELD}.{i}"
         path = workspace_path(value, field)
-        for own, name in agentd_folders():
-            if is_within(path, own):
-                why = f"{path} is agentd's own {name} ({own}), not a workspace"
+        for folder, name in own:
+            if path == folder or folder in path.parents:
+                why = f"{path} is agentd's own {name} ({folder}), not a workspace"
                 raise InvalidParams.of(field, why)
         if path != root and path not in out:
             out.append(path)

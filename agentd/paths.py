@@ -116,32 +116,25 @@ def root_of(roots: Sequence[Path], user_path: str) -> Path:
     raise PathOutsideWorkspace(f"{user_path!r} is outside the workspace roots ({shown})")
 
 
-def agentd_folders() -> list[tuple[Path, str]]:
-    """agentd's own folders as real paths, each with what it is called: no
-    additional root may lie inside one, and no editor write may go there."""
-    from agentd.layout import agentd_home, user_config_dir
-
-    folders = [(agentd_home(), "data folder, $AGENTD_HOME"), (user_config_dir(), "config folder")]
-    return [(Path(os.path.realpath(f)), name) for f, name in folders]
-
-
-def refuse_agentd_state(resolved: Path) -> Path:
+def refuse_agentd_state(resolved: Path, own_folders: Sequence[tuple[Path, str]]) -> Path:
     """`resolved` (a real path) unless it is inside one of agentd's own
-    folders (`PathOutsideWorkspace`): a workspace root that holds them (a
-    home folder) gives no tool a way to rewrite the daemon's transcripts,
-    locks or settings."""
-    for own, name in agentd_folders():
+    folders, `own_folders` (`agentd.layout.agentd_folders`), each with its
+    name (`PathOutsideWorkspace`): a workspace root that holds them (a home
+    folder) gives no tool a way to rewrite the daemon's transcripts, locks
+    or settings."""
+    for own, name in own_folders:
         if is_within(resolved, own):
             raise PathOutsideWorkspace(f"{resolved} is in agentd's own {name} ({own}): refused")
     return resolved
 
 
-def stored_roots(values: Sequence[str]) -> list[Path]:
+def stored_roots(values: Sequence[str], own_folders: Sequence[tuple[Path, str]]) -> list[Path]:
     """A transcript's additional roots, as a session restored from it may
     use them: each absolute, and none inside agentd's own folders. The
     check of `params.additional_roots` is the editor's list's; a stored list
     was written by an older agentd, or by hand, so what it would not take
-    now is left out (and logged), not trusted. A folder missing now is kept:
+    now is left out (and logged), not trusted (`own_folders` as for
+    `refuse_agentd_state`). A folder missing now is kept:
     the tools say so when it is used, and it may come back (a mount)."""
     out: list[Path] = []
     for value in values:
@@ -149,7 +142,7 @@ def stored_roots(values: Sequence[str]) -> list[Path]:
         try:
             if "\x00" in value or not path.is_absolute():
                 raise PathOutsideWorkspace(f"{value!r} is not an absolute path")
-            refuse_agentd_state(Path(os.path.realpath(path)))
+            refuse_agentd_state(Path(os.path.realpath(path)), own_folders)
         except (PathOutsideWorkspace, OSError, ValueError) as exc:
             log.warning("a stored additional root is left out: %s", exc)
             continue

@@ -56,6 +56,7 @@ from agentd.errors import (
     SessionNotFound,
 )
 from agentd.events import ModeChanged, ToolCallUpdate, Update
+from agentd.layout import agentd_folders
 from agentd.params import (
     additional_roots,
     check_choice,
@@ -167,7 +168,9 @@ async def new_session(
     # Pinned now, while the session may be made later (`when_built`): its
     # tools stay in the folder the editor named (`agentd.paths.real_root`).
     root = pin_root(workspace_path(p.cwd, "cwd"))
-    extra = [pin_root(r) for r in additional_roots(p.additional_directories or [], root)]
+    extra = [
+        pin_root(r) for r in additional_roots(p.additional_directories or [], root, agentd_folders)
+    ]
     servers = mcp_servers(p.mcp_servers)
     sid = uuid.uuid4().hex
 
@@ -193,7 +196,7 @@ async def load_session(
     server: AcpServer, app: App, request: Request, p: LoadSessionParams
 ) -> dict[str, Any]:
     root = workspace_path(p.cwd, "cwd")
-    extra = additional_roots(p.additional_directories or [], root)
+    extra = additional_roots(p.additional_directories or [], root, agentd_folders)
 
     def emit(update: Update) -> None:
         _send(server, p.session_id, update, root)
@@ -214,7 +217,7 @@ async def resume_session(
 ) -> dict[str, Any]:
     """`session/load` without the replay: the client still shows the conversation."""
     root = workspace_path(p.cwd, "cwd")
-    extra = additional_roots(p.additional_directories or [], root)
+    extra = additional_roots(p.additional_directories or [], root, agentd_folders)
     servers = mcp_servers(p.mcp_servers)
     session = await app.core.load_session(
         p.session_id,
@@ -238,7 +241,9 @@ async def fork_session(
     client shows the conversation it forked; the title follows the reply.
     Its additional roots are the request's (none when omitted, as ACP says)."""
     root = pin_root(workspace_path(p.cwd, "cwd"))
-    extra = [pin_root(r) for r in additional_roots(p.additional_directories or [], root)]
+    extra = [
+        pin_root(r) for r in additional_roots(p.additional_directories or [], root, agentd_folders)
+    ]
     servers = mcp_servers(p.mcp_servers)
     session = await app.core.fork_session(p.session_id, root, server.runner, additional_roots=extra)
     app.start_memory(root)

@@ -48,6 +48,7 @@ from agentd.agent.permission import (
 from agentd.agent.session import Session
 from agentd.agent.tools import CLIENT_TOOL_SPECS
 from agentd.errors import ToolError
+from agentd.layout import agentd_folders
 from agentd.messages import ToolCall, ToolResultPart, ToolSpec
 from agentd.paths import refuse_agentd_state, resolve_in_roots
 
@@ -327,7 +328,7 @@ def _path(session: Session, args: Mapping[str, Any]) -> str:
 
 def _write_path(session: Session, args: Mapping[str, Any]) -> str:
     # Never into agentd's own folders, even through a root that holds them.
-    return str(refuse_agentd_state(Path(_path(session, args))))
+    return str(refuse_agentd_state(Path(_path(session, args)), agentd_folders()))
 
 
 def _str(args: Mapping[str, Any], name: str) -> str:

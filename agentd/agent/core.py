@@ -55,7 +55,7 @@ from agentd.events import (
     UserMessage,
 )
 from agentd.heap import YoungHold, collect_young
-from agentd.layout import agentd_home, canonical_root
+from agentd.layout import agentd_folders, agentd_home, canonical_root
 from agentd.messages import (
     ImagePart,
     Message,
@@ -320,7 +320,7 @@ class AgentCore:
             loaded.session_id,
             loaded.workspace_root,
             client_tools,
-            additional_roots=stored_roots(loaded.additional_roots),
+            additional_roots=stored_roots(loaded.additional_roots, agentd_folders()),
         )
         # The compacted state, when the session was compacted: the
         # summary, then the verbatim tail.
@@ -419,7 +419,7 @@ class AgentCore:
         elif source is not None:
             extra = [str(r) for r in source.additional_roots]
         else:
-            extra = [str(r) for r in stored_roots(stored.additional_roots)]
+            extra = [str(r) for r in stored_roots(stored.additional_roots, agentd_folders())]
         if extra:
             config["additionalDirectories"] = extra
         base = ForkBase.of(source_id, stored)

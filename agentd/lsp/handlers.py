@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
 from agentd.errors import ProtocolError, internal_error_message
+from agentd.layout import agentd_folders
 from agentd.params import (
     additional_roots,
     check_choice,
@@ -126,7 +127,9 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
     # Pinned now, while the session may be made later (`when_built`): its
     # tools stay in the folder the editor named (`agentd.paths.real_root`).
     root = pin_root(workspace_path(p.workspace_root))
-    extra = [pin_root(r) for r in additional_roots(p.additional_directories or [], root)]
+    extra = [
+        pin_root(r) for r in additional_roots(p.additional_directories or [], root, agentd_folders)
+    ]
     sid = uuid.uuid4().hex
 
     def create(app: App) -> None:
@@ -228,7 +231,7 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     # Given, the list replaces the session's; absent, the session keeps its own.
     extra = None
     if p.additional_directories is not None:
-        extra = additional_roots(p.additional_directories, root)
+        extra = additional_roots(p.additional_directories, root, agentd_folders)
     session = await app.core.load_session(
         sid, AwaitClientResult(app.client_specs), emit, root, additional_roots=extra
     )
@@ -257,7 +260,9 @@ async def fork_session(ls: AgentdServer, app: App, p: ForkSessionParams) -> dict
     # Given, the fork's list; absent, the source's.
     extra = None
     if p.additional_directories is not None:
-        extra = [pin_root(r) for r in additional_roots(p.additional_directories, root)]
+        extra = [
+            pin_root(r) for r in additional_roots(p.additional_directories, root, agentd_folders)
+        ]
     mode = check_choice(p.mode, list(MODES), "mode") if p.mode is not None else None
     model = None
     if p.model is not None:
