@@ -619,6 +619,12 @@ class TranscriptWriter:
         self.offset = offset
         # Set by the owner after a failed append, so that it reports the failure once.
         self.failed = False
+        # Why the owner last found the file unwritable ("": never), and
+        # whether the user was told in the chat (once per session: the lines
+        # are kept and written when the disk takes them, so there is no
+        # second thing to say while it refuses).
+        self.failure = ""
+        self.told = False
         # The title of the conversation since the last reset ("" before its first prompt).
         self.title = title
         self._files = files if files is not None else OpenFiles(limit=1)

@@ -658,9 +658,16 @@ class AgentCore:
         session.sent_listeners.insert(0, after_send)
         try:
             if command is not None:
-                return await self._run_command(session, command, guarded)
-            outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
-            ended = PromptEnded(outcome.stop_reason, outcome.error)
+                outcome = await self._run_command(session, command, guarded)
+            else:
+                outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
+                ended = PromptEnded(outcome.stop_reason, outcome.error)
+            if writer is not None and writer.failed and not writer.told:
+                # After the answer, in the chat: an ACP client shows nothing
+                # of the daemon's log, and the user would learn only at a
+                # load that the session was never saved. Once per session.
+                writer.told = True
+                guarded(MessageChunk(unsaved_text(writer.path, writer.failure)))
             return outcome
         except asyncio.CancelledError:
             ended = PromptEnded("cancelled")
@@ -830,6 +837,7 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
     except OSError as exc:
         if not writer.failed:
             writer.failed = True
+            writer.failure = describe_os_error(exc)
             log.error(
                 "cannot write the transcript %s: %s; %d line(s) kept to write later",
                 writer.path,
@@ -842,6 +850,16 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
     if writer.failed and not writer.pending:
         writer.failed = False
         log.warning("the transcript %s is written again, nothing skipped", writer.path)
+
+
+def unsaved_text(path: Path, failure: str) -> str:
+    """What the chat says, once, of a session whose transcript cannot be written."""
+    return (
+        f"\n\nagentd cannot save this session: writing {path} failed ({failure}). "
+        "The conversation goes on, and agentd writes what it kept as soon as the "
+        "folder can be written; until then this session's history is lost if agentd "
+        "stops, and it cannot be loaded again."
+    )
 
 
 def _check_file(writer: TranscriptWriter) -> None:
@@ -862,6 +880,10 @@ async def _sync(writer: TranscriptWriter) -> None:
     try:
         await asyncio.to_thread(writer.sync)
     except OSError as exc:
+        if writer.failed:
+            # Lines the disk refused, not written, so not synced either: said
+            # once already (`_write`), not again after every prompt.
+            return
         log.error("cannot sync the transcript %s: %s", writer.path, describe_os_error(exc))
 
 
