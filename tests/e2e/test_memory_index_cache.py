@@ -5,7 +5,10 @@ first prompt."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -101,3 +104,51 @@ async def test_a_second_daemon_recalls_from_the_index_cache_and_sees_an_edit_mad
     said = log.read_text()
     assert f"{FILLERS + 1} notes from the index cache, 1 read" in said, said[-2000:]
     assert b"zanzibarish" in cache_file.read_bytes() or b"pgbouncer" not in cache_file.read_bytes()
+
+
+def _cli_recall(env: dict[str, str], workspace: Path, query: str) -> tuple[list[str], str]:
+    """`agentd memory recall` as a user runs it: the docs' paths, and what it logged."""
+    command = [sys.executable, "-m", "agentd", "--log-level", "info", "memory", "recall"]
+    done = subprocess.run(
+        [*command, str(workspace), query, "--json"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return [d["path"] for d in json.loads(done.stdout)["docs"]], done.stderr
+
+
+async def test_the_memory_cli_reads_the_index_cache_a_daemon_wrote_and_keeps_it_current(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """`agentd memory recall` after a daemon ran takes every unchanged note
+    from the cache the daemon wrote (none read again), reads the one edited
+    since (and finds it by its new words), and writes the cache again, so
+    that the next command reads nothing."""
+    folder = memory_folder(workspace, tmp_path)
+    db = _note(folder, "db", "Database notes", "Postgres pooling", "Pool size is 20 per service.")
+    for i in range(FILLERS):
+        _note(folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} latency.")
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "memory/status", {"workspaceRoot": str(workspace)})
+        assert (await d.response(1))["result"]["docCount"] == FILLERS + 1
+        await _stop(d)  # the daemon writes the cache as it stops
+    finally:
+        await d.close()
+
+    docs, said = _cli_recall(env, workspace, "postgres pooling")
+    assert docs[:1] == [str(db)]
+    assert f"{FILLERS + 1} notes from the index cache, 0 read" in said, said
+
+    # Edited since, an hour old again (a `git pull`): read, and found by its new words.
+    db.write_text(db.read_text().replace("Pool size", "Zanzibarish pool size"))
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(db, ns=(an_hour_ago, an_hour_ago))
+    docs, said = _cli_recall(env, workspace, "zanzibarish")
+    assert docs == [str(db)]
+    assert f"{FILLERS} notes from the index cache, 1 read" in said, said
+    # That command wrote what it read: the next one reads nothing.
+    docs, said = _cli_recall(env, workspace, "zanzibarish")
+    assert docs == [str(db)]
+    assert f"{FILLERS + 1} notes from the index cache, 0 read" in said, said
