@@ -120,6 +120,10 @@ class AgentCore:
         self.live = LiveSessions(home)
         if persist:
             self.live.prepare()
+        # Memory extraction reads the transcripts (set by the app before any
+        # session): each writer keeps the lines not extracted yet, for a file
+        # taken away and written again (`TranscriptWriter._unextracted`).
+        self.extracts = False
         # The turn contexts by model (`_turn_context`); settings never change in place.
         self._contexts: dict[str, TurnContext] = {}
         model = settings.effective_model()
@@ -199,6 +203,7 @@ class AgentCore:
             # What the transcript says already (a restored session's).
             additional_roots=[] if fresh else [str(r) for r in session.additional_roots],
             snapshot=lambda: self._snapshot(session),
+            keep_unextracted=self.extracts,
         )
         self.writers[session.id] = writer
 
@@ -260,6 +265,14 @@ class AgentCore:
         if writer is None:
             return None
         return writer.path, self._prompt_starts.get(session_id, writer.offset)
+
+    def extracted(self, session_id: str, offset: int) -> None:
+        """Memory extraction's cursor of a session is at `offset` (its
+        transcript's messages before it are in memory): a live session's
+        writer no longer keeps their lines for a rebuild."""
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            writer.extracted(offset)
 
     def list_sessions(self, workspace_root: Path | None) -> list[TranscriptInfo]:
         """Saved sessions, newest first: of one workspace, or of all (None)."""
