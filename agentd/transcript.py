@@ -632,6 +632,9 @@ class TranscriptWriter:
         # second thing to say while it refuses).
         self.failure = ""
         self.told = False
+        # Set by the owner when the file was taken away and writing it again
+        # failed (`check_file`); cleared by the next check that does not fail.
+        self.rebuild_failed = False
         # The title of the conversation since the last reset ("" before its first prompt).
         self.title = title
         self._files = files if files is not None else OpenFiles(limit=1)

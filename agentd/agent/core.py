@@ -675,7 +675,7 @@ class AgentCore:
             else:
                 outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
                 ended = PromptEnded(outcome.stop_reason, outcome.error)
-            if writer is not None and writer.failed and not writer.told:
+            if writer is not None and (writer.failed or writer.rebuild_failed) and not writer.told:
                 # After the answer, in the chat: an ACP client shows nothing
                 # of the daemon's log, and the user would learn only at a
                 # load that the session was never saved. Once per session.
@@ -882,11 +882,17 @@ def _check_file(writer: TranscriptWriter) -> None:
     try:
         writer.check_file()
     except OSError as exc:
-        log.error(
-            "the transcript %s was taken away and cannot be written again: %s",
-            writer.path,
-            describe_os_error(exc),
-        )
+        if not writer.rebuild_failed:
+            # Said once, as a refused line is: each prompt tries again.
+            writer.rebuild_failed = True
+            writer.failure = describe_os_error(exc)
+            log.error(
+                "the transcript %s was taken away and cannot be written again: %s",
+                writer.path,
+                writer.failure,
+            )
+        return
+    writer.rebuild_failed = False
 
 
 async def _sync(writer: TranscriptWriter) -> None:

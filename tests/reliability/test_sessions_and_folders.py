@@ -284,3 +284,37 @@ async def test_a_session_that_cannot_be_saved_says_so_in_the_chat_once(
         assert [c for c in said[1] + said[2] if "cannot save" in c] == []
     finally:
         await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_sessions_folder_gone_and_unmakeable_mid_session_is_said_once(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """The sessions folder removed behind a live session and a dangling
+    symlink left in its place: the transcript cannot be written again at
+    the next prompts' start. Each prompt runs; the log says it once, and the
+    chat once, not at every prompt."""
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    d = await RawDaemon.spawn(daemon_env(model_server.openai_base_url, tmp_path), acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        warned: list[int] = []
+        for n, text in enumerate(["one", "two", "three"], start=3):
+            if n == 4:
+                shutil.rmtree(folder)
+                folder.symlink_to(tmp_path / "nowhere" / "sessions")
+            d.notifications.clear()
+            if acp:
+                blocks = [{"type": "text", "text": text}]
+                d.request(n, "session/prompt", {"sessionId": sid, "prompt": blocks})
+            else:
+                d.request(n, "agent/prompt", {"sessionId": sid, "prompt": text})
+            assert (await d.response(n, timeout=30))["result"]["stopReason"] == "end_turn"
+            said = json.dumps(d.notifications)
+            warned.append(said.count("cannot save this session"))
+            if not acp:
+                logged = said.count("cannot be written again")
+                assert logged == (1 if n == 4 else 0), (n, logged)
+        assert warned == [0, 1, 0]
+    finally:
+        await d.close()
