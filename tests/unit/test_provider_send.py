@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections.abc import AsyncIterable
 from typing import Any
 
 import httpcore
@@ -140,6 +141,61 @@ async def test_the_direct_request_is_the_one_httpx_sends() -> None:
             assert server.accepted == 1
         finally:
             await http.aclose()
+
+
+class Recording:
+    """A pool that keeps the `httpcore.Request`s it is handed, and fails them."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpcore.Request] = []
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        self.requests.append(request)
+        raise httpcore.ConnectError("recorded")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def body_of(request: httpcore.Request) -> bytes:
+    assert isinstance(request.stream, AsyncIterable)
+    return b"".join([part async for part in request.stream])
+
+
+async def test_the_core_request_is_the_one_httpx_s_transport_hands_its_pool() -> None:
+    """`_core_request` beside httpx's transport converting `_request`'s
+    request: the same attributes (none missing: a new one in httpcore fails
+    here), method, URL parts, head, extensions and body."""
+    http = ModelHTTP(ProviderConfig(base_url="https://example.test/v1", model="m"))
+    client = http._get_client()
+    url = "https://example.test/v1/chat/completions"
+    transport = httpx.AsyncHTTPTransport()
+    recorded = Recording()
+    transport._pool = recorded  # type: ignore[assignment]
+    parsed = http._parsed(url)
+    ext = {"trace": lambda *a: None}
+    try:
+        for body in (b'{"a":1}', RequestBody([b'{"a":', b"[1,2]}"])):
+            for purpose in ("main", "recall"):
+                headers = {**HEADERS, "X-Agentd-Purpose": purpose}
+                ours = http._core_request(client, url, parsed, body, dict(headers), ext)
+                with pytest.raises(httpx.ConnectError):
+                    await transport.handle_async_request(
+                        http._request(client, url, body, dict(headers), ext)
+                    )
+                theirs = recorded.requests[-1]
+                assert set(vars(ours)) == set(vars(theirs))
+                assert (ours.method, ours.headers) == (theirs.method, theirs.headers)
+                assert (ours.url.scheme, ours.url.host, ours.url.port, ours.url.target) == (
+                    theirs.url.scheme,
+                    theirs.url.host,
+                    theirs.url.port,
+                    theirs.url.target,
+                )
+                assert ours.extensions == theirs.extensions
+                assert await body_of(ours) == await body_of(theirs) == bytes(body)
+    finally:
+        await http.aclose()
 
 
 async def test_a_cookie_the_server_sets_is_kept_and_sent_through_the_client() -> None:
