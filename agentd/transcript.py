@@ -677,6 +677,9 @@ class TranscriptWriter:
         # (st_dev, st_ino) of the file last seen open (None: not learned yet):
         # another file found under the name was put there behind the daemon.
         self._identity: tuple[int, int] | None = None
+        # The open file `_identity` was read from: a descriptor's file never
+        # changes, so a prompt's check (`_taken_away`) asks it only of another.
+        self._identity_file: IO[bytes] | None = None
         # Rebuilds so far: a line whose state a rebuild wrote is not written again.
         self._rebuilds = 0
         # The lines of the messages this writer gave offsets that memory
@@ -813,6 +816,7 @@ class TranscriptWriter:
         if self._identity not in (None, (held.st_dev, held.st_ino)):
             return self._rebuild()
         self._identity = (held.st_dev, held.st_ino)
+        self._identity_file = f
         return f
 
     def check_file(self) -> None:
@@ -823,7 +827,8 @@ class TranscriptWriter:
         checks the kept one, at a prompt's start (before its first line, so
         that the prompt's messages are message lines of the new file, which
         memory extraction reads) and at `close` (a daemon's exit): an
-        `fstat` and an `lstat`, 2-4 us, once per prompt, not on every line.
+        `lstat`, once per prompt, not on every line (and an `fstat` of a
+        file opened since the last check: `_identity_file`).
         Nothing for a writer that has written nothing yet: a load alone
         writes nothing, and a new session's file is its first prompt's."""
         if self._snapshot is None or not self._started or self._fresh or self.discarded:
@@ -839,11 +844,12 @@ class TranscriptWriter:
         except OSError:
             return False  # the folder cannot be read: the next write says why
         f = self._files.kept(self.path)
-        if f is not None:
+        if f is not None and f is not self._identity_file:
             held = os.fstat(f.fileno())
             # An unlinked file (st_nlink 0) is no longer the one at the path:
             # the identity check covers it, and a rename or a replacement too.
             self._identity = (held.st_dev, held.st_ino)
+            self._identity_file = f
         return self._identity not in (None, (named.st_dev, named.st_ino))
 
     def _rebuild(self) -> IO[bytes]:
@@ -898,6 +904,7 @@ class TranscriptWriter:
         f = self._files.replace(self.path, io.FileIO(fd, "a"))
         held = os.fstat(fd)
         self._identity = (held.st_dev, held.st_ino)
+        self._identity_file = f
         _sync_folder(self.path.parent)
         for digest, raw in images.items():
             try:

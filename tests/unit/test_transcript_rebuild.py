@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentd.events import PlanEntry, PlanUpdated
 from agentd.messages import ImagePart, Message, Role, TextPart
 from agentd.transcript import (
@@ -132,6 +134,35 @@ def test_a_file_unlinked_renamed_or_replaced_while_open_is_found_when_checked(
     os.unlink(s.path)
     s.writer.close()
     assert not s.path.exists()
+
+
+def test_a_prompts_check_asks_the_kept_descriptor_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file behind a descriptor never changes: a check `fstat`s a kept
+    file once (then only `lstat`s the name), and a file opened again or
+    rebuilt once more; a removal is still found after checks that found none."""
+    s = Live(tmp_path, "s1", OpenFiles())
+    s.say("user", "one")
+    fstat = os.fstat
+    asked: list[int] = []
+
+    def counted(fd: int) -> os.stat_result:
+        asked.append(fd)
+        return fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", counted)
+    for _ in range(3):
+        s.writer.check_file()
+    assert len(asked) == 1
+    os.unlink(s.path)
+    s.writer.check_file()  # found: rebuilt
+    asked.clear()
+    s.writer.check_file()
+    assert asked == []  # the rebuilt file's identity was read as it was made
+    loaded = load(s.path)
+    assert loaded is not None and [m.text for m in loaded.history] == ["one"]
+    s.writer.close()
 
 
 def test_a_replaced_file_is_rebuilt_when_opened_again_and_a_reset_holds(
