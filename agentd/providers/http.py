@@ -153,8 +153,11 @@ class ModelHTTP:
         # head's raw headers but the Content-Length, by URL and request headers.
         self._core_heads: dict[
             tuple[str, tuple[tuple[str, str], ...]],
-            tuple[httpcore.URL, list[tuple[bytes, bytes]]],
+            tuple[httpcore.URL, list[tuple[bytes, bytes]]] | None,
         ] = {}
+        # A response set a cookie (httpx's client keeps it): requests then
+        # look in the client's jar, and go through the client if it holds one.
+        self._cookies_set = False
         # The client's pool when `model_transport` made its transport: requests
         # are handed to it directly (`_send`).
         self._pool: ModelPool | None = None
@@ -187,12 +190,20 @@ class ModelHTTP:
                 headers={"User-Agent": f"agentd/{__version__}"},
                 # Never follow a redirect: the key goes only to the configured host.
                 follow_redirects=False,
+                event_hooks={"response": [self._saw_response]},
             )
             self._pool = model_pool(transport)
             if transport is None:
                 proxy = _proxy_of(self._client, c.effective_base_url())
                 self._via = f" through the proxy {proxy} set in the environment" if proxy else ""
         return self._client
+
+    async def _saw_response(self, response: httpx.Response) -> None:
+        """httpx's client, for each response it got (the pre-connect, the
+        model listing, a request through it): one that set a cookie, which
+        the client keeps, makes `_send` look in the jar."""
+        if "set-cookie" in response.headers:
+            self._cookies_set = True
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -396,7 +407,8 @@ class ModelHTTP:
         Straight to the client's connection pool (`ModelPool`) when the
         client sends through one `model_transport` made and nothing of the
         client's own applies to the request: no cookie held (httpx sends
-        them), no credentials in the URL (httpx makes them Basic auth); a
+        them; the jar is looked in once a response set one), no credentials
+        in the URL (httpx makes them Basic auth); a
         proxy from the environment means httpx's own transport, so no
         `ModelPool`. The rest of what `client.send` does is nothing for these
         requests (no auth, no event hooks, redirects not followed, the
@@ -409,13 +421,15 @@ class ModelHTTP:
         (an async generator), hooks and mount lookup and its transport's
         conversion and exception-mapping context."""
         pool = self._pool
-        parsed = self._parsed(url)
-        if pool is None or client.cookies or parsed.userinfo:
+        core = None
+        # The jar is looked in only once a response set a cookie (`_saw_response`).
+        if pool is not None and not (self._cookies_set and client.cookies):
+            core = self._core_request(client, url, content, headers, extensions)
+        if core is None or pool is None:
             request = self._request(client, url, content, headers, extensions)
             return await client.send(request, stream=True)
         if client.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
-        core = self._core_request(client, url, parsed, content, headers, extensions)
         try:
             answer = await pool.handle_async_request(core)
         except _HTTPCORE_ERRORS as exc:
@@ -428,13 +442,14 @@ class ModelHTTP:
         )
         if "set-cookie" in response.headers:
             # As `client.send` keeps them; the next requests then go through it.
-            response.request = httpx.Request("POST", parsed)
+            self._cookies_set = True
+            response.request = httpx.Request("POST", self._parsed(url))
             client.cookies.extract_cookies(response)
         if _HTTPX_LOG.isEnabledFor(logging.INFO):
             _HTTPX_LOG.info(
                 'HTTP Request: %s %s "%s %d %s"',
                 "POST",
-                parsed,
+                self._parsed(url),
                 response.http_version,
                 response.status_code,
                 response.reason_phrase,
@@ -445,26 +460,33 @@ class ModelHTTP:
         self,
         client: httpx.AsyncClient,
         url: str,
-        parsed: httpx.URL,
         content: bytes | RequestBody,
         headers: dict[str, str],
         extensions: dict[str, Any] | None,
-    ) -> httpcore.Request:
+    ) -> httpcore.Request | None:
         """The `httpcore.Request` httpx's transport makes of `_request`'s
         request: its URL's parts and its head (kept per URL and headers, as
-        `_request` keeps its `httpx.Headers`), the Content-Length last."""
+        `_request` keeps its `httpx.Headers`), the Content-Length last; None
+        for a URL with credentials (httpx's client makes them Basic auth)."""
         key = (url, tuple(headers.items()))
-        kept = self._core_heads.get(key)
-        if kept is None:
-            target = httpcore.URL(
-                scheme=parsed.raw_scheme,
-                host=parsed.raw_host,
-                port=parsed.port,
-                target=parsed.raw_path,
-            )
+        try:
+            kept = self._core_heads[key]
+        except KeyError:
+            parsed = self._parsed(url)
+            kept = None
+            if not parsed.userinfo:
+                target = httpcore.URL(
+                    scheme=parsed.raw_scheme,
+                    host=parsed.raw_host,
+                    port=parsed.port,
+                    target=parsed.raw_path,
+                )
+                kept = (target, self._head(client, url, parsed, headers).raw)
             if len(self._core_heads) >= 16:
                 self._core_heads.clear()
-            kept = self._core_heads[key] = (target, self._head(client, url, parsed, headers).raw)
+            self._core_heads[key] = kept
+        if kept is None:
+            return None
         target, head = kept
         body: httpx.ByteStream | _BodyStream
         if isinstance(content, RequestBody):

@@ -172,13 +172,13 @@ async def test_the_core_request_is_the_one_httpx_s_transport_hands_its_pool() ->
     transport = httpx.AsyncHTTPTransport()
     recorded = Recording()
     transport._pool = recorded  # type: ignore[assignment]
-    parsed = http._parsed(url)
     ext = {"trace": lambda *a: None}
     try:
         for body in (b'{"a":1}', RequestBody([b'{"a":', b"[1,2]}"])):
             for purpose in ("main", "recall"):
                 headers = {**HEADERS, "X-Agentd-Purpose": purpose}
-                ours = http._core_request(client, url, parsed, body, dict(headers), ext)
+                ours = http._core_request(client, url, body, dict(headers), ext)
+                assert ours is not None
                 with pytest.raises(httpx.ConnectError):
                     await transport.handle_async_request(
                         http._request(client, url, body, dict(headers), ext)
@@ -209,6 +209,25 @@ async def test_a_cookie_the_server_sets_is_kept_and_sent_through_the_client() ->
             assert client.cookies.get("lb") == "7"  # taken in, as httpx's client does
             await read_all(await http._send(client, url, b"{}", dict(HEADERS), None))
             assert header(server.requests[1], b"cookie") == b"lb=7"
+        finally:
+            await http.aclose()
+
+
+async def test_a_cookie_the_pre_connect_got_is_sent_with_the_next_request() -> None:
+    """A cookie set on a response of httpx's client (the pre-connect's GET)
+    is in its jar: the model request after it goes through the client,
+    which sends it."""
+    async with Recorder(extra=b"set-cookie: lb=9; Path=/\r\n") as server:
+        http = ModelHTTP(ProviderConfig(base_url=server.base, api_key="sk-x", model="m"))
+        client = http._get_client()
+        url = f"{server.base}/chat/completions"
+        try:
+            preconnect = http.preconnect()
+            assert preconnect is not None
+            await preconnect
+            assert server.requests[0].startswith(b"GET ")
+            await read_all(await http._send(client, url, b"{}", dict(HEADERS), None))
+            assert header(server.requests[1], b"cookie") == b"lb=9"
         finally:
             await http.aclose()
 
