@@ -2,6 +2,8 @@
 
     ModelHTTP.stream()        request -> retries -> SSE events -> provider parser
       _open()                 send; retry 408/409/429/5xx and connect failures
+      _send()                 the request to the connection pool (past httpx's
+                              client and transport where nothing of theirs applies)
       _sse()                  read the body under the total deadline, decode SSE
     to_model_error()          THE one place httpx failures and error statuses
                               become `agentd.errors.ModelError`s
