@@ -171,32 +171,41 @@ def _entry(row: object) -> tuple[str, CacheEntry] | None:
 def load(cache_file: Path) -> dict[str, CacheEntry]:
     """The entries of ``cache_file`` by file name; empty when there is none or
     it is not one this code wrote (said in one log line). Blocking; never raises."""
-    try:
-        fd = open_regular(cache_file)
-    except FileNotFoundError:
+    data = read_cache_file(cache_file)
+    if data is None:
         return {}
-    except NotRegularFile:
-        log.warning("memory index cache %s is not a regular file; ignored", cache_file)
-        return {}
-    except OSError as exc:
-        log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
-        return {}
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_CACHE_BYTES:
-            log.warning("memory index cache %s is %d bytes; ignored", cache_file, size)
-            return {}
-        data = read_fd(fd, MAX_CACHE_BYTES + 1)
-    except OSError as exc:
-        log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
-        return {}
-    finally:
-        os.close(fd)
     entries = _parse(data)
     if entries is None:
         log.warning("memory index cache %s is damaged or of another version; ignored", cache_file)
         return {}
     return entries
+
+
+def read_cache_file(cache_file: Path, what: str = "memory index cache") -> bytes | None:
+    """The bytes of ``cache_file`` when it is a regular file of at most
+    `MAX_CACHE_BYTES`; None otherwise (said in one log line, unless there is
+    no file). Blocking; never raises."""
+    try:
+        fd = open_regular(cache_file)
+    except FileNotFoundError:
+        return None
+    except NotRegularFile:
+        log.warning("%s %s is not a regular file; ignored", what, cache_file)
+        return None
+    except OSError as exc:
+        log.warning("%s %s cannot be read (%s); ignored", what, cache_file, exc)
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_CACHE_BYTES:
+            log.warning("%s %s is %d bytes; ignored", what, cache_file, size)
+            return None
+        return read_fd(fd, MAX_CACHE_BYTES + 1)
+    except OSError as exc:
+        log.warning("%s %s cannot be read (%s); ignored", what, cache_file, exc)
+        return None
+    finally:
+        os.close(fd)
 
 
 def _parse(data: bytes) -> dict[str, CacheEntry] | None:
@@ -241,9 +250,12 @@ def _verified(folder: Path, file_name: str, entry: CacheEntry, now_ns: int) -> b
     return content_hash(data[:MAX_TOPIC_BYTES]) == entry.content_hash
 
 
-def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> None:
+def save(
+    cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]
+) -> dict[str, CacheEntry]:
     """Write ``entries`` (of the notes in ``folder``) to ``cache_file``: a
-    temporary file renamed over it. Blocking; failures are logged, never raised.
+    temporary file renamed over it, and return those written. Blocking;
+    failures are logged, never raised.
 
     Entries not yet `verified` are checked against their file first and left
     out unless they still hold its content. One `json.dumps` per entry: the
@@ -252,6 +264,7 @@ def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> N
     now_ns = time.time_ns()
     header = dict(_HEADER)
     rows: list[bytes] = []
+    written: dict[str, CacheEntry] = {}
     total = 0
     for file_name, entry in entries.items():
         if not entry.verified and not _verified(folder, file_name, entry, now_ns):
@@ -265,11 +278,18 @@ def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> N
         if total > MAX_CACHE_BYTES - 4096:
             break
         rows.append(line)
+        written[file_name] = entry
     header["entries"] = len(rows)
-    _write_atomically(cache_file, [json.dumps(header).encode() + b"\n", *rows])
+    if not write_atomically(cache_file, [json.dumps(header).encode() + b"\n", *rows]):
+        return {}
+    return written
 
 
-def _write_atomically(target: Path, chunks: Iterable[bytes]) -> None:
+def write_atomically(
+    target: Path, chunks: Iterable[bytes], what: str = "memory index cache"
+) -> bool:
+    """``chunks`` to ``target`` (0600, its folder 0700): a temporary file renamed
+    over it, never written through a symlink. False when it failed (logged)."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -282,6 +302,8 @@ def _write_atomically(target: Path, chunks: Iterable[bytes]) -> None:
             os.close(fd)
         os.replace(tmp, target)
     except OSError as exc:
-        log.warning("memory index cache %s not written: %s", target, exc)
+        log.warning("%s %s not written: %s", what, target, exc)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        return False
+    return True

@@ -1,0 +1,354 @@
+"""A project's memory index saved whole, so that a restart takes it as is.
+
+The index cache (`agentd.memory.index_cache`) spares a start the reading and
+tokenising of the notes that did not change. What it left was most of a warm
+start at 10,000 notes (about 1 s of 1.5): each note's term weights and the
+postings, which depend on the whole collection (the average field lengths:
+one changed note changes every weight). This file keeps, per project (its
+memory folder and its team folder together, the notes in scan order), what
+a fresh build of those notes gave: the postings, each note's distinct terms
+and field lengths, and per note the key the build depends on (folder, file
+name, content hash, problems: a note's terms are a function of its name, its
+first `MAX_TOPIC_BYTES` and whether it was cut there, which a problem says).
+A scan that finds the same keys in the same order (the notes it took from
+the index cache, and those it read) takes the postings from here: the index
+a fresh build of these notes gives, not one patched from another. Anything
+else (a note changed, added, removed) builds from the terms as before, and
+the next write saves the new build.
+
+Format: two lines. A JSON header (format, tokenizer and agentd versions, the
+weighting constants, the doc count, a CRC-32 of the second line), then one
+JSON object: the docs' keys, lengths and term counts, the terms in postings
+order, and the numbers as base64 of little-endian arrays (posting doc ids,
+posting weights as indices into a table of the distinct weights, each doc's
+terms as indices into the terms): one `json.loads` of a few long strings,
+and arrays decoded in C, instead of a million JSON numbers. JSON, not pickle:
+loading it runs no code; every count and index is checked against the others
+before use, and a file that fails any check is ignored with one log line.
+It is written in the index cache's worker thread, 0600, under the same cap.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import sys
+import zlib
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentd import __version__
+from agentd.memory import index as index_module
+from agentd.memory.index import IndexedDoc, InvertedIndex
+from agentd.memory.index_cache import MAX_CACHE_BYTES, read_cache_file, write_atomically
+from agentd.memory.store import HEAD_CHARS, MAX_TOPIC_BYTES, DocInfo, TopicDoc
+from agentd.memory.tokenize import TOKENIZER_VERSION
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+WHAT = "memory index snapshot"
+
+# An unsigned 32-bit array type code (`I` is 32 bits wherever CPython runs;
+# `L` is the fallback the standard allows).
+_U32 = next(code for code in "IL" if array(code).itemsize == 4)
+
+# (team, file name, content hash, problems): what a note's indexed terms
+# depend on, with its place in the folders' scan order.
+DocKey = tuple[bool, str, str, tuple[str, ...]]
+Identity = tuple[int, int, int, int]  # st_size, st_mtime_ns, st_ino, st_dev
+# The identity its file had when a note was read, as the index cache holds it
+# (`agentd.memory.index_cache`: only once its read is trusted), or None.
+IdentityOf = Callable[[DocKey], Identity | None]
+
+
+def _header() -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "tokenizer": TOKENIZER_VERSION,
+        "agentd": __version__,
+        "headChars": HEAD_CHARS,
+        "maxTopicBytes": MAX_TOPIC_BYTES,
+        "weighting": [
+            list(index_module.FIELD_WEIGHTS),
+            index_module.K1,
+            index_module.B,
+        ],
+    }
+
+
+def key_of(info: DocInfo, content_hash: str) -> DocKey:
+    return (info.team, info.path.name, content_hash, info.problems)
+
+
+def _packed(values: array[int] | array[float]) -> str:
+    if sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def _unpacked(code: str, text: object) -> array[Any]:
+    """Raises ValueError (binascii.Error is one) on anything but packed data."""
+    if type(text) is not str:
+        raise ValueError("not a string")
+    values: array[Any] = array(code)
+    values.frombytes(base64.b64decode(text, validate=True))
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
+
+
+def encode(index: InvertedIndex, identity_of: IdentityOf) -> list[bytes] | None:
+    """The file's lines for ``index``, which must be built whole
+    (`InvertedIndex.whole`); None when it is not, or stops being so while
+    this reads it (a change on the event loop: this runs in a thread).
+    Each doc goes with its file's identity (``identity_of``, None when the
+    index cache has none for that content): a start that finds every
+    regular note with its identity takes the docs from here too."""
+    if not index.whole:
+        return None
+    try:
+        docs = list(index.docs())
+        postings = index.postings()
+        terms = list(postings)
+        df: array[int] = array(_U32)
+        ids: array[int] = array(_U32)
+        weights: array[float] = array("d")
+        for term in terms:
+            found = postings[term]
+            df.append(len(found))
+            ids.extend(found)
+            weights.extend(found.values())
+        position = {term: i for i, term in enumerate(terms)}
+        doc_terms: array[int] = array(_U32)
+        rows: list[list[object]] = []
+        for expected_id, doc in enumerate(docs):
+            if doc.id != expected_id:
+                return None
+            doc_terms.extend(map(position.__getitem__, doc.terms))
+            info = doc.info
+            key = key_of(info, doc.content_hash)
+            identity = identity_of(key)
+            rows.append(
+                [
+                    info.team,
+                    info.path.name,
+                    doc.content_hash,
+                    list(info.problems),
+                    *doc.lengths,
+                    doc.about_count,
+                    len(doc.terms),
+                    list(identity) if identity is not None else None,
+                    info.name,
+                    info.description,
+                    info.type,
+                    doc.head,
+                ]
+            )
+    except (RuntimeError, KeyError):
+        return None  # changed under us (a dict resized, a term gone)
+    if not index.whole:
+        return None
+    table = sorted(set(weights))
+    slot = {weight: i for i, weight in enumerate(table)}
+    payload = {
+        "docs": rows,
+        "terms": terms,
+        "df": _packed(df),
+        "ids": _packed(ids),
+        "weights": _packed(array(_U32, map(slot.__getitem__, weights))),
+        "table": _packed(array("d", table)),
+        "docTerms": _packed(doc_terms),
+    }
+    try:
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return None  # a file name that is not UTF-8: such a folder builds each start
+    header = _header()
+    header["docs"] = len(rows)
+    header["crc32"] = zlib.crc32(body)
+    return [json.dumps(header).encode() + b"\n", body + b"\n"]
+
+
+def save(target: Path, index: InvertedIndex, identity_of: IdentityOf) -> bool:
+    """Write ``index`` (built whole) to ``target``; False when it is not
+    whole, too large, or not written (logged). Blocking."""
+    lines = encode(index, identity_of)
+    if lines is None:
+        return False
+    if sum(map(len, lines)) > MAX_CACHE_BYTES:
+        log.info("%s for %s left out: past %d bytes", WHAT, target, MAX_CACHE_BYTES)
+        return False
+    return write_atomically(target, lines, WHAT)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A saved index: its docs' keys (checked at load), the rest decoded by
+    `index` once a scan found the same keys."""
+
+    keys: list[DocKey]
+    rows: list[list[Any]]
+    payload: dict[str, Any]
+    source: Path
+    damaged: bool = False  # found so by `index` (said once)
+
+    def places(self) -> dict[tuple[bool, str], int]:
+        """(team, file name) -> the doc's place in `keys`."""
+        return {(row[0], row[1]): i for i, row in enumerate(self.rows)}
+
+    def identity(self, place: int) -> Identity | None:
+        found = self.rows[place][9]
+        return None if found is None else (found[0], found[1], found[2], found[3])
+
+    def doc(self, place: int, path: Path, mtime: float) -> TopicDoc:
+        """The doc saved at ``place``, found at ``path`` with this ``mtime``."""
+        row = self.rows[place]
+        info = DocInfo(path, row[10], row[11], row[12], mtime, row[0], self.keys[place][3])
+        return TopicDoc(info, row[13], row[2])
+
+    def index(self, docs: Sequence[tuple[DocInfo, str, str]]) -> InvertedIndex | None:
+        """The saved index, with each doc's (info, head, content hash) from
+        ``docs`` (this scan's, in key order). None, logged once, when the
+        numbers do not hold together."""
+        if self.damaged:
+            return None
+        try:
+            return self._assemble(docs)
+        except (ValueError, TypeError, IndexError, OverflowError, MemoryError):
+            self.damaged = True
+            log.warning("%s %s is damaged; ignored", WHAT, self.source)
+            return None
+
+    def _assemble(self, docs: Sequence[tuple[DocInfo, str, str]]) -> InvertedIndex | None:
+        payload = self.payload
+        terms = payload["terms"]
+        if type(terms) is not list or not all(type(t) is str for t in terms):
+            raise ValueError("terms")
+        df = _unpacked(_U32, payload["df"])
+        ids = _unpacked(_U32, payload["ids"])
+        slots = _unpacked(_U32, payload["weights"])
+        table = _unpacked("d", payload["table"]).tolist()
+        doc_terms = _unpacked(_U32, payload["docTerms"])
+        n_docs = len(self.rows)
+        if len(docs) != n_docs or len(df) != len(terms) or len(set(terms)) != len(terms):
+            raise ValueError("counts")
+        if sum(df) != len(ids) or len(slots) != len(ids) or len(doc_terms) != len(ids):
+            raise ValueError("postings")
+        if not all(0.0 < w < 1.0 and math.isfinite(w) for w in table):
+            raise ValueError("weights")
+        # One int object per doc id, shared by every posting (as a build's are).
+        # Indexing these lists is the range check: a number past them raises
+        # IndexError.
+        id_of = list(range(n_docs))
+        postings: dict[str, dict[int, float]] = {}
+        start = 0
+        for term, count in zip(terms, df, strict=True):
+            end = start + count
+            found = dict(
+                zip(
+                    map(id_of.__getitem__, ids[start:end]),
+                    map(table.__getitem__, slots[start:end]),
+                    strict=True,
+                )
+            )
+            if len(found) != count:
+                raise ValueError("a doc twice in one term's postings")
+            postings[term] = found
+            start = end
+        indexed: list[IndexedDoc] = []
+        start = 0
+        for doc_id, (row, (info, head, digest)) in enumerate(zip(self.rows, docs, strict=True)):
+            lengths = (row[4], row[5], row[6])
+            end = start + row[8]
+            indexed.append(
+                IndexedDoc(
+                    id=id_of[doc_id],
+                    info=info,
+                    head=head,
+                    content_hash=digest,
+                    lengths=lengths,
+                    terms=tuple(map(terms.__getitem__, doc_terms[start:end])),
+                    about_count=row[7],
+                )
+            )
+            start = end
+        if start != len(doc_terms):
+            raise ValueError("doc terms")
+        return InvertedIndex.assemble(indexed, postings)
+
+
+# One doc: team, file name, content hash, problems, its three field lengths,
+# how many of its terms are its name's and description's, how many terms,
+# its file's identity (or null), name, description, type, head.
+_ROW_TYPES = (bool, str, str, list, int, int, int, int, int, object, str, str, str, str)
+
+
+def _keys(rows: object) -> list[DocKey] | None:
+    if type(rows) is not list:
+        return None
+    keys: list[DocKey] = []
+    for row in rows:
+        if type(row) is not list or len(row) != len(_ROW_TYPES):
+            return None
+        if not all(map(isinstance, row, _ROW_TYPES)) or type(row[0]) is not bool:
+            return None
+        team, name, digest, problems = row[:4]
+        counts = row[4:9]
+        if not all(type(p) is str for p in problems) or not all(type(c) is int for c in counts):
+            return None
+        if min(counts) < 0:
+            return None
+        if row[7] > row[8]:
+            return None  # more "about" terms than terms
+        identity = row[9]
+        if identity is not None and (
+            type(identity) is not list
+            or len(identity) != 4
+            or not all(type(v) is int for v in identity)
+        ):
+            return None
+        keys.append((team, name, digest, tuple(problems)))
+    return keys
+
+
+def load(source: Path) -> Snapshot | None:
+    """The snapshot in ``source``; None when there is none or it is not one
+    this code wrote (said in one log line). Blocking; never raises."""
+    data = read_cache_file(source, WHAT)
+    if data is None:
+        return None
+    snapshot = _parse(data, source)
+    if snapshot is None:
+        log.warning("%s %s is damaged or of another version; ignored", WHAT, source)
+    return snapshot
+
+
+def _parse(data: bytes, source: Path) -> Snapshot | None:
+    head, newline, rest = data.partition(b"\n")
+    if not newline or not rest.endswith(b"\n") or rest.count(b"\n") != 1:
+        return None
+    body = rest[:-1]
+    try:
+        header = json.loads(head)
+        if type(header) is not dict:
+            return None
+        crc, n_docs = header.pop("crc32", None), header.pop("docs", None)
+        if header != _header() or crc != zlib.crc32(body):
+            return None
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if type(payload) is not dict:
+        return None
+    rows = payload.get("docs")
+    keys = _keys(rows)
+    if keys is None or len(keys) != n_docs or type(rows) is not list:
+        return None
+    return Snapshot(keys, rows, payload, source)
