@@ -303,42 +303,52 @@ async def test_a_hostile_cache_file_is_ignored_and_rebuilt(
 def _hostile_snapshot(kind: str, snapshot_file: Path, tmp_path: Path) -> None:
     """`_hostile` for the saved index; and numbers that do not hold together
     under a valid checksum (what only a checked load refuses)."""
-    head, body = snapshot_file.read_bytes().split(b"\n")[:2]
-    header, payload = json.loads(head), json.loads(body)
+    lines = snapshot_file.read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    docs, terms = json.loads(lines[1]), json.loads(lines[2])
+    packed = {
+        name: index_snapshot._unpacked(
+            "d" if name == "table" else index_snapshot._U32, json.loads(line).encode()
+        )
+        for name, line in zip(index_snapshot.PACKED, lines[3:], strict=False)
+    }
 
     def rewrite() -> None:
-        new_body = json.dumps(payload).encode()
-        header["crc32"] = zlib.crc32(new_body)
-        snapshot_file.write_bytes(json.dumps(header).encode() + b"\n" + new_body + b"\n")
+        rest = [json.dumps(docs).encode(), json.dumps(terms).encode()]
+        rest += [b'"' + index_snapshot._packed(packed[n]) + b'"' for n in index_snapshot.PACKED]
+        body = b"".join(line + b"\n" for line in rest)
+        header["crc32"] = zlib.crc32(body)
+        snapshot_file.write_bytes(json.dumps(header).encode() + b"\n" + body)
 
     if kind == "wrong-types":
-        payload["docs"][0][4] = "12"  # a length as a string
+        docs[0][4] = "12"  # a length as a string
         rewrite()
     elif kind == "flipped-byte":
-        other = b"B" if body[-9:-8] == b"A" else b"A"  # inside the last base64 string
-        snapshot_file.write_bytes(head + b"\n" + body[:-9] + other + body[-8:] + b"\n")
+        data = snapshot_file.read_bytes()
+        other = b"B" if data[-9:-8] == b"A" else b"A"  # inside the last base64 string
+        snapshot_file.write_bytes(data[:-9] + other + data[-8:])
     elif kind == "ids-past-the-docs":
-        ids = index_snapshot._unpacked(index_snapshot._U32, payload["ids"])
-        ids[0] = len(payload["docs"])
-        payload["ids"] = index_snapshot._packed(ids)
+        packed["ids"][0] = len(docs)
         rewrite()
     elif kind == "a-doc-twice-in-a-term":
-        ids = index_snapshot._unpacked(index_snapshot._U32, payload["ids"])
-        df = index_snapshot._unpacked(index_snapshot._U32, payload["df"])
         # The first two postings of a term in more than one doc.
+        df = packed["df"]
         start = sum(df[: next(i for i, n in enumerate(df) if n > 1)])
-        ids[start + 1] = ids[start]
-        payload["ids"] = index_snapshot._packed(ids)
+        packed["ids"][start + 1] = packed["ids"][start]
         rewrite()
     elif kind == "a-weight-of-one":
-        payload["table"] = index_snapshot._packed(array("d", [1.0] * 3))
+        packed["table"] = array("d", [1.0] * len(packed["table"]))
         rewrite()
     elif kind == "counts-that-do-not-add-up":
-        payload["docs"][0][8] += 1
+        docs[0][8] += 1
         rewrite()
     elif kind == "not-base64":
-        payload["docTerms"] = "not base64 at all!"
         rewrite()
+        written = snapshot_file.read_bytes().split(b"\n")
+        written[-2] = b'"not base64 at all!"'
+        body = b"".join(line + b"\n" for line in written[1:-1])
+        header["crc32"] = zlib.crc32(body)
+        snapshot_file.write_bytes(json.dumps(header).encode() + b"\n" + body)
     else:
         _hostile(kind, snapshot_file, tmp_path)
 
