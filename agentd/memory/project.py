@@ -591,9 +591,13 @@ class ProjectMemory:
                 snapshot.skipped[str(path)] = outcome.problem
             elif outcome is not None:  # None: vanished since the listing
                 fields = field_terms(outcome)
-                found.append((outcome, fields))
                 if keep and st is not None:
-                    fresh[team][name] = entry_of(outcome, fields, st, read_ns)
+                    entry = fresh[team][name] = entry_of(outcome, fields, st, read_ns)
+                    # Indexed with the entry's head: one string for both (the
+                    # index's own cut would be a second copy of every head
+                    # until the entry is written), and the body freed now.
+                    outcome = TopicDoc(outcome.info, entry.head, outcome.content_hash)
+                found.append((outcome, fields))
             if name not in fresh[team] and name in cached_names[team]:
                 stale[team].add(name)
             if progress is not None and (n % step == 0 or n == total):
