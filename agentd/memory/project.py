@@ -485,7 +485,7 @@ class ProjectMemory:
         entry to drop; what was read is left in ``reads``."""
         places = saved.places()
         taken: set[int] = set()
-        docs: list[TopicDoc] = []
+        docs: list[tuple[DocInfo, str, str]] = []  # info, head, content hash
         read: list[int] = []  # where in ``docs`` the notes read are
         skipped: dict[str, str] = {}
         total = len(work)
@@ -517,7 +517,7 @@ class ProjectMemory:
                     if st is not None:
                         return None  # a regular note, to be kept in the index cache
                     read.append(len(docs))
-                    docs.append(outcome)
+                    docs.append((outcome.info, outcome.body[:HEAD_CHARS], outcome.content_hash))
             if progress is not None and (n % step == 0 or n == total):
                 progress(n, total)
         if any(saved.identity(place) is not None for place in set(places.values()) - taken):
@@ -527,9 +527,9 @@ class ProjectMemory:
         # Those taken are where the saved index has them; those read must
         # give its key there.
         for i in read:
-            if index_snapshot.key_of(docs[i].info, docs[i].content_hash) != saved.keys[i]:
+            if index_snapshot.key_of(docs[i][0], docs[i][2]) != saved.keys[i]:
                 return None
-        index = saved.index([(d.info, d.body[:HEAD_CHARS], d.content_hash) for d in docs])
+        index = saved.index(docs)
         if index is not None:
             snapshot.skipped.update(skipped)
             log.info(

@@ -330,11 +330,8 @@ def _hostile_snapshot(kind: str, snapshot_file: Path, tmp_path: Path) -> None:
     elif kind == "ids-past-the-docs":
         packed["ids"][0] = len(docs)
         rewrite()
-    elif kind == "a-doc-twice-in-a-term":
-        # The first two postings of a term in more than one doc.
-        df = packed["df"]
-        start = sum(df[: next(i for i, n in enumerate(df) if n > 1)])
-        packed["ids"][start + 1] = packed["ids"][start]
+    elif kind == "a-term-without-postings":
+        packed["df"][0], packed["df"][1] = 0, packed["df"][0] + packed["df"][1]
         rewrite()
     elif kind == "a-weight-of-one":
         packed["table"] = array("d", [1.0] * len(packed["table"]))
@@ -357,7 +354,7 @@ HOSTILE_SNAPSHOT = [
     *HOSTILE,
     "flipped-byte",
     "ids-past-the-docs",
-    "a-doc-twice-in-a-term",
+    "a-term-without-postings",
     "a-weight-of-one",
     "counts-that-do-not-add-up",
     "not-base64",
