@@ -308,7 +308,8 @@ def _hostile_snapshot(kind: str, snapshot_file: Path, tmp_path: Path) -> None:
     docs, terms = json.loads(lines[1]), json.loads(lines[2])
     packed = {
         name: index_snapshot._unpacked(
-            "d" if name == "table" else index_snapshot._U32, json.loads(line).encode()
+            "d" if name == "table" else index_snapshot._U32,
+            memoryview(json.loads(line).encode()),
         )
         for name, line in zip(index_snapshot.PACKED, lines[3:], strict=False)
     }
@@ -499,3 +500,34 @@ async def test_a_team_folder_is_saved_in_the_same_index(tmp_path: Path, folder: 
     assert _shape(warm) == _shape(fresh)
     assert sum(d.info.team for d in warm._index.docs()) == 2
     assert warm.recall("deploy windows tuesdays").docs[0].name == "Team deploys"
+
+
+async def test_a_saved_index_takes_edits_and_queries_as_a_built_one(
+    tmp_path: Path, folder: Path
+) -> None:
+    """The saved index's postings are made per term at first use
+    (`index_snapshot.SavedPostings`): queries, an edit and a removal on it
+    give what they give on a fresh build."""
+    await _started(tmp_path, folder)
+    warm = await _started(tmp_path, folder)
+    fresh = await _started(tmp_path, folder, cache=False)
+    saved, built = warm._index, fresh._index
+    assert isinstance(saved._postings, index_snapshot.SavedPostings)
+    for query in ("ship releases", "部署", "pool size pgbouncer", "nothing matches this"):
+        found = terms(query)
+        assert saved.search(found) == saved.search_exhaustive(found)
+        hits = [(h.doc.info.path, h.score) for h in saved.search(found)]
+        assert hits == [(h.doc.info.path, h.score) for h in built.search(found)], query
+    for index in (saved, built):
+        index.remove(str(folder / "db.md"))
+        doc = store.parse_topic(
+            folder / "deploy.md",
+            b"---\nname: Deploy\n---\nmake sail with pgbouncer\n",
+            size=40,
+            mtime=1.0,
+            team=False,
+        )
+        index.upsert(doc)
+    assert _shape(warm) == _shape(fresh)
+    assert saved.postings().get("nonexistent") is None
+    assert saved._postings.pop("nonexistent", "gone") == "gone"
