@@ -10,7 +10,9 @@ numbers, about a tenth in Chinese, Japanese or Korean, last modified an hour
 ago (a folder that has not changed since the last start). The cold build
 starts with no index cache; the project is then closed (which writes the
 cache, timed too) and a second one started on the same folder and cache:
-the warm start, a daemon's next start. With ``--baseline-src DIR`` (``git
+the warm start, a daemon's next start; then the same warm start in a fresh
+process (no cold build's leftovers in its heap: a daemon's next start),
+timed with its RSS. With ``--baseline-src DIR`` (``git
 archive main | tar -x -C DIR``) each size also runs on that checkout's
 ``agentd`` (the same script, ``PYTHONPATH=DIR``), alternating with this
 tree's, ``--runs`` times each. Recall goes through
@@ -178,6 +180,7 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
         warm_s = time.perf_counter() - t0
         rss_warm = rss_kib()
         assert len(memory.list_docs()) == size
+        fresh = fresh_warm_start(ws, folder, home)
         cache_dir = home / "cache" / "memory-index"
         cache_bytes = sum(f.stat().st_size for f in cache_dir.glob("*.jsonl"))
         # The whole index saved beside it (`agentd.memory.index_snapshot`), where there is one.
@@ -226,7 +229,33 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
         "rss_mib": round(rss_after / 1024, 1),
         "rss_index_delta_mib": round((rss_after - rss_before) / 1024, 1),
         "rss_after_warm_start_mib": round(rss_warm / 1024, 1),
+        "fresh_warm_start_s": fresh["warm_start_s"],
+        "fresh_warm_start_rss_mib": fresh["rss_mib"],
     }
+
+
+def fresh_warm_start(ws: Path, folder: Path, home: Path) -> dict[str, Any]:
+    """The warm start again in a fresh process (a daemon's next start: no
+    cold build's leftovers in its heap), and its RSS after it."""
+    out = subprocess.run(
+        [sys.executable, "-P", __file__, "--fresh-warm", str(ws), str(folder), str(home)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=sys.path[0]),
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def warm_start_only(ws: Path, folder: Path, home: Path) -> dict[str, Any]:
+    memory = ProjectMemory(ws, directory=folder, watch=True, **cache_args(home))
+    t0 = time.perf_counter()
+    await memory.start()
+    warm_s = time.perf_counter() - t0
+    rss = rss_kib()
+    await memory.aclose()
+    return {"warm_start_s": round(warm_s, 3), "rss_mib": round(rss / 1024, 1)}
 
 
 def cache_args(home: Path) -> dict[str, Any]:
@@ -243,7 +272,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| checkout | docs | index build (cold) | warm start | cache (+ saved index) "
         "| recall p50 | recall p99 | edit->recall p50 | edit->recall p99 "
-        "| RSS (index delta) | RSS after a warm start | load |\n"
+        "| RSS (index delta) | warm start, fresh process (RSS) | load |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
@@ -255,7 +284,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['recall_p50_ms']:.3f} ms | "
             f"{r['recall_p99_ms']:.3f} ms | {r['edit_visible_p50_ms']:.1f} ms | "
             f"{r['edit_visible_p99_ms']:.1f} ms | {r['rss_mib']} MiB "
-            f"(+{r['rss_index_delta_mib']} MiB) | {r['rss_after_warm_start_mib']} MiB | "
+            f"(+{r['rss_index_delta_mib']} MiB) | {r['fresh_warm_start_s']:.2f} s "
+            f"({r['fresh_warm_start_rss_mib']} MiB) | "
             f"{r.get('loadavg_1m', '')} |"
         )
     return "\n".join(lines)
@@ -270,7 +300,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="runs per size and checkout")
     parser.add_argument("--baseline-src", type=Path, metavar="DIR")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--fresh-warm", nargs=3, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fresh_warm is not None:
+        print(json.dumps(asyncio.run(warm_start_only(*args.fresh_warm))))
+        return 0
     global DENSE
     DENSE = args.dense
     if args.one is not None:
