@@ -191,12 +191,9 @@ def encode(index: InvertedIndex, identity_of: IdentityOf) -> list[bytes] | None:
     return [json.dumps(header).encode() + b"\n", *lines]
 
 
-def save(target: Path, index: InvertedIndex, identity_of: IdentityOf) -> bool:
-    """Write ``index`` (built whole) to ``target``; False when it is not
-    whole, too large, or not written (logged). Blocking."""
-    lines = encode(index, identity_of)
-    if lines is None:
-        return False
+def save(target: Path, lines: list[bytes]) -> bool:
+    """Write ``lines`` (`encode`'s) to ``target``; False when too large or
+    not written (logged). Blocking."""
     if sum(map(len, lines)) > MAX_CACHE_BYTES:
         log.info("%s for %s left out: past %d bytes", WHAT, target, MAX_CACHE_BYTES)
         return False

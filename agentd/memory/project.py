@@ -791,18 +791,20 @@ class ProjectMemory:
 
         # The live index, when it is a whole build not changed since (read
         # here while the loop may change it: `encode` sees that and gives up).
-        if index_snapshot.save(snapshot_file, self._index, identity):
-            return
-        # Changed since its build (watcher edits keep the old averages): the
-        # build the next start would make from the entries just written.
-        pool: dict[str, str] = {}
-        tokenised: list[tuple[TopicDoc, Fields]] = []
-        for folder, team in folders:
-            entries = written[team]
-            for name in sorted(entries):
-                doc = entries[name].doc(folder / name, team=team, mtime=0.0)
-                tokenised.append((doc, entries[name].fields(pool)))
-        index_snapshot.save(snapshot_file, InvertedIndex.from_tokenised(tokenised), identity)
+        lines = index_snapshot.encode(self._index, identity)
+        if lines is None:
+            # Changed since its build (watcher edits keep the old averages):
+            # the build the next start would make from the entries just written.
+            pool: dict[str, str] = {}
+            tokenised: list[tuple[TopicDoc, Fields]] = []
+            for folder, team in folders:
+                entries = written[team]
+                for name in sorted(entries):
+                    doc = entries[name].doc(folder / name, team=team, mtime=0.0)
+                    tokenised.append((doc, entries[name].fields(pool)))
+            lines = index_snapshot.encode(InvertedIndex.from_tokenised(tokenised), identity)
+        if lines is not None:
+            index_snapshot.save(snapshot_file, lines)
 
     # -- watching -----------------------------------------------------------------
 
