@@ -79,8 +79,10 @@ class IndexedDoc:
     lengths: tuple[int, int, int]
     # Distinct terms, those of the name and description first (`_weights` adds
     # fields in order), so that `terms[:about_count]` is what the note says it
-    # is about, at no extra memory per doc.
-    terms: tuple[str, ...]
+    # is about, at no extra memory per doc. A tuple, or for an index taken
+    # from a saved one a sequence made into a tuple at its first use
+    # (`index_snapshot.SavedTerms`).
+    terms: Sequence[str]
     about_count: int = 0
 
 

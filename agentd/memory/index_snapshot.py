@@ -42,10 +42,10 @@ import operator
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from agentd import __version__
 from agentd.memory import index as index_module
@@ -260,12 +260,13 @@ class Snapshot:
         # must not fail (a query, an edit).
         if ids and (max(ids) >= n_docs or max(slots) >= len(table) or min(df) == 0):
             raise ValueError("a posting past the docs or the weights, or a term without")
+        if doc_terms and max(doc_terms) >= len(terms):
+            raise ValueError("a doc's term past the terms")
         # One int object per doc id, shared by every posting (as a build's are).
         id_of = list(range(n_docs))
         postings = SavedPostings(terms, df, _Packed(ids, slots, table, id_of))
         indexed: list[IndexedDoc] = []
         start = 0
-        # Indexing ``terms`` is the range check of each doc's terms.
         for doc_id, (row, (info, head, digest)) in enumerate(zip(self.rows, docs, strict=True)):
             lengths = (row[4], row[5], row[6])
             end = start + row[8]
@@ -276,7 +277,7 @@ class Snapshot:
                     head=head,
                     content_hash=digest,
                     lengths=lengths,
-                    terms=tuple(map(terms.__getitem__, doc_terms[start:end])),
+                    terms=SavedTerms(terms, doc_terms, start, end),
                     about_count=row[7],
                 )
             )
@@ -284,6 +285,56 @@ class Snapshot:
         if start != len(doc_terms):
             raise ValueError("doc terms")
         return InvertedIndex.assemble(indexed, postings)
+
+
+class SavedTerms(Sequence[str]):
+    """A saved doc's distinct terms (`IndexedDoc.terms`), made into a tuple
+    the first time they are read: a start makes none (a tuple per doc,
+    772,000 terms at 10,000 notes, about 0.08 s and 6 MB), a query only its
+    candidates' (their name's and description's terms are evidence), an
+    edit or a removal only that doc's. Equal to the tuple it stands for."""
+
+    __slots__ = ("_doc_terms", "_end", "_made", "_start", "_terms")
+
+    def __init__(self, terms: list[str], doc_terms: array[int], start: int, end: int) -> None:
+        self._terms = terms
+        self._doc_terms = doc_terms
+        self._start = start
+        self._end = end
+        self._made: tuple[str, ...] | None = None
+
+    def made(self) -> tuple[str, ...]:
+        made = self._made
+        if made is None:
+            numbers = self._doc_terms[self._start : self._end]
+            made = self._made = tuple(map(self._terms.__getitem__, numbers))
+        return made
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
+        return self.made()[i]
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.made())
+
+    def __contains__(self, term: object) -> bool:
+        return term in self.made()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SavedTerms):
+            other = other.made()
+        return self.made() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.made())
 
 
 @dataclass(frozen=True, slots=True)

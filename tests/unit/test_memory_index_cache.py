@@ -505,14 +505,17 @@ async def test_a_team_folder_is_saved_in_the_same_index(tmp_path: Path, folder: 
 async def test_a_saved_index_takes_edits_and_queries_as_a_built_one(
     tmp_path: Path, folder: Path
 ) -> None:
-    """The saved index's postings are made per term at first use
-    (`index_snapshot.SavedPostings`): queries, an edit and a removal on it
-    give what they give on a fresh build."""
+    """The saved index's postings and docs' terms are made at first use
+    (`index_snapshot.SavedPostings`, `SavedTerms`): queries, an edit and a
+    removal on it give what they give on a fresh build."""
     await _started(tmp_path, folder)
     warm = await _started(tmp_path, folder)
     fresh = await _started(tmp_path, folder, cache=False)
     saved, built = warm._index, fresh._index
     assert isinstance(saved._postings, index_snapshot.SavedPostings)
+    saved_terms = [d.terms for d in saved.docs()]
+    assert all(isinstance(t, index_snapshot.SavedTerms) for t in saved_terms)
+    assert saved_terms == [d.terms for d in built.docs()]
     for query in ("ship releases", "部署", "pool size pgbouncer", "nothing matches this"):
         found = terms(query)
         assert saved.search(found) == saved.search_exhaustive(found)
