@@ -11,7 +11,9 @@ The next scan reuses an entry when the file's identity (`st_size`,
 `st_mtime_ns`, `st_ino`, `st_dev`) is the one the entry was read with, and
 reads the file otherwise; the index is then built from those terms exactly
 as from freshly tokenised ones (the weights depend on the whole folder's
-average lengths, so they are always recomputed).
+average lengths, so they are recomputed), unless the project's saved index
+(`agentd.memory.index_snapshot`) was built from the same notes: then it is
+taken as is, and this file not even read when every note checks out.
 
 The file is JSON lines: a header (format, tokenizer and agentd versions, the
 parsing bounds, the entry count), then one JSON array per note. JSON, not

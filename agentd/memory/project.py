@@ -10,12 +10,15 @@ Invariants:
   every change after the initial build, with the paths that changed.
 - With an ``index_cache_home``, each memory folder's parsed notes are kept
   in its index cache (`agentd.memory.index_cache`): a scan takes the notes
-  that did not change from there. The cache is written in a worker thread,
+  that did not change from there, and the whole index from the saved one
+  (`agentd.memory.index_snapshot`) when it was built from the same notes
+  (`_as_saved`, `_saved_index`). The cache is written in a worker thread,
   `SAVE_DELAY_S` after the last change of the index (never on a prompt's
   path), and once more at `aclose` when a change is still unsaved. Between
   writes only what changed is held (the notes a scan read, the watcher's
   changes), merged into the file at the next write: the daemon does not keep
-  a second copy of every note's terms.
+  a second copy of every note's terms. Each write saves the index too: the
+  live one when it is a whole build, else a fresh build from the entries.
 """
 
 from __future__ import annotations
