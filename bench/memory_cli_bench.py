@@ -41,7 +41,7 @@ from memory_bench import make_doc, write_doc
 from agentd.layout import memory_dir, memory_index_cache_dir
 
 QUERY = "deploy rollout latency timeout"
-_FROM_CACHE = re.compile(rb"(\d+) notes from the index cache, (\d+) read")
+_FROM_CACHE = re.compile(rb"(\d+) notes from the (?:index cache|saved index), (\d+) read")
 
 
 def run_cli(env: dict[str, str], workspace: Path) -> tuple[float, bytes, tuple[int, int] | None]:

@@ -162,7 +162,8 @@ async def test_the_memory_cli_reads_the_index_cache_a_daemon_wrote_and_keeps_it_
 
     docs, said = _cli_recall(env, workspace, "postgres pooling")
     assert docs[:1] == [str(db)]
-    assert f"{FILLERS + 1} notes from the index cache, 0 read" in said, said
+    # No note changed: the whole index the daemon saved beside the cache.
+    assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said
 
     # Edited since, an hour old again (a `git pull`): read, and found by its new words.
     db.write_text(db.read_text().replace("Pool size", "Zanzibarish pool size"))
@@ -171,7 +172,8 @@ async def test_the_memory_cli_reads_the_index_cache_a_daemon_wrote_and_keeps_it_
     docs, said = _cli_recall(env, workspace, "zanzibarish")
     assert docs == [str(db)]
     assert f"{FILLERS} notes from the index cache, 1 read" in said, said
-    # That command wrote what it read: the next one reads nothing.
+    # That command wrote what it read (the cache and the whole index): the
+    # next one reads nothing.
     docs, said = _cli_recall(env, workspace, "zanzibarish")
     assert docs == [str(db)]
-    assert f"{FILLERS + 1} notes from the index cache, 0 read" in said, said
+    assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said
