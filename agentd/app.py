@@ -104,12 +104,14 @@ class App:
             settings, supervisor, provider, core, memory, recall=None, mcp=mcp, client_specs=specs
         )
         if settings.memory.enabled and settings.memory.extraction:
+            core.extracts = True
             app._extraction_args = {
                 "manager": memory,
                 "provider": provider,
                 "supervisor": supervisor,
                 "fast_model": settings.provider_config().fast_model,
                 "transcripts": core.finished_extent,
+                "on_extracted": core.extracted,
                 "home": home,
                 "grace": settings.memory.shutdown_grace,
                 "progress": app._extraction_progress,

@@ -4,6 +4,8 @@
     $AGENTD_HOME/projects/<slug>/sessions/   its session transcripts (`agentd.transcript`)
     $AGENTD_HOME/cache/memory-index/<hash>.jsonl   a memory folder's parsed notes, kept
                                              across starts (`agentd.memory.index_cache`)
+    $AGENTD_HOME/cache/memory-index/<hash>.index   a project's whole memory index, as its
+                                             last build made it (`agentd.memory.index_snapshot`)
     <workspace>/.agentd/memory/              optional team memory, shared through git
     <user config dir>/                       config.toml, AGENTS.md, the TCP token
 
@@ -114,3 +116,12 @@ def memory_index_cache_file(folder_real: Path, home: Path | None = None) -> Path
     through two workspaces shares one)."""
     key = str(folder_real).encode("utf-8", "surrogateescape")
     return memory_index_cache_dir(home) / f"{hashlib.sha256(key).hexdigest()[:32]}.jsonl"
+
+
+def memory_index_snapshot_file(
+    folder_real: Path, team_real: Path, home: Path | None = None
+) -> Path:
+    """The saved index of the project whose memory folder and team folder have
+    these real paths (one index covers both): named by a hash of the pair."""
+    key = f"{folder_real}\0{team_real}".encode("utf-8", "surrogateescape")
+    return memory_index_cache_dir(home) / f"{hashlib.sha256(key).hexdigest()[:32]}.index"

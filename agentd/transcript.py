@@ -77,11 +77,17 @@ A live session's file removed, renamed or replaced behind the daemon (by
 hand, by an older agentd, by a sync tool) is written again whole
 (`TranscriptWriter._rebuild`): its header, then a `fork` record that names
 the session itself and holds its state as the daemon has it, with
-`offset`, the offset its next message line takes (the message lines
-before it are gone, and a cursor pointing among them finds nothing
-there), then its settings; written under a temporary name and renamed into
-place. Found as a closed file is opened again (never created: a session's
-file that is not there was taken away) and, for a file kept open, at a
+`offset`, the offset its next message line takes, then its settings;
+written under a temporary name and renamed into place. With memory
+extraction on, the message lines it had not read yet (past its cursor, as
+the extraction last told the writer; those this writer wrote) come again,
+as they were written, between the header and the fork record: a cursor
+pointing among them finds them, and a load, which takes the session's
+state from the record, sees each message once (a fork's cut at an offset
+looks only past the record). The other message lines before it are gone
+with the old file; a cursor pointing among them finds nothing there.
+Found as a closed file is opened again (never created: a session's file
+that is not there was taken away) and, for a file kept open, at a
 prompt's start and at close (`check_file`). A session deleted through
 agentd is never written again: its writer is `discard`ed first.
 
@@ -619,6 +625,7 @@ class TranscriptWriter:
         torn: bool = False,
         additional_roots: Iterable[str] = (),
         snapshot: Callable[[], tuple[ForkBase, dict[str, Any]]] | None = None,
+        keep_unextracted: bool = False,
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -629,6 +636,15 @@ class TranscriptWriter:
         self.offset = offset
         # Set by the owner after a failed append, so that it reports the failure once.
         self.failed = False
+        # Why the owner last found the file unwritable ("": never), and
+        # whether the user was told in the chat (once per session: the lines
+        # are kept and written when the disk takes them, so there is no
+        # second thing to say while it refuses).
+        self.failure = ""
+        self.told = False
+        # Set by the owner when the file was taken away and writing it again
+        # failed (`check_file`); cleared by the next check that does not fail.
+        self.rebuild_failed = False
         # The title of the conversation since the last reset ("" before its first prompt).
         self.title = title
         self._files = files if files is not None else OpenFiles(limit=1)
@@ -671,8 +687,22 @@ class TranscriptWriter:
         # (st_dev, st_ino) of the file last seen open (None: not learned yet):
         # another file found under the name was put there behind the daemon.
         self._identity: tuple[int, int] | None = None
+        # The open file `_identity` was read from: a descriptor's file never
+        # changes, so a prompt's check (`_taken_away`) asks it only of another.
+        self._identity_file: IO[bytes] | None = None
         # Rebuilds so far: a line whose state a rebuild wrote is not written again.
         self._rebuilds = 0
+        # The lines of the messages this writer gave offsets that memory
+        # extraction has not read yet, by offset (None: extraction is off):
+        # a rebuilt file holds them as message lines again, before its fork
+        # record, or the cursor, behind the record's offset, would find no
+        # line of theirs and they would never be extracted. Dropped as the
+        # extraction's cursor passes them (`extracted`).
+        self._unextracted: OrderedDict[int, bytes] | None = (
+            OrderedDict() if keep_unextracted else None
+        )
+        self._unextracted_bytes = 0
+        self._said_unextracted = False
 
     @property
     def pending(self) -> int:
@@ -713,11 +743,14 @@ class TranscriptWriter:
             self._pending_config = {}
 
     def _line(self, record: dict[str, Any], *, flush: bool = True) -> None:
+        self._put(_encode(record), flush=flush)
+
+    def _put(self, line: bytes, *, flush: bool = True) -> None:
         if self.discarded:
             return
         if not self._started:
             self._start()
-        self._pending.append(_encode(record))
+        self._pending.append(line)
         if flush:
             self.flush()
 
@@ -802,6 +835,7 @@ class TranscriptWriter:
         if self._identity not in (None, (held.st_dev, held.st_ino)):
             return self._rebuild()
         self._identity = (held.st_dev, held.st_ino)
+        self._identity_file = f
         return f
 
     def check_file(self) -> None:
@@ -812,7 +846,8 @@ class TranscriptWriter:
         checks the kept one, at a prompt's start (before its first line, so
         that the prompt's messages are message lines of the new file, which
         memory extraction reads) and at `close` (a daemon's exit): an
-        `fstat` and an `lstat`, 2-4 us, once per prompt, not on every line.
+        `lstat`, once per prompt, not on every line (and an `fstat` of a
+        file opened since the last check: `_identity_file`).
         Nothing for a writer that has written nothing yet: a load alone
         writes nothing, and a new session's file is its first prompt's."""
         if self._snapshot is None or not self._started or self._fresh or self.discarded:
@@ -828,11 +863,12 @@ class TranscriptWriter:
         except OSError:
             return False  # the folder cannot be read: the next write says why
         f = self._files.kept(self.path)
-        if f is not None:
+        if f is not None and f is not self._identity_file:
             held = os.fstat(f.fileno())
             # An unlinked file (st_nlink 0) is no longer the one at the path:
             # the identity check covers it, and a rename or a replacement too.
             self._identity = (held.st_dev, held.st_ino)
+            self._identity_file = f
         return self._identity not in (None, (named.st_dev, named.st_ino))
 
     def _rebuild(self) -> IO[bytes]:
@@ -862,6 +898,7 @@ class TranscriptWriter:
             self.workspace_root,
             config,
             lambda m: self._message_json(m, images),
+            self._unextracted.values() if self._unextracted else (),
         )
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
@@ -886,6 +923,7 @@ class TranscriptWriter:
         f = self._files.replace(self.path, io.FileIO(fd, "a"))
         held = os.fstat(fd)
         self._identity = (held.st_dev, held.st_ino)
+        self._identity_file = f
         _sync_folder(self.path.parent)
         for digest, raw in images.items():
             try:
@@ -947,6 +985,11 @@ class TranscriptWriter:
                     # The first prompt's path: one meta file write, not two.
                     self._meta_due = True
         record = message_to_json(message)
+        if message.images and self._unextracted is not None:
+            # Kept before the flush below, which may rebuild the file: its
+            # images by their hash (extraction reads no image's bytes).
+            shown = self._message_json(message, {})
+            self._keep_unextracted(offset, _encode(_message_record(offset, shown)))
         if message.images and not self._started:
             # The transcript before its images: an images folder without its
             # transcript is garbage to `collect_orphan_images`, even for an instant.
@@ -968,8 +1011,40 @@ class TranscriptWriter:
                         log.warning("transcript %s: cannot store an image: %s", self.path, exc)
                         continue
                     del part["data"]
-        self._line({"type": "message", "offset": offset, "ts": time.time(), "message": record})
+        line = _encode(_message_record(offset, record))
+        if not message.images:
+            self._keep_unextracted(offset, line)
+        self._put(line)
         return offset
+
+    def _keep_unextracted(self, offset: int, line: bytes) -> None:
+        if self._unextracted is None or self.discarded:
+            return
+        self._unextracted[offset] = line
+        self._unextracted_bytes += len(line)
+        while self._unextracted_bytes > MAX_UNEXTRACTED_BYTES and len(self._unextracted) > 1:
+            # Extraction far behind (its model down for hours): the oldest
+            # go, and only a rebuild would miss them. Said once per writer.
+            _, dropped = self._unextracted.popitem(last=False)
+            self._unextracted_bytes -= len(dropped)
+            if not self._said_unextracted:
+                self._said_unextracted = True
+                log.warning(
+                    "transcript %s: more than %d MiB not extracted to memory yet; the "
+                    "oldest would not be extracted if the file were taken away",
+                    self.path,
+                    MAX_UNEXTRACTED_BYTES >> 20,
+                )
+
+    def extracted(self, offset: int) -> None:
+        """Memory extraction's cursor of this session is at `offset`: the lines
+        before it are no longer kept for a rebuild."""
+        kept = self._unextracted
+        while kept:
+            first = next(iter(kept))
+            if first >= offset:
+                break
+            self._unextracted_bytes -= len(kept.pop(first))
 
     def close_cut_turn(self, message: Message, note: Note) -> int:
         """The lines that close a prompt a crash cut short (`agentd.turn_ends`),
@@ -985,6 +1060,7 @@ class TranscriptWriter:
             _encode({**record, "message": message_to_json(message)}),
             _encode({"type": "note", "ts": time.time(), "note": note_to_json(note)}),
         ]
+        self._keep_unextracted(offset, lines[0])
         if self._started:
             self._pending.extend(lines)  # written with the next line
         else:
@@ -1116,6 +1192,14 @@ class TranscriptWriter:
             log.error("transcript %s: %d line(s) not written: %s", self.path, self.pending, exc)
         self._files.close(self.path)
 
+
+def _message_record(offset: int, message: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "message", "offset": offset, "ts": time.time(), "message": message}
+
+
+# At most this much of a session's transcript is kept in memory for a
+# rebuild (`TranscriptWriter._unextracted`): many turns' worth of lines.
+MAX_UNEXTRACTED_BYTES = 16 * 1024 * 1024
 
 _APPEND = os.O_WRONLY | os.O_APPEND
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -1366,11 +1450,14 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
     if not records or records[0].get("type") != "session":
         return None
     if end is not None:
+        # Message lines before a fork record (a rebuilt file's, kept for
+        # extraction) are in the record's state: the cut is among those after it.
+        forked = max((i for i, r in enumerate(records) if r.get("type") == "fork"), default=0)
         cut = next(
             (
                 i
                 for i, r in enumerate(records)
-                if r.get("type") == "message" and _int(r.get("offset"), -1) >= end
+                if i > forked and r.get("type") == "message" and _int(r.get("offset"), -1) >= end
             ),
             len(records),
         )
@@ -1563,11 +1650,14 @@ def fork_lines(
     workspace_root: Path,
     config: dict[str, Any],
     message_json: Callable[[Message], dict[str, Any]] = message_to_json,
+    unextracted: Iterable[bytes] = (),
 ) -> bytes:
     """A fork's transcript as first written: its header, the `fork` record,
     and the settings it starts with (`mode`, `model`, `additionalDirectories`)
     as a config line. A rebuilt transcript (`TranscriptWriter._rebuild`) is
-    written the same way, its record naming its own session."""
+    written the same way, its record naming its own session, and with the
+    `unextracted` message lines (as they were written) between the header
+    and the record."""
     now = time.time()
     lines = [
         _encode(
@@ -1578,6 +1668,7 @@ def fork_lines(
                 "createdAt": now,
             }
         ),
+        *unextracted,
         _encode(base.to_json(message_json)),
     ]
     if config:

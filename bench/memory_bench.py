@@ -2,6 +2,7 @@
 recall latency, edit-to-recall latency, RSS.
 
     python bench/memory_bench.py [--sizes 100,1000,10000] [--queries 300] [--edits 50]
+                                 [--runs 1] [--baseline-src DIR] [--dense]
 
 Each size runs in its own process (so RSS is that size's alone) on generated
 topic files in a temp folder: English technical notes with identifiers and
@@ -9,7 +10,12 @@ numbers, about a tenth in Chinese, Japanese or Korean, last modified an hour
 ago (a folder that has not changed since the last start). The cold build
 starts with no index cache; the project is then closed (which writes the
 cache, timed too) and a second one started on the same folder and cache:
-the warm start, a daemon's next start. Recall goes through
+the warm start, a daemon's next start; then the same warm start in a fresh
+process (no cold build's leftovers in its heap: a daemon's next start),
+timed with its RSS. With ``--baseline-src DIR`` (``git
+archive main | tar -x -C DIR``) each size also runs on that checkout's
+``agentd`` (the same script, ``PYTHONPATH=DIR``), alternating with this
+tree's, ``--runs`` times each. Recall goes through
 ``ProjectMemory.recall`` (the path a prompt uses); edits go through the real
 watcher (watchfiles, debounce 50 ms) and are timed from the write until a
 recall returns the edited doc. Prints JSON, then a markdown table. ``--dense``
@@ -31,7 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The checkout measured: this tree, or `--baseline-src`'s (set by `main` for
+# the per-size process).
+sys.path.insert(0, os.environ.get("MEMORY_BENCH_SRC") or str(Path(__file__).resolve().parents[1]))
 
 from agentd.memory import ProjectMemory
 
@@ -172,8 +180,11 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
         warm_s = time.perf_counter() - t0
         rss_warm = rss_kib()
         assert len(memory.list_docs()) == size
-        cache_files = list((home / "cache" / "memory-index").glob("*.jsonl"))
-        cache_bytes = sum(f.stat().st_size for f in cache_files)
+        fresh = fresh_warm_start(ws, folder, home)
+        cache_dir = home / "cache" / "memory-index"
+        cache_bytes = sum(f.stat().st_size for f in cache_dir.glob("*.jsonl"))
+        # The whole index saved beside it (`agentd.memory.index_snapshot`), where there is one.
+        saved_bytes = sum(f.stat().st_size for f in cache_dir.glob("*.index"))
         try:
             queries = make_queries(rng, n_queries, size)
             for q in queries[:20]:  # warm caches (stemmer, allocator)
@@ -206,6 +217,7 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
         "warm_start_s": round(warm_s, 3),
         "close_with_cache_write_s": round(close_s, 3),
         "cache_mib": round(cache_bytes / 2**20, 1),
+        "saved_index_mib": round(saved_bytes / 2**20, 1),
         "recall_p50_ms": round(pct(latencies, 0.5), 3),
         "recall_p99_ms": round(pct(latencies, 0.99), 3),
         "recall_max_ms": round(max(latencies), 3),
@@ -217,7 +229,33 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
         "rss_mib": round(rss_after / 1024, 1),
         "rss_index_delta_mib": round((rss_after - rss_before) / 1024, 1),
         "rss_after_warm_start_mib": round(rss_warm / 1024, 1),
+        "fresh_warm_start_s": fresh["warm_start_s"],
+        "fresh_warm_start_rss_mib": fresh["rss_mib"],
     }
+
+
+def fresh_warm_start(ws: Path, folder: Path, home: Path) -> dict[str, Any]:
+    """The warm start again in a fresh process (a daemon's next start: no
+    cold build's leftovers in its heap), and its RSS after it."""
+    out = subprocess.run(
+        [sys.executable, "-P", __file__, "--fresh-warm", str(ws), str(folder), str(home)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=sys.path[0]),
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def warm_start_only(ws: Path, folder: Path, home: Path) -> dict[str, Any]:
+    memory = ProjectMemory(ws, directory=folder, watch=True, **cache_args(home))
+    t0 = time.perf_counter()
+    await memory.start()
+    warm_s = time.perf_counter() - t0
+    rss = rss_kib()
+    await memory.aclose()
+    return {"warm_start_s": round(warm_s, 3), "rss_mib": round(rss / 1024, 1)}
 
 
 def cache_args(home: Path) -> dict[str, Any]:
@@ -232,18 +270,23 @@ def cache_args(home: Path) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| docs | index build (cold) | warm start | cache | recall p50 | recall p99 "
-        "| edit->recall p50 | edit->recall p99 | RSS (index delta) |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| checkout | docs | index build (cold) | warm start | cache (+ saved index) "
+        "| recall p50 | recall p99 | edit->recall p50 | edit->recall p99 "
+        "| RSS (index delta) | warm start, fresh process (RSS) | load |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     for r in rows:
         lines.append(
-            f"| {r['docs']:,} | {r['index_build_s']:.2f} s | {r['warm_start_s']:.2f} s | "
-            f"{r['cache_mib']} MiB | {r['recall_p50_ms']:.3f} ms | "
+            f"| {r.get('checkout', 'this')} | {r['docs']:,} | {r['index_build_s']:.2f} s | "
+            f"{r['warm_start_s']:.2f} s | "
+            f"{r['cache_mib']} (+{r.get('saved_index_mib', 0.0)}) MiB | "
+            f"{r['recall_p50_ms']:.3f} ms | "
             f"{r['recall_p99_ms']:.3f} ms | {r['edit_visible_p50_ms']:.1f} ms | "
             f"{r['edit_visible_p99_ms']:.1f} ms | {r['rss_mib']} MiB "
-            f"(+{r['rss_index_delta_mib']} MiB) |"
+            f"(+{r['rss_index_delta_mib']} MiB) | {r['fresh_warm_start_s']:.2f} s "
+            f"({r['fresh_warm_start_rss_mib']} MiB) | "
+            f"{r.get('loadavg_1m', '')} |"
         )
     return "\n".join(lines)
 
@@ -254,32 +297,51 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--edits", type=int, default=50)
     parser.add_argument("--dense", action="store_true", help="300-word vocabulary (worst case)")
+    parser.add_argument("--runs", type=int, default=1, help="runs per size and checkout")
+    parser.add_argument("--baseline-src", type=Path, metavar="DIR")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--fresh-warm", nargs=3, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fresh_warm is not None:
+        print(json.dumps(asyncio.run(warm_start_only(*args.fresh_warm))))
+        return 0
     global DENSE
     DENSE = args.dense
     if args.one is not None:
         print(json.dumps(asyncio.run(run_size(args.one, args.queries, args.edits))))
         return 0
+    if args.baseline_src is not None and not (args.baseline_src / "agentd").is_dir():
+        parser.error(f"--baseline-src: no agentd package in {args.baseline_src}")
+    here = str(Path(__file__).resolve().parents[1])
+    sources = [here] + ([str(args.baseline_src.resolve())] if args.baseline_src else [])
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        out = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--one",
-                str(size),
-                "--queries",
-                str(args.queries),
-                "--edits",
-                str(args.edits),
-                *(["--dense"] if args.dense else []),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for run in range(args.runs):
+            for src in sources:
+                env = dict(os.environ, MEMORY_BENCH_SRC=src, PYTHONPATH=src)
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        "-P",
+                        __file__,
+                        "--one",
+                        str(size),
+                        "--queries",
+                        str(args.queries),
+                        "--edits",
+                        str(args.edits),
+                        *(["--dense"] if args.dense else []),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                row["checkout"] = "this" if src == here else "baseline"
+                row["run"] = run + 1
+                row["loadavg_1m"] = round(os.getloadavg()[0], 2)
+                rows.append(row)
     print(json.dumps(rows, indent=2))
     print()
     print(table(rows))

@@ -55,6 +55,8 @@ DEFAULT_MARKS = [
     "agentd.agent.turn:_system_prompt",
     "agentd.agent.turn:_stream_step",
     "agentd.providers.http:ModelHTTP._request",
+    "agentd.providers.http:ModelHTTP._send",
+    "agentd.providers.http:ModelHTTP._core_request",
     "agentd.providers.pool:ModelPool.handle_async_request",
     "_bare_model:BareModel.complete",
     "_bare_model:BareModel.body",

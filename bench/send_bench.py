@@ -144,6 +144,61 @@ async def bench_request(runs: int, idle: float) -> dict[str, list[float]]:
     return samples
 
 
+async def bench_model_send(runs: int, idle: float) -> dict[str, list[float]]:
+    """The model client's request, from the request object's making to the
+    head's first socket write: `ModelHTTP._request` and `client.send` (the
+    way through httpx's client and transport) beside `ModelHTTP._send` (the
+    `httpcore.Request` handed to the `ModelPool` directly), one client."""
+    server = await asyncio.start_server(_answer, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    url = f"{base}/chat/completions"
+    http = ModelHTTP(ProviderConfig(base_url=base, api_key="sk-x", model="m"))
+    client = http._get_client()
+    headers = {
+        "Authorization": "Bearer sk-x",
+        "Accept": "text/event-stream",
+        "Content-Type": "application/json",
+        "X-Agentd-Purpose": "main",
+    }
+
+    async def through_client() -> httpx.Response:
+        request = http._request(client, url, BODY, headers, {"trace": _trace})
+        return await client.send(request, stream=True)
+
+    async def direct() -> httpx.Response:
+        return await http._send(client, url, BODY, headers, {"trace": _trace})
+
+    ways: dict[str, Callable[[], Any]] = {
+        "`_request` + `client.send`": through_client,
+        "`ModelHTTP._send`": direct,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in ways}
+    socket.socket.send = _marked_send
+    try:
+        for i in range(runs + 5):
+            order = list(ways.items())
+            for name, way in order if i % 2 else order[::-1]:
+                await asyncio.sleep(idle)
+                first_write.clear()
+                start = time.perf_counter()
+                response = await way()
+                written = first_write[0]
+                await response.aread()
+                await response.aclose()
+                if i >= 5:
+                    samples[name].append((written - start) * 1000)
+    finally:
+        socket.socket.send = _send
+        await http.aclose()
+        server.close()
+        await server.wait_closed()
+    return samples
+
+
+async def _trace(event: str, info: Any) -> None:
+    """A `trace` extension, as the daemon's requests carry one (`on_sent`)."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -153,6 +208,7 @@ def main() -> int:
         load = " ".join(f.read().split()[:3])
     send = asyncio.run(bench_send(args.runs, args.idle))
     made = asyncio.run(bench_request(args.runs, args.idle))
+    model = asyncio.run(bench_model_send(args.runs, args.idle))
     print(
         f"load average {load}; {args.runs} requests each, {args.idle * 1000:g} ms idle before each"
     )
@@ -162,6 +218,8 @@ def main() -> int:
         print(f"| send -> first socket write, {name} (ms) | {_stats(values)} |")
     for name, values in made.items():
         print(f"| the request object, {name} (us) | {_stats(values)} |")
+    for name, values in model.items():
+        print(f"| request made -> first socket write, {name} (ms) | {_stats(values)} |")
     return 0
 
 

@@ -58,10 +58,12 @@ from agentd.errors import (
 from agentd.events import ModeChanged, ToolCallUpdate, Update
 from agentd.layout import agentd_folders
 from agentd.params import (
+    TextPrompt,
     additional_roots,
     check_choice,
     params_model,
     prompt_input,
+    text_prompt,
     validate_params,
     workspace_path,
 )
@@ -116,8 +118,12 @@ async def dispatch(server: AcpServer, request: Request) -> Any:
             target = await server.warmup.wait_settings()
         else:
             target = await server.warmup.wait(request.method)
-        model = params_model(handler, importlib.import_module(MODELS))
-        p = validate_params(request.method, model, request.params)
+        p: Any = None
+        if request.method == "session/prompt":
+            p = text_prompt(request.params, blocks_only=True)
+        if p is None:
+            model = params_model(handler, importlib.import_module(MODELS))
+            p = validate_params(request.method, model, request.params)
         return await handler(server, target, request, p)
     except ProtocolError as exc:
         code = RESOURCE_NOT_FOUND if isinstance(exc, SessionNotFound) else exc.code
@@ -354,8 +360,14 @@ def prompt_content(blocks: list[ContentBlock], max_image_bytes: int) -> UserInpu
     return prompt_input(dumped, max_image_bytes)
 
 
-async def prompt(server: AcpServer, app: App, request: Request, p: PromptParams) -> dict[str, Any]:
-    content = prompt_content(p.prompt, app.settings.limits.max_image_bytes)
+async def prompt(
+    server: AcpServer, app: App, request: Request, p: PromptParams | TextPrompt
+) -> dict[str, Any]:
+    content: UserInput
+    if isinstance(p, TextPrompt):  # text only, read without pydantic (`dispatch`)
+        content = p.text
+    else:
+        content = prompt_content(p.prompt, app.settings.limits.max_image_bytes)
     sid = p.session_id
     session = app.core.get(sid)
     state = request.prompt

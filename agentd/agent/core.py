@@ -121,6 +121,10 @@ class AgentCore:
         self.live = LiveSessions(home)
         if persist:
             self.live.prepare()
+        # Memory extraction reads the transcripts (set by the app before any
+        # session): each writer keeps the lines not extracted yet, for a file
+        # taken away and written again (`TranscriptWriter._unextracted`).
+        self.extracts = False
         # The turn contexts by model (`_turn_context`); settings never change in place.
         self._contexts: dict[str, TurnContext] = {}
         model = settings.effective_model()
@@ -200,6 +204,7 @@ class AgentCore:
             # What the transcript says already (a restored session's).
             additional_roots=[] if fresh else [str(r) for r in session.additional_roots],
             snapshot=lambda: self._snapshot(session),
+            keep_unextracted=self.extracts,
         )
         self.writers[session.id] = writer
 
@@ -261,6 +266,14 @@ class AgentCore:
         if writer is None:
             return None
         return writer.path, self._prompt_starts.get(session_id, writer.offset)
+
+    def extracted(self, session_id: str, offset: int) -> None:
+        """Memory extraction's cursor of a session is at `offset` (its
+        transcript's messages before it are in memory): a live session's
+        writer no longer keeps their lines for a rebuild."""
+        writer = self.writers.get(session_id)
+        if writer is not None:
+            writer.extracted(offset)
 
     def list_sessions(self, workspace_root: Path | None) -> list[TranscriptInfo]:
         """Saved sessions, newest first: of one workspace, or of all (None)."""
@@ -660,9 +673,16 @@ class AgentCore:
         session.sent_listeners.insert(0, after_send)
         try:
             if command is not None:
-                return await self._run_command(session, command, guarded)
-            outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
-            ended = PromptEnded(outcome.stop_reason, outcome.error)
+                outcome = await self._run_command(session, command, guarded)
+            else:
+                outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
+                ended = PromptEnded(outcome.stop_reason, outcome.error)
+            if writer is not None and (writer.failed or writer.rebuild_failed) and not writer.told:
+                # After the answer, in the chat: an ACP client shows nothing
+                # of the daemon's log, and the user would learn only at a
+                # load that the session was never saved. Once per session.
+                writer.told = True
+                guarded(MessageChunk(unsaved_text(writer.path, writer.failure)))
             return outcome
         except asyncio.CancelledError:
             ended = PromptEnded("cancelled")
@@ -832,6 +852,7 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
     except OSError as exc:
         if not writer.failed:
             writer.failed = True
+            writer.failure = describe_os_error(exc)
             log.error(
                 "cannot write the transcript %s: %s; %d line(s) kept to write later",
                 writer.path,
@@ -846,6 +867,16 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
         log.warning("the transcript %s is written again, nothing skipped", writer.path)
 
 
+def unsaved_text(path: Path, failure: str) -> str:
+    """What the chat says, once, of a session whose transcript cannot be written."""
+    return (
+        f"\n\nagentd cannot save this session: writing {path} failed ({failure}). "
+        "The conversation goes on, and agentd writes what it kept as soon as the "
+        "folder can be written; until then this session's history is lost if agentd "
+        "stops, and it cannot be loaded again."
+    )
+
+
 def _check_file(writer: TranscriptWriter) -> None:
     """`TranscriptWriter.check_file`, whose failure (the file cannot be written
     again now) is logged; its next line tries again. Not through `_write`,
@@ -853,17 +884,27 @@ def _check_file(writer: TranscriptWriter) -> None:
     try:
         writer.check_file()
     except OSError as exc:
-        log.error(
-            "the transcript %s was taken away and cannot be written again: %s",
-            writer.path,
-            describe_os_error(exc),
-        )
+        if not writer.rebuild_failed:
+            # Said once, as a refused line is: each prompt tries again.
+            writer.rebuild_failed = True
+            writer.failure = describe_os_error(exc)
+            log.error(
+                "the transcript %s was taken away and cannot be written again: %s",
+                writer.path,
+                writer.failure,
+            )
+        return
+    writer.rebuild_failed = False
 
 
 async def _sync(writer: TranscriptWriter) -> None:
     try:
         await asyncio.to_thread(writer.sync)
     except OSError as exc:
+        if writer.failed:
+            # Lines the disk refused, not written, so not synced either: said
+            # once already (`_write`), not again after every prompt.
+            return
         log.error("cannot sync the transcript %s: %s", writer.path, describe_os_error(exc))
 
 

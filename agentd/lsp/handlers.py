@@ -34,10 +34,12 @@ from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from agentd.errors import ProtocolError, internal_error_message
 from agentd.layout import agentd_folders
 from agentd.params import (
+    TextPrompt,
     additional_roots,
     check_choice,
     params_model,
     prompt_input,
+    text_prompt,
     validate_params,
     workspace_path,
 )
@@ -45,6 +47,7 @@ from agentd.paths import pin_root
 
 if TYPE_CHECKING:
     from agentd.agent.session import Session
+    from agentd.agent.turn import UserInput
     from agentd.app import App
     from agentd.config import Settings
     from agentd.events import Update
@@ -88,6 +91,9 @@ def _map_error(method: str, exc: Exception) -> JsonRpcException:
 
 
 def _request(server: AgentdServer, method: str, impl: Handler) -> None:
+    # A prompt of text only is read without pydantic (`text_prompt`).
+    texts_only = method == "agent/prompt"
+
     async def handler(ls: AgentdServer, params: Any) -> Any:
         try:
             target: App | Settings
@@ -95,7 +101,8 @@ def _request(server: AgentdServer, method: str, impl: Handler) -> None:
                 target = await ls.warmup.wait_settings()
             else:
                 target = await ls.warmup.wait(method)
-            return await impl(ls, target, _validate(method, impl, params))
+            p = text_prompt(params, blocks_only=False) if texts_only else None
+            return await impl(ls, target, p or _validate(method, impl, params))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -176,13 +183,19 @@ def _permissions(ls: AgentdServer) -> LspPermissions | None:
     return LspPermissions(ls) if ls.permissions_supported else None
 
 
-async def prompt(ls: AgentdServer, app: App, p: PromptParams) -> dict[str, Any]:
+async def prompt(ls: AgentdServer, app: App, p: PromptParams | TextPrompt) -> dict[str, Any]:
     from agentd.lsp.updates import update_to_wire
 
-    content = prompt_input(
-        p.prompt if isinstance(p.prompt, str) else [b.model_dump(by_alias=True) for b in p.prompt],
-        app.settings.limits.max_image_bytes,
-    )
+    content: UserInput
+    if isinstance(p, TextPrompt):  # text only, read without pydantic (`_request`)
+        content = p.text
+    else:
+        content = prompt_input(
+            p.prompt
+            if isinstance(p.prompt, str)
+            else [b.model_dump(by_alias=True) for b in p.prompt],
+            app.settings.limits.max_image_bytes,
+        )
     sid = p.session_id
     notify = ls.agentd_protocol.notify
 

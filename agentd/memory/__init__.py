@@ -8,6 +8,7 @@ Where memory lives (AGENTD_HOME, project slug, team folder) is
     tokenize      text -> index terms (NFKC, words, CJK bigrams, stopwords)
     index         inverted index with BM25F scoring and prefix matching
     index_cache   a memory folder's parsed notes, kept across daemon starts
+    index_snapshot  a project's whole index, saved and taken as is when no note changed
     recall        the local recall tier: min-evidence, caps, budgets, ages
     render        recalled memory as the model sees it (data, not orders)
     watcher       the watchfiles loop, with restart and backoff

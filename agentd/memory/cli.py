@@ -2,7 +2,20 @@
 
 The main CLI calls ``register(subparsers)`` and, for the ``memory`` command,
 ``run(args)``. Nothing here watches files: each command indexes once and
-exits, through the same ``ProjectMemory`` code a daemon uses.
+exits, through the same ``ProjectMemory`` code a daemon uses, with the same
+memory index cache (`agentd.memory.index_cache`, under ``$AGENTD_HOME``):
+the notes that did not change since a daemon (or an earlier command) read
+them are taken from it, not read and tokenised again.
+
+The CLI writes the cache too, as a daemon does at exit, and only when its
+scan read notes the cache did not have (a note edited, added or removed
+since): the next command, or the next daemon start, then finds them there.
+Left to the daemon alone, a folder edited while no daemon runs (a `git
+pull` of a team folder, notes written by hand) would be read whole by every
+command until a daemon started. The write is the daemon's (a temporary file
+renamed over the old one, entries checked against their files), so a
+daemon and a command writing at once leave one whole file, either's; a home
+that cannot be written costs one warning line and a cold read next time.
 """
 
 from __future__ import annotations
@@ -16,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentd.layout import memory_dir
+from agentd.layout import agentd_home, memory_dir
 from agentd.memory.project import ProjectMemory
 from agentd.memory.recall import MAX_DOCS, RecallResult
 from agentd.memory.render import render_recall
@@ -79,7 +92,8 @@ def recall_json(result: RecallResult) -> dict[str, Any]:
 
 
 async def _with_memory(workspace: Path, use: Callable[[ProjectMemory], int]) -> int:
-    memory = ProjectMemory(workspace, watch=False)
+    home = agentd_home()
+    memory = ProjectMemory(workspace, home=home, watch=False, index_cache_home=home)
     await memory.start()
     try:
         return use(memory)
@@ -144,7 +158,6 @@ async def _consolidate(workspace: Path, as_json: bool, out: TextIO) -> int:
     """One consolidation pass, under the folder lock, with the daemon's provider settings."""
     # Heavy imports (pydantic, httpx) only for the one command that asks a model.
     from agentd.config import load_settings
-    from agentd.layout import agentd_home
     from agentd.memory.extraction import ExtractionService
     from agentd.memory.manager import MemoryManager
     from agentd.providers import make_provider

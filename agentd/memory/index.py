@@ -27,7 +27,7 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -79,8 +79,10 @@ class IndexedDoc:
     lengths: tuple[int, int, int]
     # Distinct terms, those of the name and description first (`_weights` adds
     # fields in order), so that `terms[:about_count]` is what the note says it
-    # is about, at no extra memory per doc.
-    terms: tuple[str, ...]
+    # is about, at no extra memory per doc. A tuple, or for an index taken
+    # from a saved one a sequence made into a tuple at its first use
+    # (`index_snapshot.SavedTerms`).
+    terms: Sequence[str]
     about_count: int = 0
 
 
@@ -150,6 +152,13 @@ class InvertedIndex:
         self._by_path: dict[str, IndexedDoc] = {}
         self._vocab: list[str] = []  # sorted prefixable terms
         self._next_id = 0
+        # Built whole (`from_tokenised`, `assemble`) and not changed since: its
+        # ids are 0..n-1 and every weight uses its own docs' average lengths,
+        # as a fresh build of the same docs gives (`agentd.memory.index_snapshot`
+        # saves such an index as is). Cleared before a change starts, so a
+        # reader in another thread that finds it still set after reading saw
+        # no change under way.
+        self.whole = False
         # Query term -> its `_TermInfo` for the index as it is now: a term's
         # variants (a walk of the vocabulary and of its own prefixes) and
         # their idfs change only when a doc is added or removed, which
@@ -187,6 +196,26 @@ class InvertedIndex:
         for doc, fields in tokenised:
             index._add(doc, fields, keep_vocab_sorted=False)
         index._rebuild_vocab()
+        index.whole = True
+        return index
+
+    @classmethod
+    def assemble(
+        cls, docs: Sequence[IndexedDoc], postings: dict[str, dict[int, float]]
+    ) -> InvertedIndex:
+        """The index `from_tokenised` builds, from its parts as saved from one
+        (`agentd.memory.index_snapshot`): ``docs`` with ids 0..n-1 in order,
+        and the postings of their terms."""
+        n = len(docs)
+        # The averages as `from_tokenised` takes them (int sums, one division).
+        avg = tuple(sum(d.lengths[i] for d in docs) / n for i in range(3)) if n else None
+        index = cls(avg) if avg is not None else cls()
+        index._postings = postings
+        index._docs = {d.id: d for d in docs}
+        index._by_path = {str(d.info.path): d for d in docs}
+        index._next_id = n
+        index._rebuild_vocab()
+        index.whole = True
         return index
 
     def _weights(self, fields: Fields) -> tuple[dict[str, float], int]:
@@ -269,6 +298,7 @@ class InvertedIndex:
 
     def upsert(self, doc: TopicDoc, fields: Fields | None = None) -> None:
         """Add or replace ``doc`` (``fields``: its terms, if already tokenised)."""
+        self.whole = False
         self.remove(str(doc.info.path))
         self._add(doc, fields if fields is not None else field_terms(doc), keep_vocab_sorted=True)
 
@@ -276,11 +306,16 @@ class InvertedIndex:
         indexed = self._by_path.pop(path, None)
         if indexed is None:
             return False
+        self.whole = False
         del self._docs[indexed.id]
         self._term_plans.clear()
         for term in indexed.terms:
-            postings = self._postings[term]
-            del postings[indexed.id]
+            # Tolerant: an index assembled from a saved snapshot holds what
+            # that file said (checked, but a doc's terms are not matched
+            # against every posting at load).
+            postings = self._postings.get(term)
+            if postings is None or postings.pop(indexed.id, None) is None:
+                continue
             if not postings:
                 del self._postings[term]
                 if _prefixable(term):
@@ -307,6 +342,10 @@ class InvertedIndex:
 
     def docs(self) -> Iterable[IndexedDoc]:
         return self._docs.values()
+
+    def postings(self) -> Mapping[str, dict[int, float]]:
+        """Term -> {doc id: weight}, in the order terms were first indexed (read only)."""
+        return self._postings
 
     def _idf(self, df: int) -> float:
         n = len(self._docs)

@@ -11,7 +11,9 @@ The next scan reuses an entry when the file's identity (`st_size`,
 `st_mtime_ns`, `st_ino`, `st_dev`) is the one the entry was read with, and
 reads the file otherwise; the index is then built from those terms exactly
 as from freshly tokenised ones (the weights depend on the whole folder's
-average lengths, so they are always recomputed).
+average lengths, so they are recomputed), unless the project's saved index
+(`agentd.memory.index_snapshot`) was built from the same notes: then it is
+taken as is, and this file not even read when every note checks out.
 
 The file is JSON lines: a header (format, tokenizer and agentd versions, the
 parsing bounds, the entry count), then one JSON array per note. JSON, not
@@ -174,41 +176,50 @@ def _entry(row: object) -> tuple[str, CacheEntry] | None:
 def load(cache_file: Path) -> dict[str, CacheEntry]:
     """The entries of ``cache_file`` by file name; empty when there is none or
     it is not one this code wrote (said in one log line). Blocking; never raises."""
-    try:
-        folder = _cache_folder(cache_file, create=False)
-    except FileNotFoundError:
+    data = read_cache_file(cache_file)
+    if data is None:
         return {}
-    except OSError as exc:
-        log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
-        return {}
-    try:
-        fd = open_regular(cache_file.name, dir_fd=folder)
-    except FileNotFoundError:
-        return {}
-    except NotRegularFile:
-        log.warning("memory index cache %s is not a regular file; ignored", cache_file)
-        return {}
-    except OSError as exc:
-        log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
-        return {}
-    finally:
-        os.close(folder)
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_CACHE_BYTES:
-            log.warning("memory index cache %s is %d bytes; ignored", cache_file, size)
-            return {}
-        data = read_fd(fd, MAX_CACHE_BYTES + 1)
-    except OSError as exc:
-        log.warning("memory index cache %s cannot be read (%s); ignored", cache_file, exc)
-        return {}
-    finally:
-        os.close(fd)
     entries = _parse(data)
     if entries is None:
         log.warning("memory index cache %s is damaged or of another version; ignored", cache_file)
         return {}
     return entries
+
+
+def read_cache_file(cache_file: Path, what: str = "memory index cache") -> bytes | None:
+    """The bytes of ``cache_file`` when it is a regular file of at most
+    `MAX_CACHE_BYTES`; None otherwise (said in one log line, unless there is
+    no file). Blocking; never raises."""
+    try:
+        folder = _cache_folder(cache_file, create=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("%s %s cannot be read (%s); ignored", what, cache_file, exc)
+        return None
+    try:
+        fd = open_regular(cache_file.name, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except NotRegularFile:
+        log.warning("%s %s is not a regular file; ignored", what, cache_file)
+        return None
+    except OSError as exc:
+        log.warning("%s %s cannot be read (%s); ignored", what, cache_file, exc)
+        return None
+    finally:
+        os.close(folder)
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_CACHE_BYTES:
+            log.warning("%s %s is %d bytes; ignored", what, cache_file, size)
+            return None
+        return read_fd(fd, MAX_CACHE_BYTES + 1)
+    except OSError as exc:
+        log.warning("%s %s cannot be read (%s); ignored", what, cache_file, exc)
+        return None
+    finally:
+        os.close(fd)
 
 
 def _parse(data: bytes) -> dict[str, CacheEntry] | None:
@@ -253,9 +264,12 @@ def _verified(folder: Path, file_name: str, entry: CacheEntry, now_ns: int) -> b
     return content_hash(data[:MAX_TOPIC_BYTES]) == entry.content_hash
 
 
-def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> None:
+def save(
+    cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]
+) -> dict[str, CacheEntry]:
     """Write ``entries`` (of the notes in ``folder``) to ``cache_file``: a
-    temporary file renamed over it. Blocking; failures are logged, never raised.
+    temporary file renamed over it, and return those written. Blocking;
+    failures are logged, never raised.
 
     Entries not yet `verified` are checked against their file first and left
     out unless they still hold its content. One `json.dumps` per entry: the
@@ -264,6 +278,7 @@ def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> N
     now_ns = time.time_ns()
     header = dict(_HEADER)
     rows: list[bytes] = []
+    written: dict[str, CacheEntry] = {}
     total = 0
     for file_name, entry in entries.items():
         if not entry.verified and not _verified(folder, file_name, entry, now_ns):
@@ -277,15 +292,18 @@ def save(cache_file: Path, folder: Path, entries: Mapping[str, CacheEntry]) -> N
         if total > MAX_CACHE_BYTES - 4096:
             break
         rows.append(line)
+        written[file_name] = entry
     header["entries"] = len(rows)
-    _write_atomically(cache_file, [json.dumps(header).encode() + b"\n", *rows])
+    if not write_atomically(cache_file, [json.dumps(header).encode() + b"\n", *rows]):
+        return {}
+    return written
 
 
 def _cache_folder(target: Path, *, create: bool) -> int:
-    """A descriptor of the folder of ``target`` (a cache file), reached from
-    ``$AGENTD_HOME`` one component at a time without following a symlink
-    (created when ``create``): a cache folder replaced by a symlink out of
-    the home is refused (ELOOP), never read from or written through."""
+    """A descriptor of the folder of ``target`` (a file of the cache folder),
+    reached from ``$AGENTD_HOME`` one component at a time without following
+    a symlink (created when ``create``): a cache folder replaced by a symlink
+    out of the home is refused (ELOOP), never read from or written through."""
     home = target.parents[len(MEMORY_INDEX_CACHE_PARTS)]
     if create:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -304,13 +322,19 @@ def _cache_folder(target: Path, *, create: bool) -> int:
     return fd
 
 
-def _write_atomically(target: Path, chunks: Iterable[bytes]) -> None:
+def write_atomically(
+    target: Path, chunks: Iterable[bytes], what: str = "memory index cache"
+) -> bool:
+    """``chunks`` to ``target`` (0600, its folder 0700), a file of the cache
+    folder: a temporary file renamed over it, in the folder reached by
+    `_cache_folder`, never written through a symlink. False when it failed
+    (logged)."""
     tmp = f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         folder = _cache_folder(target, create=True)
     except OSError as exc:
-        log.warning("memory index cache %s not written: %s", target, exc)
-        return
+        log.warning("%s %s not written: %s", what, target, exc)
+        return False
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600, dir_fd=folder)
@@ -321,8 +345,10 @@ def _write_atomically(target: Path, chunks: Iterable[bytes]) -> None:
             os.close(fd)
         os.replace(tmp, target.name, src_dir_fd=folder, dst_dir_fd=folder)
     except OSError as exc:
-        log.warning("memory index cache %s not written: %s", target, exc)
+        log.warning("%s %s not written: %s", what, target, exc)
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=folder)
+        return False
     finally:
         os.close(folder)
+    return True

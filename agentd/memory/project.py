@@ -10,12 +10,15 @@ Invariants:
   every change after the initial build, with the paths that changed.
 - With an ``index_cache_home``, each memory folder's parsed notes are kept
   in its index cache (`agentd.memory.index_cache`): a scan takes the notes
-  that did not change from there. The cache is written in a worker thread,
+  that did not change from there, and the whole index from the saved one
+  (`agentd.memory.index_snapshot`) when it was built from the same notes
+  (`_as_saved`, `_saved_index`). The cache is written in a worker thread,
   `SAVE_DELAY_S` after the last change of the index (never on a prompt's
   path), and once more at `aclose` when a change is still unsaved. Between
   writes only what changed is held (the notes a scan read, the watcher's
   changes), merged into the file at the next write: the daemon does not keep
-  a second copy of every note's terms.
+  a second copy of every note's terms. Each write saves the index too: the
+  live one when it is a whole build, else a fresh build from the entries.
 """
 
 from __future__ import annotations
@@ -39,13 +42,15 @@ from agentd.layout import (
     canonical_root,
     memory_dir,
     memory_index_cache_file,
+    memory_index_snapshot_file,
     team_memory_dir,
 )
-from agentd.memory import index_cache
+from agentd.memory import index_cache, index_snapshot
 from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
 from agentd.memory.index_cache import CacheEntry, entry_of, identity_of
 from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, budgeted, rank, recall_index
 from agentd.memory.store import (
+    HEAD_CHARS,
     MAX_TOPIC_BYTES,
     DocInfo,
     IndexFile,
@@ -113,6 +118,12 @@ class _Snapshot:
     # What the index cache of each folder (team or not) needs written: the
     # notes this scan read, and those gone.
     cache_writes: dict[bool, _Unsaved] = field(default_factory=dict)
+    # The saved index (`index_snapshot`) was not this build's: write it.
+    index_unsaved: bool = False
+
+
+# Notes read by a scan's first attempt, by path: (what reading gave, its fstat).
+_Reads = dict[str, tuple[TopicDoc | Skipped | None, os.stat_result | None]]
 
 
 def _realpath(path: Path) -> Path:
@@ -156,6 +167,8 @@ class ProjectMemory:
         self._recreated = False
         self._cache_home = index_cache_home
         self._unsaved: dict[bool, _Unsaved] = {}
+        # The saved index (`index_snapshot`) is not the live index's build.
+        self._index_unsaved = False
         self._save_wanted = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
         self._saving: asyncio.Future[None] | None = None
@@ -227,7 +240,7 @@ class ProjectMemory:
         if self._saving is not None:
             # A write the cancel found under way finishes: its thread cannot stop.
             await asyncio.wait([self._saving])
-        if self._unsaved:
+        if self._unsaved or self._index_unsaved:
             # What the next start would otherwise read again (a daemon that
             # exits within `SAVE_DELAY_S` of its first index, as a reload does).
             await self._save_cache()
@@ -405,38 +418,155 @@ class ProjectMemory:
             return None
         return memory_index_cache_file(folder_real, self._cache_home)
 
+    def _snapshot_file(self) -> Path | None:
+        if self._cache_home is None:
+            return None
+        return memory_index_snapshot_file(
+            _realpath(self.directory), _realpath(self.team_directory), self._cache_home
+        )
+
     def _scan(self, progress: Progress | None) -> _Snapshot:
         """Read and tokenise every topic file (blocking; may run in a thread).
 
         A file whose identity is that of its entry in the index cache is not
-        read: the entry holds what reading it gives.
+        read: the entry holds what reading it gives. When the notes found are
+        those of the saved index (`index_snapshot`), same keys in the same
+        order, its postings are taken as they are; otherwise the index is
+        built from the notes' terms.
         """
         snapshot = _Snapshot(InvertedIndex())
         team_problem = self._team_allowed()
         if team_problem:
             snapshot.folder_problems[str(self.team_directory)] = team_problem
         work: list[tuple[Path, Path, bool]] = []
-        cached: Entries = {False: {}, True: {}}
         for folder, team in self._folders():
             listing = list_topics(folder)
             for problem in listing.problems:
                 snapshot.folder_problems[str(problem.path)] = problem.problem
             real = _realpath(folder)
             work.extend((p, real, team) for p in listing.paths)
+        snapshot_file = self._snapshot_file() if work else None
+        saved = index_snapshot.load(snapshot_file) if snapshot_file is not None else None
+        if progress is not None:
+            progress(0, len(work))
+        # Before any read: what an entry is trusted by (`index_cache.entry_of`).
+        read_ns = time.time_ns()
+        reads: _Reads = {}
+        index = None
+        if saved is not None:
+            index = self._as_saved(saved, work, snapshot, progress, reads)
+        if index is None:
+            found = self._read_notes(work, snapshot, progress, reads, read_ns)
+            index = self._saved_index(saved, found)
+            if index is None:
+                snapshot.index_unsaved = self._cache_home is not None
+                pool: dict[str, str] = {}
+                index = InvertedIndex.from_tokenised(
+                    [
+                        (doc, terms.fields(pool) if isinstance(terms, CacheEntry) else terms)
+                        for doc, terms in found
+                    ]
+                )
+        snapshot.index = index
+        snapshot.index_file = read_index_file(self.directory)
+        return snapshot
+
+    def _as_saved(
+        self,
+        saved: index_snapshot.Snapshot,
+        work: list[tuple[Path, Path, bool]],
+        snapshot: _Snapshot,
+        progress: Progress | None,
+        reads: _Reads,
+    ) -> InvertedIndex | None:
+        """The saved index, when each regular note of ``work`` is one of its
+        docs with its identity (same size, mtime, inode and device as when it
+        was read) and the others (a symlink, a file skipped: none has an
+        index cache entry), read, give the docs it has: the docs are taken
+        from there, the index cache left unread. None when the index cache is
+        needed: a note to read that would get an entry, or one that has an
+        entry to drop; what was read is left in ``reads``."""
+        places = saved.places()
+        taken: set[int] = set()
+        docs: list[tuple[DocInfo, str, str]] = []  # info, head, content hash
+        read: list[int] = []  # where in ``docs`` the notes read are
+        skipped: dict[str, str] = {}
+        total = len(work)
+        step = max(1, total // 100)
+        for n, (path, real, team) in enumerate(work, 1):
+            place = places.get((team, path.name))
+            known = saved.identity(place) if place is not None else None
+            try:
+                lst = os.lstat(path)
+            except OSError:
+                lst = None
+            if (
+                place is not None
+                and known is not None
+                and lst is not None
+                and stat.S_ISREG(lst.st_mode)
+            ):
+                if identity_of(lst) != known or place != len(docs):
+                    return None  # changed, or not where the saved index has it
+                docs.append(saved.doc(place, path, lst.st_mtime))
+                taken.add(place)
+            else:
+                if known is not None:
+                    return None  # its entry is to be dropped
+                outcome, st = reads[str(path)] = read_topic_stat(path, real, team=team)
+                if isinstance(outcome, Skipped):
+                    skipped[str(path)] = outcome.problem
+                elif outcome is not None:
+                    if st is not None:
+                        return None  # a regular note, to be kept in the index cache
+                    read.append(len(docs))
+                    docs.append((outcome.info, outcome.body[:HEAD_CHARS], outcome.content_hash))
+            if progress is not None and (n % step == 0 or n == total):
+                progress(n, total)
+        if any(saved.identity(place) is not None for place in set(places.values()) - taken):
+            return None  # gone: their entries are to be dropped
+        if len(docs) != len(saved.keys):
+            return None
+        # Those taken are where the saved index has them; those read must
+        # give its key there.
+        for i in read:
+            if index_snapshot.key_of(docs[i][0], docs[i][2]) != saved.keys[i]:
+                return None
+        index = saved.index(docs)
+        if index is not None:
+            snapshot.skipped.update(skipped)
+            log.info(
+                "memory index of %s: %d notes from the saved index, %d read",
+                self.workspace_root,
+                len(taken),
+                total - len(taken),
+            )
+        return index
+
+    def _read_notes(
+        self,
+        work: list[tuple[Path, Path, bool]],
+        snapshot: _Snapshot,
+        progress: Progress | None,
+        reads: _Reads,
+        read_ns: int,
+    ) -> list[tuple[TopicDoc, Fields | CacheEntry]]:
+        """Each note of ``work``, with its terms or the index cache entry that
+        holds them (split only if the index is built from them): taken from
+        the index cache when its identity is the entry's, read otherwise
+        (or taken from ``reads``, read since ``read_ns``)."""
+        keep = self._cache_home is not None
+        cached: Entries = {False: {}, True: {}}
+        for team, real in {team: real for _, real, team in work}.items():
             cache_file = self._cache_file(real)
-            if cache_file is not None and listing.paths:
+            if cache_file is not None:
                 cached[team] = index_cache.load(cache_file)
         total = len(work)
-        if progress is not None:
-            progress(0, total)
         step = max(1, total // 100)
-        tokenised = []
-        keep = self._cache_home is not None
+        found: list[tuple[TopicDoc, Fields | CacheEntry]] = []
         fresh: Entries = {False: {}, True: {}}  # entries of the notes read
         stale: dict[bool, set[str]] = {False: set(), True: set()}  # read, left without one
-        read_ns = time.time_ns()
         reused = 0
-        pool: dict[str, str] = {}
         cached_names = {team: set(entries) for team, entries in cached.items()}
         for n, (path, real, team) in enumerate(work, 1):
             name = path.name
@@ -453,20 +583,24 @@ class ProjectMemory:
                     and identity_of(lst) == entry.identity
                 ):
                     # Same size, mtime, inode and device as when it was read.
-                    doc = entry.doc(path, team=team, mtime=lst.st_mtime)
-                    tokenised.append((doc, entry.fields(pool)))
+                    found.append((entry.doc(path, team=team, mtime=lst.st_mtime), entry))
                     reused += 1
                     if progress is not None and (n % step == 0 or n == total):
                         progress(n, total)
                     continue
-            outcome, st = read_topic_stat(path, real, team=team)
+            already = reads.pop(str(path), None)
+            outcome, st = already or read_topic_stat(path, real, team=team)
             if isinstance(outcome, Skipped):
                 snapshot.skipped[str(path)] = outcome.problem
             elif outcome is not None:  # None: vanished since the listing
                 fields = field_terms(outcome)
-                tokenised.append((outcome, fields))
                 if keep and st is not None:
-                    fresh[team][name] = entry_of(outcome, fields, st, read_ns)
+                    entry = fresh[team][name] = entry_of(outcome, fields, st, read_ns)
+                    # Indexed with the entry's head: one string for both (the
+                    # index's own cut would be a second copy of every head
+                    # until the entry is written), and the body freed now.
+                    outcome = TopicDoc(outcome.info, entry.head, outcome.content_hash)
+                found.append((outcome, fields))
             if name not in fresh[team] and name in cached_names[team]:
                 stale[team].add(name)
             if progress is not None and (n % step == 0 or n == total):
@@ -479,9 +613,19 @@ class ProjectMemory:
                 reused,
                 len(work) - reused,
             )
-        snapshot.index = InvertedIndex.from_tokenised(tokenised)
-        snapshot.index_file = read_index_file(self.directory)
-        return snapshot
+        return found
+
+    @staticmethod
+    def _saved_index(
+        saved: index_snapshot.Snapshot | None, found: list[tuple[TopicDoc, Fields | CacheEntry]]
+    ) -> InvertedIndex | None:
+        """The saved index, when it was built from the notes ``found``."""
+        if saved is None:
+            return None
+        keys = [index_snapshot.key_of(doc.info, doc.content_hash) for doc, _ in found]
+        if keys != saved.keys:
+            return None
+        return saved.index([(d.info, d.body[:HEAD_CHARS], d.content_hash) for d, _ in found])
 
     @staticmethod
     def _cache_writes(
@@ -539,15 +683,22 @@ class ProjectMemory:
         return await asyncio.to_thread(self._scan, from_thread)
 
     def _install(self, snapshot: _Snapshot, *, notify: bool) -> None:
-        before = {str(d.info.path): d.content_hash for d in self._index.docs()}
-        after = {str(d.info.path): d.content_hash for d in snapshot.index.docs()}
-        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        changed: list[str] = []
+        if notify:
+            # Not for the first index (no one is told): 10,000 paths compared
+            # and made again cost the loop about 0.1 s.
+            before = {str(d.info.path): d.content_hash for d in self._index.docs()}
+            after = {str(d.info.path): d.content_hash for d in snapshot.index.docs()}
+            changed = sorted(
+                p for p in before.keys() | after.keys() if before.get(p) != after.get(p)
+            )
         self._index = snapshot.index
         self._skipped = snapshot.skipped
         self._folder_problems = snapshot.folder_problems
         self._index_file = snapshot.index_file
-        if self._cache_home is not None and snapshot.cache_writes:
+        if self._cache_home is not None and (snapshot.cache_writes or snapshot.index_unsaved):
             self._unsaved.update(snapshot.cache_writes)
+            self._index_unsaved = self._index_unsaved or snapshot.index_unsaved
             self._want_save()
         self._changed([Path(p) for p in changed], notify=notify)
 
@@ -562,6 +713,8 @@ class ProjectMemory:
         """Record (or, with None, drop) the cache entry of a file, on the loop."""
         if self._cache_home is None:
             return
+        # The index changed too (or only an entry's identity did: saved again all the same).
+        self._index_unsaved = True
         unsaved = self._unsaved.setdefault(team, _Unsaved())
         if unsaved.whole is not None:
             if entry is None:
@@ -583,26 +736,33 @@ class ProjectMemory:
             )
 
     async def _save_after_changes(self) -> None:
-        """Owned by this project (`aclose` cancels and awaits it)."""
-        while True:
+        """Owned by this project (`aclose` cancels and awaits it).
+
+        It also stops once the project is closed: Python 3.11's `wait_for`
+        loses a cancel that arrives as the event it waits for is set (a
+        change noted just before `aclose`), and this task would then wait
+        for a next change forever."""
+        while not self._closed:
             await self._save_wanted.wait()
             # Debounced: written once the index has not changed for SAVE_DELAY_S.
             loop = asyncio.get_running_loop()
             latest = loop.time() + MAX_SAVE_DELAY_S
-            while self._save_wanted.is_set() and loop.time() < latest:
+            while self._save_wanted.is_set() and loop.time() < latest and not self._closed:
                 self._save_wanted.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._save_wanted.wait(), SAVE_DELAY_S)
+            if self._closed:
+                return  # `aclose` writes what is unsaved
             await self._save_cache()
 
     async def _save_cache(self) -> None:
         # Handed over whole: changes from now on go to a new `_Unsaved`.
-        jobs = [
-            (self.team_directory if team else self.directory, unsaved)
-            for team, unsaved in self._unsaved.items()
-        ]
+        jobs = {team: unsaved for team, unsaved in self._unsaved.items()}
         self._unsaved = {}
-        self._saving = asyncio.ensure_future(asyncio.to_thread(self._write_caches, jobs))
+        write_index, self._index_unsaved = self._index_unsaved, False
+        self._saving = asyncio.ensure_future(
+            asyncio.to_thread(self._write_caches, jobs, write_index)
+        )
         try:
             # Shielded: a cancel (`aclose`) lets the write finish, awaited there.
             await asyncio.shield(self._saving)
@@ -610,12 +770,44 @@ class ProjectMemory:
             if self._saving.done():
                 self._saving = None
 
-    def _write_caches(self, jobs: Sequence[tuple[Path, _Unsaved]]) -> None:
-        """Blocking: in a worker thread."""
-        for folder, unsaved in jobs:
+    def _write_caches(self, jobs: dict[bool, _Unsaved], write_index: bool) -> None:
+        """Blocking: in a worker thread. Each folder's changed entries, then
+        the whole index (`index_snapshot`)."""
+        written: Entries = {}
+        for team, unsaved in jobs.items():
+            folder = self.team_directory if team else self.directory
             cache_file = self._cache_file(_realpath(folder))
             if cache_file is not None:
-                index_cache.save(cache_file, folder, unsaved.merged(cache_file))
+                written[team] = index_cache.save(cache_file, folder, unsaved.merged(cache_file))
+        snapshot_file = self._snapshot_file()
+        if not write_index or snapshot_file is None:
+            return
+        folders = self._folders()
+        for folder, team in folders:
+            if team not in written:
+                cache_file = self._cache_file(_realpath(folder))
+                written[team] = index_cache.load(cache_file) if cache_file is not None else {}
+
+        def identity(key: index_snapshot.DocKey) -> index_cache.Identity | None:
+            entry = written.get(key[0], {}).get(key[1])
+            return entry.identity if entry is not None and entry.content_hash == key[2] else None
+
+        # The live index, when it is a whole build not changed since (read
+        # here while the loop may change it: `encode` sees that and gives up).
+        lines = index_snapshot.encode(self._index, identity)
+        if lines is None:
+            # Changed since its build (watcher edits keep the old averages):
+            # the build the next start would make from the entries just written.
+            pool: dict[str, str] = {}
+            tokenised: list[tuple[TopicDoc, Fields]] = []
+            for folder, team in folders:
+                entries = written[team]
+                for name in sorted(entries):
+                    doc = entries[name].doc(folder / name, team=team, mtime=0.0)
+                    tokenised.append((doc, entries[name].fields(pool)))
+            lines = index_snapshot.encode(InvertedIndex.from_tokenised(tokenised), identity)
+        if lines is not None:
+            index_snapshot.save(snapshot_file, lines)
 
     # -- watching -----------------------------------------------------------------
 

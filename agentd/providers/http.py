@@ -2,6 +2,8 @@
 
     ModelHTTP.stream()        request -> retries -> SSE events -> provider parser
       _open()                 send; retry 408/409/429/5xx and connect failures
+      _send()                 the request to the connection pool (past httpx's
+                              client and transport where nothing of theirs applies)
       _sse()                  read the body under the total deadline, decode SSE
     to_model_error()          THE one place httpx failures and error statuses
                               become `agentd.errors.ModelError`s
@@ -43,11 +45,13 @@ import ssl
 import time
 from collections.abc import (
     AsyncGenerator,
+    AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
     Hashable,
+    Iterable,
     Mapping,
     Sequence,
 )
@@ -72,11 +76,15 @@ from agentd.messages import ToolSpec
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.body import RequestBody
 from agentd.providers.config import ProviderConfig
-from agentd.providers.network import model_transport
+from agentd.providers.network import model_pool, model_transport
 from agentd.providers.overflow import is_context_overflow, overflow_limit
+from agentd.providers.pool import ModelPool
 from agentd.providers.sse import SSEDecoder, SSEError, SSEEvent
 
 log = logging.getLogger(__name__)
+# httpx's own logger: its client logs each request it sends at INFO, and so
+# does `ModelHTTP._send` for the requests it sends past the client.
+_HTTPX_LOG = logging.getLogger("httpx")
 
 Sleep = Callable[[float], Awaitable[None]]
 Rand = Callable[[], float]
@@ -143,6 +151,18 @@ class ModelHTTP:
         # " through the proxy HOST:PORT set in the environment" when requests
         # go through one: said in errors, where the proxy may be what failed.
         self._via = ""
+        # `_core_request`'s kept parts: the URL as httpcore takes it and the
+        # head's raw headers but the Content-Length, by URL and request headers.
+        self._core_heads: dict[
+            tuple[str, tuple[tuple[str, str], ...]],
+            tuple[httpcore.URL, list[tuple[bytes, bytes]]] | None,
+        ] = {}
+        # A response set a cookie (httpx's client keeps it): requests then
+        # look in the client's jar, and go through the client if it holds one.
+        self._cookies_set = False
+        # The client's pool when `model_transport` made its transport: requests
+        # are handed to it directly (`_send`).
+        self._pool: ModelPool | None = None
         # The client's timeouts as a request's extension (`_timeouts`).
         self._timeout_dict: tuple[httpx.Timeout, dict[str, float | None]] | None = None
 
@@ -172,14 +192,24 @@ class ModelHTTP:
                 headers={"User-Agent": f"agentd/{__version__}"},
                 # Never follow a redirect: the key goes only to the configured host.
                 follow_redirects=False,
+                event_hooks={"response": [self._saw_response]},
             )
+            self._pool = model_pool(transport)
             if transport is None:
                 proxy = _proxy_of(self._client, c.effective_base_url())
                 self._via = f" through the proxy {proxy} set in the environment" if proxy else ""
         return self._client
 
+    async def _saw_response(self, response: httpx.Response) -> None:
+        """httpx's client, for each response it got (the pre-connect, the
+        model listing, a request through it): one that set a cookie, which
+        the client keeps, makes `_send` look in the jar."""
+        if "set-cookie" in response.headers:
+            self._cookies_set = True
+
     async def aclose(self) -> None:
         client, self._client = self._client, None
+        self._pool = None
         if client is not None:
             await client.aclose()
 
@@ -342,8 +372,7 @@ class ModelHTTP:
             cause: BaseException | None = None
             try:
                 async with asyncio.timeout_at(deadline):
-                    request = self._request(client, url, content, headers, extensions)
-                    response = await client.send(request, stream=True)
+                    response = await self._send(client, url, content, headers, extensions)
             except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
                 cause, error = exc, self._error(exc)
             else:
@@ -366,6 +395,131 @@ class ModelHTTP:
                 raise rebuild(error, note=note) from cause
             attempt += 1
             await self._sleep(delay)
+
+    async def _send(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        content: bytes | RequestBody,
+        headers: dict[str, str],
+        extensions: dict[str, Any] | None,
+    ) -> httpx.Response:
+        """POST `content`; the response with its body still to read.
+
+        Straight to the client's connection pool (`ModelPool`) when the
+        client sends through one `model_transport` made and nothing of the
+        client's own applies to the request: no cookie held (httpx sends
+        them; the jar is looked in once a response set one), no credentials
+        in the URL (httpx makes them Basic auth); a
+        proxy from the environment means httpx's own transport, so no
+        `ModelPool`. The rest of what `client.send` does is nothing for these
+        requests (no auth, no event hooks, redirects not followed, the
+        timeouts set here), and its transport's work is done here the same
+        way: the `httpcore.Request` (`_core_request`), httpcore's exceptions
+        as httpx's (`_as_httpx`), the `httpx.Response` around httpcore's,
+        the cookies a server sets taken into the client, its log line. Both
+        steps took 0.15-0.2 ms of a prompt's way to its request's head once
+        the daemon had idled: httpx's `Request`, then its client's auth flow
+        (an async generator), hooks and mount lookup and its transport's
+        conversion and exception-mapping context."""
+        pool = self._pool
+        core = None
+        # The jar is looked in only once a response set a cookie (`_saw_response`).
+        if pool is not None and not (self._cookies_set and client.cookies):
+            core = self._core_request(client, url, content, headers, extensions)
+        if core is None or pool is None:
+            request = self._request(client, url, content, headers, extensions)
+            return await client.send(request, stream=True)
+        if client.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        try:
+            answer = await pool.handle_async_request(core)
+        except _HTTPCORE_ERRORS as exc:
+            raise _as_httpx(exc) from exc
+        response = httpx.Response(
+            answer.status,
+            headers=answer.headers,
+            stream=_AnswerStream(answer.stream),
+            extensions=answer.extensions,
+        )
+        if "set-cookie" in response.headers:
+            # As `client.send` keeps them; the next requests then go through it.
+            self._cookies_set = True
+            response.request = httpx.Request("POST", self._parsed(url))
+            client.cookies.extract_cookies(response)
+        if _HTTPX_LOG.isEnabledFor(logging.INFO):
+            _HTTPX_LOG.info(
+                'HTTP Request: %s %s "%s %d %s"',
+                "POST",
+                self._parsed(url),
+                response.http_version,
+                response.status_code,
+                response.reason_phrase,
+            )
+        return response
+
+    def _core_request(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        content: bytes | RequestBody,
+        headers: dict[str, str],
+        extensions: dict[str, Any] | None,
+    ) -> httpcore.Request | None:
+        """The `httpcore.Request` httpx's transport makes of `_request`'s
+        request: its URL's parts and its head (kept per URL and headers, as
+        `_request` keeps its `httpx.Headers`), the Content-Length last; None
+        for a URL with credentials (httpx's client makes them Basic auth)."""
+        key = (url, tuple(headers.items()))
+        try:
+            kept = self._core_heads[key]
+        except KeyError:
+            parsed = self._parsed(url)
+            kept = None
+            if not parsed.userinfo:
+                target = httpcore.URL(
+                    scheme=parsed.raw_scheme,
+                    host=parsed.raw_host,
+                    port=parsed.port,
+                    target=parsed.raw_path,
+                )
+                kept = (target, self._head(client, url, parsed, headers).raw)
+            if len(self._core_heads) >= 16:
+                self._core_heads.clear()
+            self._core_heads[key] = kept
+        if kept is None:
+            return None
+        target, head = kept
+        body: httpx.ByteStream | _BodyStream
+        if isinstance(content, RequestBody):
+            length = content.length
+            body = _BodyStream(content)
+        else:
+            length = len(content)
+            body = httpx.ByteStream(content)
+        timeout = self._timeouts(client)
+        return _CoreRequest(
+            target,
+            [*head, (b"Content-Length", str(length).encode())],
+            body,
+            {"timeout": timeout, **extensions} if extensions else {"timeout": timeout},
+        )
+
+    def _head(
+        self, client: httpx.AsyncClient, url: str, parsed: httpx.URL, headers: dict[str, str]
+    ) -> httpx.Headers:
+        """A request's head but its Content-Length, kept by URL and headers:
+        what `build_request` and `Request` make, the client's headers updated
+        by these, behind the Host header."""
+        key = (url, tuple(headers.items()))
+        base = self._headers.get(key)
+        if base is None:
+            both = httpx.Headers(client.headers)
+            both.update(headers)
+            if len(self._headers) >= 16:
+                self._headers.clear()
+            base = self._headers[key] = httpx.Headers([(b"Host", parsed.netloc), *both.raw])
+        return base
 
     def _request(
         self,
@@ -396,16 +550,7 @@ class ModelHTTP:
             return client.build_request(
                 "POST", parsed, content=content, headers=headers, extensions=extensions
             )
-        key = (url, tuple(headers.items()))
-        base = self._headers.get(key)
-        if base is None:
-            # What `build_request` and `Request` do: the client's headers
-            # updated by these, behind the Host header.
-            both = httpx.Headers(client.headers)
-            both.update(headers)
-            if len(self._headers) >= 16:
-                self._headers.clear()
-            base = self._headers[key] = httpx.Headers([(b"Host", parsed.netloc), *both.raw])
+        base = self._head(client, url, parsed, headers)
         stream: httpx.ByteStream | _BodyStream
         if isinstance(content, RequestBody):
             length = content.length
@@ -595,6 +740,83 @@ class _BodyStream(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for part in self._body:
             yield part
+
+
+# httpcore's exceptions as httpx's transport raises them (its
+# `map_httpcore_exceptions`): the same class names, the same message.
+_HTTPX_ERRORS: dict[type[Exception], type[httpx.HTTPError]] = {
+    httpcore.TimeoutException: httpx.TimeoutException,
+    httpcore.ConnectTimeout: httpx.ConnectTimeout,
+    httpcore.ReadTimeout: httpx.ReadTimeout,
+    httpcore.WriteTimeout: httpx.WriteTimeout,
+    httpcore.PoolTimeout: httpx.PoolTimeout,
+    httpcore.NetworkError: httpx.NetworkError,
+    httpcore.ConnectError: httpx.ConnectError,
+    httpcore.ReadError: httpx.ReadError,
+    httpcore.WriteError: httpx.WriteError,
+    httpcore.ProxyError: httpx.ProxyError,
+    httpcore.UnsupportedProtocol: httpx.UnsupportedProtocol,
+    httpcore.ProtocolError: httpx.ProtocolError,
+    httpcore.LocalProtocolError: httpx.LocalProtocolError,
+    httpcore.RemoteProtocolError: httpx.RemoteProtocolError,
+}
+_HTTPCORE_ERRORS = tuple(_HTTPX_ERRORS)
+
+
+def _as_httpx(exc: Exception) -> Exception:
+    """httpx's exception for httpcore's `exc` (its most specific class), or
+    `exc` itself when httpx has none."""
+    for cls in type(exc).__mro__:
+        mapped = _HTTPX_ERRORS.get(cls)
+        if mapped is not None:
+            return mapped(str(exc))
+    return exc
+
+
+class _CoreRequest(httpcore.Request):
+    """An `httpcore.Request` of parts already as httpcore keeps them (bytes,
+    a header list, an `httpcore.URL`, an async stream), its documented
+    attributes set as they are: `Request.__init__` checks and converts each
+    header, the URL and the body (0.04 ms of a prompt's way to its request
+    once the daemon had idled, 0.01 ms this way).
+    `test_provider_send.py` fails if httpcore's requests gain an attribute."""
+
+    def __init__(
+        self,
+        url: httpcore.URL,
+        headers: list[tuple[bytes, bytes]],
+        stream: AsyncIterable[bytes],
+        extensions: dict[str, Any],
+    ) -> None:
+        self.method = b"POST"
+        self.url = url
+        self.headers = headers
+        self.stream = stream
+        self.extensions = extensions
+
+
+class _AnswerStream(httpx.AsyncByteStream):
+    """httpcore's response body as httpx's transport hands it over
+    (`AsyncResponseStream`): its failures as httpx's exceptions."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: Iterable[bytes] | AsyncIterable[bytes]) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        stream = self._stream
+        assert isinstance(stream, AsyncIterable)
+        try:
+            async for part in stream:
+                yield part
+        except _HTTPCORE_ERRORS as exc:
+            raise _as_httpx(exc) from exc
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class _Once:

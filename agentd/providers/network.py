@@ -352,3 +352,13 @@ def model_transport(
         network_backend=AsyncioBackend(),
     )
     return transport
+
+
+def model_pool(transport: httpx.AsyncBaseTransport | None) -> ModelPool | None:
+    """The `ModelPool` under a transport `model_transport` made (None for any
+    other): the model client sends its stream requests to it directly
+    (`http.ModelHTTP._send`)."""
+    if type(transport) is not httpx.AsyncHTTPTransport:
+        return None
+    pool = transport.__dict__.get("_pool")
+    return pool if isinstance(pool, ModelPool) else None

@@ -1,11 +1,14 @@
 """The memory index kept across daemon starts, over the real daemon: a second
 daemon on the same `$AGENTD_HOME` takes the notes that did not change from the
 index cache, reads the one edited while no daemon ran, and recalls at its
-first prompt."""
+first prompt; a third takes the whole index the second saved."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,14 +70,21 @@ async def test_a_second_daemon_recalls_from_the_index_cache_and_sees_an_edit_mad
         await _stop(d)  # the cache is written, at the latest, as the daemon stops
     finally:
         await d.close()
-    (cache_file,) = (agentd_home(tmp_path) / "cache" / "memory-index").iterdir()
+    cache_dir = agentd_home(tmp_path) / "cache" / "memory-index"
+    cache_file, saved_index = sorted(cache_dir.iterdir(), key=lambda p: p.suffix != ".jsonl")
     assert cache_file.suffix == ".jsonl" and b"pgbouncer" in cache_file.read_bytes()
-    assert cache_file.stat().st_mode & 0o777 == 0o600
+    assert saved_index.suffix == ".index"
+    for written in (cache_file, saved_index):
+        assert written.stat().st_mode & 0o777 == 0o600
 
     # Edited while no daemon runs, keeping its size: its mtime tells.
-    before = db.stat().st_size
+    before = db.stat()
     db.write_text(db.read_text().replace("transaction", "zanzibarish"))
-    assert db.stat().st_size == before
+    assert db.stat().st_size == before.st_size
+    # A second later than before, and long enough ago to be trusted at once
+    # (`index_cache.RACY_NS`): the next start's read is kept.
+    later = before.st_mtime_ns + 10**9
+    os.utime(db, ns=(later, later))
 
     log = tmp_path / "second.log"
     with log.open("wb") as stderr:
@@ -101,3 +111,69 @@ async def test_a_second_daemon_recalls_from_the_index_cache_and_sees_an_edit_mad
     said = log.read_text()
     assert f"{FILLERS + 1} notes from the index cache, 1 read" in said, said[-2000:]
     assert b"zanzibarish" in cache_file.read_bytes() or b"pgbouncer" not in cache_file.read_bytes()
+
+    # Nothing changed since: the third daemon takes the whole index the
+    # second one saved, and recalls the edit from it.
+    log = tmp_path / "third.log"
+    with log.open("wb") as stderr:
+        d = await RawDaemon.spawn(env, stderr=stderr)
+        try:
+            await d.initialize()
+            d.request(5, "memory/recall", query)
+            docs = (await d.response(5))["result"]["docs"]
+            assert [doc["path"] for doc in docs] == [str(db)]
+            await _stop(d)
+        finally:
+            await d.close()
+    said = log.read_text()
+    assert f"{FILLERS + 2} notes from the saved index, 0 read" in said, said[-2000:]
+
+
+def _cli_recall(env: dict[str, str], workspace: Path, query: str) -> tuple[list[str], str]:
+    """`agentd memory recall` as a user runs it: the docs' paths, and what it logged."""
+    command = [sys.executable, "-m", "agentd", "--log-level", "info", "memory", "recall"]
+    done = subprocess.run(
+        [*command, str(workspace), query, "--json"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return [d["path"] for d in json.loads(done.stdout)["docs"]], done.stderr
+
+
+async def test_the_memory_cli_reads_the_index_cache_a_daemon_wrote_and_keeps_it_current(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """`agentd memory recall` after a daemon ran takes every unchanged note
+    from the cache the daemon wrote (none read again), reads the one edited
+    since (and finds it by its new words), and writes the cache again, so
+    that the next command reads nothing."""
+    folder = memory_folder(workspace, tmp_path)
+    db = _note(folder, "db", "Database notes", "Postgres pooling", "Pool size is 20 per service.")
+    for i in range(FILLERS):
+        _note(folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} latency.")
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "memory/status", {"workspaceRoot": str(workspace)})
+        assert (await d.response(1))["result"]["docCount"] == FILLERS + 1
+        await _stop(d)  # the daemon writes the cache as it stops
+    finally:
+        await d.close()
+
+    docs, said = _cli_recall(env, workspace, "postgres pooling")
+    assert docs[:1] == [str(db)]
+    # No note changed: the whole index the daemon saved beside the cache.
+    assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said
+
+    # Edited since, an hour old again (a `git pull`): read, and found by its new words.
+    db.write_text(db.read_text().replace("Pool size", "Zanzibarish pool size"))
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(db, ns=(an_hour_ago, an_hour_ago))
+    docs, said = _cli_recall(env, workspace, "zanzibarish")
+    assert docs == [str(db)]
+    assert f"{FILLERS} notes from the index cache, 1 read" in said, said
+    # That command wrote what it read (the cache and the whole index): the
+    # next one reads nothing.
+    docs, said = _cli_recall(env, workspace, "zanzibarish")
+    assert docs == [str(db)]
+    assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said

@@ -17,6 +17,7 @@ from agentd.agent.core import OPEN_TRANSCRIPTS
 from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.transcript import load, sessions_dir
+from tests.e2e.test_extraction import body_text, status, wait_caught_up
 from tests.lsp_client import AgentdClient, start_client
 
 pytestmark = pytest.mark.e2e
@@ -78,11 +79,16 @@ async def test_a_transcript_removed_after_its_descriptor_went_is_written_again_w
         await c.prompt(sid, "beta")
 
         written = records(folder / f"{sid}.jsonl")
-        assert [r["type"] for r in written[:3]] == ["session", "fork", "config"]
-        assert written[0]["sessionId"] == sid and written[1]["from"] == sid
-        assert written[1]["offset"] == 2 and written[2]["mode"] == "ask"
+        kinds = [r["type"] for r in written]
+        fork = kinds.index("fork")
+        assert kinds[0] == "session" and kinds[fork + 1] == "config"
+        # Before the record, the lines memory extraction had not read yet
+        # (none, or the first prompt's if its run had not ended).
+        assert [r["offset"] for r in written[1:fork]] in ([], [0, 1])
+        assert written[0]["sessionId"] == sid and written[fork]["from"] == sid
+        assert written[fork]["offset"] == 2 and written[fork + 1]["mode"] == "ask"
         # The prompt after the rebuild: message lines, as extraction reads them.
-        lines = [r for r in written if r["type"] == "message"]
+        lines = [r for r in written[fork:] if r["type"] == "message"]
         assert [r["offset"] for r in lines] == [2, 3]
         assert json.loads((folder / f"{sid}.meta.json").read_text())["title"] == "alpha"
         loaded = load(folder / f"{sid}.jsonl")
@@ -167,3 +173,68 @@ async def test_the_daemons_exit_writes_a_removed_transcript_again_but_never_a_de
     await goes_on_in_a_second_daemon(
         model_server, env, workspace, kept, [f"hello {kept}"], title=f"hello {kept}"
     )
+
+
+@pytest.mark.parametrize("how", ["unlinked", "closed"])
+async def test_messages_not_yet_extracted_when_the_file_went_are_still_extracted_once(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, how: str
+) -> None:
+    """Memory on: the second prompt's extraction fails (the model answers
+    400), so its messages are behind the cursor when the transcript is
+    taken away (unlinked under its open descriptor, or removed after the
+    descriptor went). The rebuilt file holds them as message lines before
+    its fork record, so the next run extracts them, with the third
+    prompt's, from the cursor on: the first prompt's never again, the
+    cursor never back, and a load sees each message once."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    c = await start_client(env, {"memory": {"modelTier": False}})
+    try:
+        sid = await c.new_session(workspace)
+        await c.prompt(sid, "first fact alpha")
+        caught_up = await wait_caught_up(c, workspace, 1)
+        assert caught_up["cursors"][0]["processedOffset"] == 2
+        before = len(model_server.requests("extract"))
+        model_server.enqueue({"status": 400, "errorBody": {"error": {"message": "no"}}}, "extract")
+        await c.prompt(sid, "second fact bravo")
+        await c.wait_for_log("extraction request failed")  # logged as the run ends
+        ext = await status(c, workspace)
+        assert "400" in ext["lastError"]
+        assert ext["cursors"][0]["processedOffset"] == 2  # the failed run moved nothing
+        if how == "closed":
+            # Sessions of another project push the session's descriptor out
+            # (theirs do not run this project's extraction again).
+            elsewhere = tmp_path / "elsewhere"
+            elsewhere.mkdir()
+            for n in range(OPEN_TRANSCRIPTS):
+                other = await c.new_session(elsewhere)
+                await c.prompt(other, f"other {n}")
+        (folder / f"{sid}.jsonl").unlink()
+        await c.prompt(sid, "third fact charlie")
+        done = await wait_caught_up(c, workspace, 1)
+        assert done["cursors"][0]["processedOffset"] == 6
+
+        written = records(folder / f"{sid}.jsonl")
+        kinds = [r["type"] for r in written]
+        fork = kinds.index("fork")
+        assert [r["offset"] for r in written[:fork] if r["type"] == "message"] == [2, 3]
+        assert written[fork]["offset"] == 4
+        assert [r["offset"] for r in written[fork:] if r["type"] == "message"] == [4, 5]
+        loaded = load(folder / f"{sid}.jsonl")
+        assert loaded is not None and loaded.total == 6
+        assert [m.text for m in loaded.history] == [
+            "first fact alpha",
+            "Echo: first fact alpha",
+            "second fact bravo",
+            "Echo: second fact bravo",
+            "third fact charlie",
+            "Echo: third fact charlie",
+        ]
+        texts = [body_text(r) for r in model_server.requests("extract")[before:]]
+        texts = [t for t in texts if "fact" in t]  # this project's
+        # The failed request had it; the run after the rebuild has it again.
+        assert "bravo" in texts[0] and sum("bravo" in t for t in texts) == 2, texts
+        assert sum("charlie" in t for t in texts) == 1
+        assert not any("alpha" in t for t in texts)  # extracted before, not again
+    finally:
+        await c.lsp.shutdown_session()

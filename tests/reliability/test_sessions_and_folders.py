@@ -225,3 +225,96 @@ async def test_a_sessions_folder_that_cannot_be_made_costs_no_turn_and_is_said_o
         assert said == ["one", "two", "three"]
     finally:
         await d.close()
+
+
+@pytest.mark.parametrize("blocker", ["file", "fifo"])
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_session_that_cannot_be_saved_says_so_in_the_chat_once(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, blocker: str, acp: bool
+) -> None:
+    """A sessions folder that cannot be written: the user is told in the chat
+    (ACP clients show nothing of the daemon's log), once per session, after
+    the first prompt's answer; every prompt still runs. Over LSP the log says
+    it once too, not once per prompt (the sync after each reply included)."""
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    folder.parent.mkdir(parents=True)
+    if blocker == "fifo":
+        os.mkfifo(folder)
+    else:
+        folder.write_text("not a folder")
+    d = await RawDaemon.spawn(daemon_env(model_server.openai_base_url, tmp_path), acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        said: list[list[str]] = []
+        for n, text in enumerate(["one", "two", "three"], start=3):
+            d.notifications.clear()
+            if acp:
+                blocks = [{"type": "text", "text": text}]
+                d.request(n, "session/prompt", {"sessionId": sid, "prompt": blocks})
+            else:
+                d.request(n, "agent/prompt", {"sessionId": sid, "prompt": text})
+            assert (await d.response(n, timeout=30))["result"]["stopReason"] == "end_turn"
+            if acp:
+                chunks = [
+                    m["params"]["update"]["content"]["text"]
+                    for m in d.notifications
+                    if m["method"] == "session/update"
+                    and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                ]
+            else:
+                chunks = [
+                    m["params"]["update"]["text"]
+                    for m in d.notifications
+                    if m["method"] == "agent/update"
+                    and m["params"]["update"]["kind"] == "message_chunk"
+                ]
+            said.append(chunks)
+            logged = [
+                m["params"]["message"]
+                for m in d.notifications
+                if m["method"] == "window/logMessage" and sid in m["params"]["message"]
+            ]
+            # The first prompt's line fails; the sync after its reply says nothing more.
+            assert len(logged) == (int(n == 3) if not acp else 0), logged
+        # The answer first, then the warning, in that prompt only.
+        assert said[0][0] == "Echo: " and said[0][1] == "one", said
+        warning = said[0][-1]
+        assert "cannot save this session" in warning and str(folder) in warning
+        assert "Not a directory" in warning or "ENOTDIR" in warning
+        assert [c for c in said[1] + said[2] if "cannot save" in c] == []
+    finally:
+        await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_sessions_folder_gone_and_unmakeable_mid_session_is_said_once(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """The sessions folder removed behind a live session and a dangling
+    symlink left in its place: the transcript cannot be written again at
+    the next prompts' start. Each prompt runs; the log says it once, and the
+    chat once, not at every prompt."""
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    d = await RawDaemon.spawn(daemon_env(model_server.openai_base_url, tmp_path), acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        warned: list[int] = []
+        for n, text in enumerate(["one", "two", "three"], start=3):
+            if n == 4:
+                shutil.rmtree(folder)
+                folder.symlink_to(tmp_path / "nowhere" / "sessions")
+            d.notifications.clear()
+            if acp:
+                blocks = [{"type": "text", "text": text}]
+                d.request(n, "session/prompt", {"sessionId": sid, "prompt": blocks})
+            else:
+                d.request(n, "agent/prompt", {"sessionId": sid, "prompt": text})
+            assert (await d.response(n, timeout=30))["result"]["stopReason"] == "end_turn"
+            said = json.dumps(d.notifications)
+            warned.append(said.count("cannot save this session"))
+            if not acp:
+                logged = said.count("cannot be written again")
+                assert logged == (1 if n == 4 else 0), (n, logged)
+        assert warned == [0, 1, 0]
+    finally:
+        await d.close()

@@ -1,6 +1,7 @@
-"""The memory index kept across starts (`agentd.memory.index_cache`): a start
-with the cache gives exactly the index a fresh build gives, reads only the
-notes whose identity changed, and survives any cache file."""
+"""The memory index kept across starts (`agentd.memory.index_cache`, and the
+whole index beside it, `agentd.memory.index_snapshot`): a start with them
+gives exactly the index a fresh build gives, reads only the notes whose
+identity changed, and survives any cache or snapshot file."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import logging
 import os
 import time
+import zlib
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.layout import memory_index_cache_file
-from agentd.memory import index_cache, project, store
+from agentd.memory import index_cache, index_snapshot, project, store
 from agentd.memory.project import ProjectMemory
 from agentd.memory.tokenize import TOKENIZER_VERSION, terms
 
@@ -90,13 +93,21 @@ def _cache_file(tmp_path: Path, folder: Path) -> Path:
     return memory_index_cache_file(Path(os.path.realpath(folder)), tmp_path / "home")
 
 
+def _snapshot_file(tmp_path: Path) -> Path:
+    """The saved index (one project per test: one file)."""
+    (found,) = (tmp_path / "home" / "cache" / "memory-index").glob("*.index")
+    return found
+
+
 def _shape(memory: ProjectMemory) -> dict[str, Any]:
-    """Everything a fresh build decides: postings (exact floats), the docs as
-    indexed, the vocabulary, the averages, and what was skipped."""
+    """Everything a fresh build decides: postings (exact floats, in their
+    order), the docs as indexed, the vocabulary, the averages, and what was
+    skipped."""
     index = memory._index
     return {
         "avg": index._avg,
-        "postings": index._postings,
+        "postings": [(term, list(found.items())) for term, found in index._postings.items()],
+        "next id": index._next_id,
         "vocab": index._vocab,
         "docs": [
             (d.id, d.info, d.head, d.content_hash, d.lengths, d.terms, d.about_count)
@@ -104,6 +115,20 @@ def _shape(memory: ProjectMemory) -> dict[str, Any]:
         ],
         "skipped": memory._skipped,
     }
+
+
+class _Loads:
+    """Counts the reads of index cache files (`index_cache.load`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = index_cache.load
+
+        def counted(cache_file: Path) -> Any:
+            self.count += 1
+            return real(cache_file)
+
+        monkeypatch.setattr(index_cache, "load", counted)
 
 
 class _Reads:
@@ -128,13 +153,22 @@ async def test_a_warm_start_is_the_index_a_fresh_build_gives(
     # Regular notes only: a symlink is read each time, a skipped file has no entry.
     assert sorted(cached) == sorted([*NOTES, "plain.md"])
     written = os.stat(_cache_file(tmp_path, folder))
+    saved = os.stat(_snapshot_file(tmp_path))
     reads = _Reads(monkeypatch)
+    loads = _Loads(monkeypatch)
     warm = await _started(tmp_path, folder)
     assert sorted(reads.names) == ["binary.md", "inside.md"]
+    # Every regular note is the saved index's, as it was: taken from there,
+    # the index cache's entries not even parsed.
+    assert loads.count == 0
     # Nothing changed: not written again.
     assert index_cache.identity_of(os.stat(_cache_file(tmp_path, folder))) == (
         index_cache.identity_of(written)
     )
+    assert index_cache.identity_of(os.stat(_snapshot_file(tmp_path))) == (
+        index_cache.identity_of(saved)
+    )
+    assert oct(saved.st_mode & 0o777) == "0o600"
     fresh = await _started(tmp_path, folder, cache=False)
     assert _shape(warm) == _shape(fresh)
     for query in ("how do we ship", "部署 回滚", "コードレビュー", "배포 절차", "http headers"):
@@ -244,6 +278,8 @@ async def test_a_hostile_cache_file_is_ignored_and_rebuilt(
     await _started(tmp_path, folder)
     cache_file = _cache_file(tmp_path, folder)
     _hostile(kind, cache_file, tmp_path)
+    # Without the saved index, whose docs would spare the start this file.
+    _snapshot_file(tmp_path).unlink()
     reads = _Reads(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="agentd.memory.index_cache"):
         memory = _memory(tmp_path, folder)
@@ -264,11 +300,106 @@ async def test_a_hostile_cache_file_is_ignored_and_rebuilt(
         assert (tmp_path / "elsewhere.jsonl").read_bytes().startswith(b'{"format"')
 
 
+def _hostile_snapshot(kind: str, snapshot_file: Path, tmp_path: Path) -> None:
+    """`_hostile` for the saved index; and numbers that do not hold together
+    under a valid checksum (what only a checked load refuses)."""
+    lines = snapshot_file.read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    docs, terms = json.loads(lines[1]), json.loads(lines[2])
+    packed = {
+        name: index_snapshot._unpacked(
+            "d" if name == "table" else index_snapshot._U32,
+            memoryview(json.loads(line).encode()),
+        )
+        for name, line in zip(index_snapshot.PACKED, lines[3:], strict=False)
+    }
+
+    def rewrite() -> None:
+        rest = [json.dumps(docs).encode(), json.dumps(terms).encode()]
+        rest += [b'"' + index_snapshot._packed(packed[n]) + b'"' for n in index_snapshot.PACKED]
+        body = b"".join(line + b"\n" for line in rest)
+        header["crc32"] = zlib.crc32(body)
+        snapshot_file.write_bytes(json.dumps(header).encode() + b"\n" + body)
+
+    if kind == "wrong-types":
+        docs[0][4] = "12"  # a length as a string
+        rewrite()
+    elif kind == "flipped-byte":
+        data = snapshot_file.read_bytes()
+        other = b"B" if data[-9:-8] == b"A" else b"A"  # inside the last base64 string
+        snapshot_file.write_bytes(data[:-9] + other + data[-8:])
+    elif kind == "ids-past-the-docs":
+        packed["ids"][0] = len(docs)
+        rewrite()
+    elif kind == "a-term-without-postings":
+        packed["df"][0], packed["df"][1] = 0, packed["df"][0] + packed["df"][1]
+        rewrite()
+    elif kind == "a-weight-of-one":
+        packed["table"] = array("d", [1.0] * len(packed["table"]))
+        rewrite()
+    elif kind == "counts-that-do-not-add-up":
+        docs[0][8] += 1
+        rewrite()
+    elif kind == "not-base64":
+        rewrite()
+        written = snapshot_file.read_bytes().split(b"\n")
+        written[-2] = b'"not base64 at all!"'
+        body = b"".join(line + b"\n" for line in written[1:-1])
+        header["crc32"] = zlib.crc32(body)
+        snapshot_file.write_bytes(json.dumps(header).encode() + b"\n" + body)
+    else:
+        _hostile(kind, snapshot_file, tmp_path)
+
+
+HOSTILE_SNAPSHOT = [
+    *HOSTILE,
+    "flipped-byte",
+    "ids-past-the-docs",
+    "a-term-without-postings",
+    "a-weight-of-one",
+    "counts-that-do-not-add-up",
+    "not-base64",
+]
+
+
+@pytest.mark.parametrize("kind", HOSTILE_SNAPSHOT)
+async def test_a_hostile_saved_index_is_ignored_and_rebuilt(
+    tmp_path: Path,
+    folder: Path,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await _started(tmp_path, folder)
+    snapshot_file = _snapshot_file(tmp_path)
+    _hostile_snapshot(kind, snapshot_file, tmp_path)
+    reads = _Reads(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="agentd.memory"):
+        memory = _memory(tmp_path, folder)
+        await asyncio.wait_for(memory.start(), 10)
+        await memory.aclose()
+    warnings = [r for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    # The notes from the index cache, and the index a fresh build's.
+    assert sorted(reads.names) == ["binary.md", "inside.md"]
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(memory) == _shape(fresh)
+    if kind != "directory":
+        # Written again (a symlink replaced, never written through), and
+        # taken by the next start.
+        assert not snapshot_file.is_symlink()
+        loads = _Loads(monkeypatch)
+        again = await _started(tmp_path, folder)
+        assert loads.count == 0
+        assert _shape(again) == _shape(fresh)
+
+
 async def test_a_tokenizer_version_bump_reads_every_note_again(
     tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _started(tmp_path, folder)
     monkeypatch.setitem(index_cache._HEADER, "tokenizer", TOKENIZER_VERSION + 1)
+    monkeypatch.setattr(index_snapshot, "TOKENIZER_VERSION", TOKENIZER_VERSION + 1)
     reads = _Reads(monkeypatch)
     await _started(tmp_path, folder)
     assert len(reads.names) == len(list(folder.iterdir()))
@@ -289,9 +420,10 @@ async def test_the_watcher_keeps_the_cache_current(
     loop = asyncio.get_running_loop()
     real_save = index_cache.save
 
-    def save(cache_file: Path, where: Path, entries: Any) -> None:
-        real_save(cache_file, where, entries)
+    def save(cache_file: Path, where: Path, entries: Any) -> dict[str, index_cache.CacheEntry]:
+        written = real_save(cache_file, where, entries)
         loop.call_soon_threadsafe(saved.put_nowait, index_cache.load(cache_file))
+        return written
 
     monkeypatch.setattr(index_cache, "save", save)
     memory = ProjectMemory(
@@ -319,3 +451,86 @@ def test_a_term_never_holds_whitespace(text: str) -> None:
     """The cache joins a field's terms with spaces and splits them back."""
     found = terms(text)
     assert " ".join(found).split() == found
+
+
+async def test_edits_while_running_are_saved_as_a_fresh_build_of_the_folder(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notes changed while the daemon runs are indexed with the averages of the
+    last build (an edit costs one note's work); the index saved as the project
+    closes is the one a fresh build of the folder gives, and the next start
+    takes it without parsing the index cache."""
+    monkeypatch.setattr(index_cache, "RACY_NS", 0)  # this second's writes trusted
+    await _started(tmp_path, folder)
+    memory = _memory(tmp_path, folder)
+    await memory.start()
+    path = folder / "added.md"
+    text = "---\nname: Release freeze\ndescription: When not to deploy\n---\nNo deploys.\n"
+    path.write_text(text)
+    memory.note_own_write(path, text)
+    (folder / "db.md").unlink()
+    await memory._apply_topic_changes([(folder / "db.md", False)])
+    assert not memory._index.whole
+    await memory.aclose()
+    loads = _Loads(monkeypatch)
+    warm = await _started(tmp_path, folder)
+    assert loads.count == 0
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(warm) == _shape(fresh)
+    assert [d.name for d in warm.recall("release freeze").docs] == ["Release freeze"]
+
+
+async def test_a_team_folder_is_saved_in_the_same_index(tmp_path: Path, folder: Path) -> None:
+    ws = tmp_path / "ws"
+    team = ws / ".agentd" / "memory"
+    team.mkdir(parents=True)
+    _write(team, "team.md", "Team deploys", "Shared checklist", "Deploy windows are Tuesdays.")
+    _write(team, "zh.md", "团队部署", "共享清单", "周二发布窗口。")
+
+    async def started(cache: bool) -> ProjectMemory:
+        home = tmp_path / "home" if cache else None
+        memory = ProjectMemory(ws, directory=folder, watch=False, index_cache_home=home)
+        await memory.start()
+        await memory.aclose()
+        return memory
+
+    await started(True)
+    warm = await started(True)
+    fresh = await started(False)
+    assert _shape(warm) == _shape(fresh)
+    assert sum(d.info.team for d in warm._index.docs()) == 2
+    assert warm.recall("deploy windows tuesdays").docs[0].name == "Team deploys"
+
+
+async def test_a_saved_index_takes_edits_and_queries_as_a_built_one(
+    tmp_path: Path, folder: Path
+) -> None:
+    """The saved index's postings and docs' terms are made at first use
+    (`index_snapshot.SavedPostings`, `SavedTerms`): queries, an edit and a
+    removal on it give what they give on a fresh build."""
+    await _started(tmp_path, folder)
+    warm = await _started(tmp_path, folder)
+    fresh = await _started(tmp_path, folder, cache=False)
+    saved, built = warm._index, fresh._index
+    assert isinstance(saved._postings, index_snapshot.SavedPostings)
+    saved_terms = [d.terms for d in saved.docs()]
+    assert all(isinstance(t, index_snapshot.SavedTerms) for t in saved_terms)
+    assert saved_terms == [d.terms for d in built.docs()]
+    for query in ("ship releases", "部署", "pool size pgbouncer", "nothing matches this"):
+        found = terms(query)
+        assert saved.search(found) == saved.search_exhaustive(found)
+        hits = [(h.doc.info.path, h.score) for h in saved.search(found)]
+        assert hits == [(h.doc.info.path, h.score) for h in built.search(found)], query
+    for index in (saved, built):
+        index.remove(str(folder / "db.md"))
+        doc = store.parse_topic(
+            folder / "deploy.md",
+            b"---\nname: Deploy\n---\nmake sail with pgbouncer\n",
+            size=40,
+            mtime=1.0,
+            team=False,
+        )
+        index.upsert(doc)
+    assert _shape(warm) == _shape(fresh)
+    assert saved.postings().get("nonexistent") is None
+    assert saved._postings.pop("nonexistent", "gone") == "gone"

@@ -9,16 +9,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentd.events import PlanEntry, PlanUpdated
 from agentd.messages import ImagePart, Message, Role, TextPart
 from agentd.transcript import (
     EMPTY_TITLE,
+    MAX_UNEXTRACTED_BYTES,
     ForkBase,
     OpenFiles,
     TranscriptWriter,
     images_dir,
     load,
     meta_path,
+    read_from,
     sessions_dir,
 )
 
@@ -28,7 +32,9 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n a picture").decode("ascii")
 class Live:
     """What the core keeps of a session, and the writer it feeds."""
 
-    def __init__(self, tmp_path: Path, sid: str, files: OpenFiles) -> None:
+    def __init__(
+        self, tmp_path: Path, sid: str, files: OpenFiles, *, keep_unextracted: bool = False
+    ) -> None:
         root = tmp_path / "ws"
         root.mkdir(exist_ok=True)
         self.history: list[Message] = []
@@ -37,7 +43,13 @@ class Live:
         self.mode = "code"
         self.path = sessions_dir(root, tmp_path) / f"{sid}.jsonl"
         self.writer = TranscriptWriter(
-            self.path, sid, root, files=files, fresh=True, snapshot=self.snapshot
+            self.path,
+            sid,
+            root,
+            files=files,
+            fresh=True,
+            snapshot=self.snapshot,
+            keep_unextracted=keep_unextracted,
         )
 
     def snapshot(self) -> tuple[ForkBase, dict[str, Any]]:
@@ -124,6 +136,35 @@ def test_a_file_unlinked_renamed_or_replaced_while_open_is_found_when_checked(
     assert not s.path.exists()
 
 
+def test_a_prompts_check_asks_the_kept_descriptor_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file behind a descriptor never changes: a check `fstat`s a kept
+    file once (then only `lstat`s the name), and a file opened again or
+    rebuilt once more; a removal is still found after checks that found none."""
+    s = Live(tmp_path, "s1", OpenFiles())
+    s.say("user", "one")
+    fstat = os.fstat
+    asked: list[int] = []
+
+    def counted(fd: int) -> os.stat_result:
+        asked.append(fd)
+        return fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", counted)
+    for _ in range(3):
+        s.writer.check_file()
+    assert len(asked) == 1
+    os.unlink(s.path)
+    s.writer.check_file()  # found: rebuilt
+    asked.clear()
+    s.writer.check_file()
+    assert asked == []  # the rebuilt file's identity was read as it was made
+    loaded = load(s.path)
+    assert loaded is not None and [m.text for m in loaded.history] == ["one"]
+    s.writer.close()
+
+
 def test_a_replaced_file_is_rebuilt_when_opened_again_and_a_reset_holds(
     tmp_path: Path,
 ) -> None:
@@ -154,3 +195,51 @@ def test_a_replaced_file_is_rebuilt_when_opened_again_and_a_reset_holds(
     assert loaded.title == "after the reset"
     s.writer.close()
     other.writer.close()
+
+
+def test_a_rebuilt_file_keeps_the_lines_extraction_has_not_read(tmp_path: Path) -> None:
+    """With extraction on, the messages past its cursor (`extracted`) are
+    message lines again, as written, before the rebuilt file's fork record:
+    a read from the cursor finds them (an image's by its hash), a load sees
+    each message once, and a fork's cut at a prompt's start ignores them."""
+    files = OpenFiles(limit=1)
+    s = Live(tmp_path, "s1", files, keep_unextracted=True)
+    for n in range(3):
+        s.say("user", f"q{n}", *([ImagePart("image/png", PNG)] if n == 1 else []))
+        s.say("assistant", f"a{n}")
+    s.writer.extracted(2)  # the first turn is in memory
+    other = Live(tmp_path, "s2", files)
+    other.say("user", "pushes s1 out")
+    os.unlink(s.path)
+    s.say("user", "q3")  # reopening finds it gone: rebuilt
+    written = lines(s.path)
+    kinds = [r["type"] for r in written]
+    fork = kinds.index("fork")
+    assert [r["offset"] for r in written[1:fork]] == [2, 3, 4, 5, 6]
+    assert written[fork]["offset"] == 7
+    image = written[1]["message"]["parts"][1]
+    assert image["type"] == "image" and "sha256" in image and "data" not in image
+    piece = read_from(s.path, 2)
+    assert [o for o, _ in piece.messages] == [2, 3, 4, 5, 6]
+    loaded = load(s.path)
+    assert loaded is not None and loaded.total == 7
+    assert [m.text for m in loaded.history] == ["q0", "a0", "q1", "a1", "q2", "a2", "q3"]
+    cut = load(s.path, end=6)  # the fork record holds offsets 0-6: nothing cut there
+    assert cut is not None and len(cut.history) == 7
+    # Extracted past them: none is kept for the next rebuild.
+    s.writer.extracted(7)
+    assert s.writer._unextracted == {}
+    assert s.writer._unextracted_bytes == 0
+    s.writer.close()
+    other.writer.close()
+
+
+def test_lines_past_the_bound_are_dropped_oldest_first(tmp_path: Path) -> None:
+    s = Live(tmp_path, "s1", OpenFiles(limit=1), keep_unextracted=True)
+    big = "x" * (MAX_UNEXTRACTED_BYTES // 3)
+    for n in range(5):
+        s.say("user", f"{n} {big}")
+    kept = s.writer._unextracted
+    assert kept is not None and list(kept) == [3, 4]
+    assert s.writer._unextracted_bytes == sum(map(len, kept.values()))
+    s.writer.close()

@@ -136,6 +136,7 @@ class ExtractionService:
         fast_model: str,
         transcripts: TranscriptLookup,
         home: Path,
+        on_extracted: Callable[[str, int], None] | None = None,
         grace: float = 5.0,
         progress: ProgressFactory | None = None,
         consolidate_after_runs: int = 5,
@@ -147,6 +148,9 @@ class ExtractionService:
         self.supervisor = supervisor
         self.fast_model = fast_model
         self.transcripts = transcripts
+        # Told each session's cursor as a run finds it and once it is saved
+        # further (the core lets go of the lines a rebuild no longer needs).
+        self.on_extracted = on_extracted
         self.home = home
         self.grace = grace
         self.progress = progress
@@ -423,6 +427,9 @@ class ExtractionService:
         for sid in sorted(sessions):
             path, bound = self._transcript_extent(project.root, sid)
             cursor = cursors.get(sid, Cursor(0))
+            if self.on_extracted is not None and cursor.offset:
+                # Another daemon's run may have moved it.
+                self.on_extracted(sid, cursor.offset)
             piece = await _in_thread(read_from, path, cursor.offset, cursor.position, bound)
             if piece.messages:
                 end = piece.messages[-1][0] + 1
@@ -498,6 +505,9 @@ class ExtractionService:
             gone = await _in_thread(save_cursors, directory, dict(cursors), folder)
             self._drop(project, gone)  # deleted meanwhile: nothing to retry
             pending -= gone
+            if self.on_extracted is not None:
+                for sid, end in chunk.ends.items():
+                    self.on_extracted(sid, end)
             for sid, end in chunk.ends.items():
                 if end >= last[sid]:
                     pending.discard(sid)

@@ -1517,6 +1517,64 @@ test('MCP: a permission question the daemon withdraws (no answer in time) has it
   check(stop:match('^end_turn'), 'stop: %s', stop)
 end)
 
+-- Another root, as the tests below: the tests above share `root`'s session.
+test('Neovim\'s workspace folders of the agentd client go beside its root as additionalDirectories, merged with the option', function()
+  local multi = tmp .. '/multi'
+  vim.fn.mkdir(multi .. '/.git', 'p')
+  multi = uv.fs_realpath(multi)
+  local function folder(name, fact)
+    local dir = tmp .. '/' .. name
+    vim.fn.mkdir(dir, 'p')
+    vim.fn.writefile({ fact }, dir .. '/note.txt')
+    return uv.fs_realpath(dir)
+  end
+  local lib, both, opt = folder('multi-lib', 'LIB_FACT'), folder('multi-both', 'BOTH_FACT'), folder('multi-opt', 'OPT_FACT')
+  local gone = tmp .. '/multi-gone'
+  local function wf(dir)
+    return { uri = vim.uri_from_fname(dir), name = dir }
+  end
+  local saved = vim.deepcopy(vim.lsp.config._configs.agentd)
+  -- The root is not first: it stays the session's root all the same.
+  vim.lsp.config('agentd', { workspace_folders = { wf(lib), wf(multi), wf(gone), wf(both) } })
+  agentd.setup({ auto_approve = approvals, additional_directories = { opt, both } })
+  local warned = {}
+  local real_notify = vim.notify
+  vim.notify = function(msg)
+    warned[#warned + 1] = tostring(msg)
+  end
+  local ok, err = pcall(function()
+    local read_lib = '!tool read_file ' .. vim.json.encode({ path = lib .. '/note.txt' })
+    check(agentd.ask(read_lib, { root = multi }) ~= nil, 'ask refused')
+    wait_for('the turn to end', function()
+      local s = agentd.info(multi) or {}
+      return s.client_id ~= nil and not s.running
+    end)
+    check(contains(chat.content(), 'Tool result received: 1  LIB_FACT'), 'read_file in a workspace folder')
+    local s = agentd.info(multi)
+    local c = vim.lsp.get_client_by_id(s.client_id)
+    local done, listed = false, nil
+    c:request('agent/listSessions', { workspaceRoot = multi }, function(_, r)
+      done, listed = true, r
+    end)
+    wait_for('agent/listSessions reply', function()
+      return done
+    end)
+    local mine = vim.iter(listed.sessions):find(function(x)
+      return x.sessionId == s.session_id
+    end)
+    check(mine and vim.deep_equal(mine.additionalDirectories, { lib, both, opt }), 'listed: %s', vim.inspect(mine))
+    check(vim.iter(warned):any(function(m)
+      return contains(m, gone) and contains(m, 'not a directory')
+    end), 'the missing folder was not reported: %s', vim.inspect(warned))
+  end)
+  vim.notify = real_notify
+  vim.lsp.config.agentd = saved
+  agentd.setup({ auto_approve = approvals })
+  if not ok then
+    error(err, 0)
+  end
+end)
+
 test('a compaction during a turn is shown as a divider', function()
   local small = tmp .. '/small'
   vim.fn.mkdir(small .. '/.git', 'p')

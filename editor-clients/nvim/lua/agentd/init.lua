@@ -221,6 +221,44 @@ local function additional_directories(root)
   return #dirs > 0 and dirs or nil
 end
 
+--- The folders of Neovim's workspace beside the project root at `root`:
+--- the agentd client's `workspace_folders` (`vim.lsp.config('agentd', {
+--- workspace_folders = ... })`, or added to the client later), as real
+--- paths, all but the root (the session's workspace root, whatever their
+--- order). One that is not a directory (gone, a file) is reported and left
+--- out: the daemon would refuse the whole session for it.
+local function workspace_directories(c, root)
+  local dirs = {}
+  for _, folder in ipairs(c.workspace_folders or {}) do
+    local uri = type(folder) == 'table' and folder.uri or nil
+    if type(uri) == 'string' and uri:match('^file://') then
+      local dir = vim.fs.normalize(vim.uri_to_fname(uri))
+      local real = vim.uv.fs_realpath(dir)
+      if not real or vim.fn.isdirectory(real) ~= 1 then
+        notify('workspace folder ' .. dir .. ' is not a directory: not given to the session', vim.log.levels.WARN)
+      elseif real ~= root then
+        dirs[#dirs + 1] = real
+      end
+    end
+  end
+  return dirs
+end
+
+--- What a new session of `p` is given as `additionalDirectories`: Neovim's
+--- workspace folders beside the root, then the ones `additional_directories`
+--- names, each once; nil when none.
+local function session_directories(c, root)
+  local dirs, seen = {}, { [root] = true }
+  local from_option = additional_directories(root) or {}
+  for _, dir in ipairs(vim.list_extend(workspace_directories(c, root), from_option)) do
+    if not seen[dir] then
+      seen[dir] = true
+      dirs[#dirs + 1] = dir
+    end
+  end
+  return #dirs > 0 and dirs or nil
+end
+
 --- The folders beside the root a loaded or forked session has, as the
 --- daemon says them (nil from a daemon that does not): the editor's own
 --- tools take absolute paths inside them too.
@@ -437,7 +475,7 @@ local function with_session(p, fn)
       return
     end
     p.session_waiters = { fn }
-    local extra = additional_directories(p.root)
+    local extra = session_directories(c, p.root)
     -- Absent when there are none: a daemon older than the field is not asked about it.
     local params = { workspaceRoot = p.root, additionalDirectories = extra }
     c:request('agent/newSession', params, function(e, res)
