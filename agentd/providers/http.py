@@ -490,13 +490,7 @@ class ModelHTTP:
         if kept is None:
             return None
         target, head = kept
-        body: httpx.ByteStream | _BodyStream
-        if isinstance(content, RequestBody):
-            length = content.length
-            body = _BodyStream(content)
-        else:
-            length = len(content)
-            body = httpx.ByteStream(content)
+        length, body = _body_stream(content)
         timeout = self._timeouts(client)
         return _CoreRequest(
             target,
@@ -551,13 +545,7 @@ class ModelHTTP:
                 "POST", parsed, content=content, headers=headers, extensions=extensions
             )
         base = self._head(client, url, parsed, headers)
-        stream: httpx.ByteStream | _BodyStream
-        if isinstance(content, RequestBody):
-            length = content.length
-            stream = _BodyStream(content)
-        else:
-            length = len(content)
-            stream = httpx.ByteStream(content)
+        length, stream = _body_stream(content)
         timeout = self._timeouts(client)
         # `Request` copies the headers it is given: the kept ones stay as they are.
         request = httpx.Request(
@@ -726,6 +714,13 @@ def _tls_context(base_url: str) -> ssl.SSLContext | bool:
     if urlsplit(base_url).scheme.lower() == "https":
         return True
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def _body_stream(content: bytes | RequestBody) -> tuple[int, httpx.ByteStream | _BodyStream]:
+    """A request body's length and the stream httpx (or the pool) reads it from."""
+    if isinstance(content, RequestBody):
+        return content.length, _BodyStream(content)
+    return len(content), httpx.ByteStream(content)
 
 
 class _BodyStream(httpx.AsyncByteStream):
