@@ -102,8 +102,12 @@ class AgentdProtocol(LanguageServerProtocol):
         params = data.get("params")
         if params is not None and not isinstance(params, dict | list):
             if has_id and method is not None:
+                # Named as every other -32602 names its field (`data.fields`).
                 self.reply_error(
-                    msg_id, INVALID_PARAMS, "Invalid params: params must be an object or array"
+                    msg_id,
+                    INVALID_PARAMS,
+                    f"Invalid params for {method}: params: must be an object or array",
+                    {"fields": [{"field": "params", "message": "must be an object or array"}]},
                 )
             return
         if method is None:

@@ -51,7 +51,8 @@ HOSTILE_BOTH: list[Any] = [
     [SID, [TEXT]],
 ]
 HOSTILE = {
-    # (LSP: params that are no object or array are pygls' own -32602, before agentd's.)
+    # (LSP: params that are no object or array are answered before validation:
+    # see the test below.)
     "acp": [*HOSTILE_BOTH, "a string", {"sessionId": SID, "prompt": "a string, not blocks"}],
     "lsp": HOSTILE_BOTH,
 }
@@ -104,6 +105,39 @@ async def test_each_hostile_prompt_answers_the_validation_s_minus_32602(
             assert reply["error"]["code"] == -32602, case
             assert (reply["error"]["message"], reply["error"].get("data")) == (message, data)
             assert data["fields"], case  # each names its field
+        assert model_server.requests("main") == []
+    finally:
+        await d.close()
+
+
+async def test_lsp_params_that_are_no_object_or_array_answer_minus_32602_naming_params(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """JSON-RPC's params are an object or an array; anything else is refused
+    before any handler runs, naming `params` as every other -32602 names its
+    field, for agentd's methods and LSP's alike."""
+    d, _ = await started("lsp", daemon_env(model_server.openai_base_url, tmp_path), workspace)
+    cases: list[tuple[str, Any]] = [
+        ("agent/prompt", "a string"),
+        ("agent/prompt", 5),
+        ("agent/newSession", True),
+        ("agent/listSessions", "\ud800"),
+        ("shutdown", 1.5),
+    ]
+    try:
+        for i, (method, params) in enumerate(cases):
+            d.request(200 + i, method, params)
+            error = (await d.response(200 + i))["error"]
+            assert error["code"] == -32602, method
+            assert error["message"] == (
+                f"Invalid params for {method}: params: must be an object or array"
+            )
+            assert error["data"] == {
+                "fields": [{"field": "params", "message": "must be an object or array"}]
+            }
+        # The daemon goes on answering (the refused shutdown did not shut it).
+        d.request(300, "agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert "result" in await d.response(300)
         assert model_server.requests("main") == []
     finally:
         await d.close()
