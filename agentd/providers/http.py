@@ -55,7 +55,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpcore
@@ -470,23 +470,20 @@ class ModelHTTP:
         request: its URL's parts and its head (kept per URL and headers, as
         `_request` keeps its `httpx.Headers`), the Content-Length last; None
         for a URL with credentials (httpx's client makes them Basic auth)."""
-        key = (url, tuple(headers.items()))
-        try:
-            kept = self._core_heads[key]
-        except KeyError:
+
+        def make() -> tuple[httpcore.URL, list[tuple[bytes, bytes]]] | None:
             parsed = self._parsed(url)
-            kept = None
-            if not parsed.userinfo:
-                target = httpcore.URL(
-                    scheme=parsed.raw_scheme,
-                    host=parsed.raw_host,
-                    port=parsed.port,
-                    target=parsed.raw_path,
-                )
-                kept = (target, self._head(client, url, parsed, headers).raw)
-            if len(self._core_heads) >= 16:
-                self._core_heads.clear()
-            self._core_heads[key] = kept
+            if parsed.userinfo:
+                return None
+            target = httpcore.URL(
+                scheme=parsed.raw_scheme,
+                host=parsed.raw_host,
+                port=parsed.port,
+                target=parsed.raw_path,
+            )
+            return (target, self._head(client, url, parsed, headers).raw)
+
+        kept = _kept(self._core_heads, (url, tuple(headers.items())), make)
         if kept is None:
             return None
         target, head = kept
@@ -505,15 +502,13 @@ class ModelHTTP:
         """A request's head but its Content-Length, kept by URL and headers:
         what `build_request` and `Request` make, the client's headers updated
         by these, behind the Host header."""
-        key = (url, tuple(headers.items()))
-        base = self._headers.get(key)
-        if base is None:
+
+        def make() -> httpx.Headers:
             both = httpx.Headers(client.headers)
             both.update(headers)
-            if len(self._headers) >= 16:
-                self._headers.clear()
-            base = self._headers[key] = httpx.Headers([(b"Host", parsed.netloc), *both.raw])
-        return base
+            return httpx.Headers([(b"Host", parsed.netloc), *both.raw])
+
+        return _kept(self._headers, (url, tuple(headers.items())), make)
 
     def _request(
         self,
@@ -569,12 +564,7 @@ class ModelHTTP:
         return kept[1]
 
     def _parsed(self, url: str) -> httpx.URL:
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= 16:
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
-        return parsed
+        return _kept(self._urls, url, lambda: httpx.URL(url))
 
     async def _error_response(self, response: httpx.Response, deadline: float) -> ModelError:
         body = b""
@@ -714,6 +704,24 @@ def _tls_context(base_url: str) -> ssl.SSLContext | bool:
     if urlsplit(base_url).scheme.lower() == "https":
         return True
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _kept(cache: dict[_K, _V], key: _K, make: Callable[[], _V]) -> _V:
+    """`cache[key]`, made by `make` the first time: the per-URL kept parts of
+    a client's requests. A client talks to a URL or two; past 16 keys
+    (something builds URLs per request) the cache starts again rather than grow."""
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    if len(cache) >= 16:
+        cache.clear()
+    value = cache[key] = make()
+    return value
 
 
 def _body_stream(content: bytes | RequestBody) -> tuple[int, httpx.ByteStream | _BodyStream]:
