@@ -119,16 +119,21 @@ class McpServerSettings(_Model):
     has `url` (with `headers`), spoken as streamable HTTP unless `type` is
     `sse`. `env` is all a server's environment holds beyond HOME, LOGNAME,
     PATH, SHELL, TERM and USER: agentd's own variables (its API key among
-    them) never reach a server unless they are written here.
+    them) never reach a server unless they are written here. An `acp`
+    server is one an ACP editor runs itself and passes in a session's
+    `mcpServers` (`server_id`, reached over the editor's connection); the
+    config file cannot name one (`load_settings` drops it, saying why).
     """
 
-    type: Literal["stdio", "http", "sse"] | None = None
+    type: Literal["stdio", "http", "sse", "acp"] | None = None
     command: str | None = None
     args: list[str] = []
     env: dict[str, str] = {}
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = {}
+    # ACP's `serverId` of a server the editor provides (type `acp`).
+    server_id: str | None = None
     enabled: bool = True
     # Only these tools of the server are offered (empty: all), minus `exclude_tools`.
     include_tools: list[str] = []
@@ -141,6 +146,12 @@ class McpServerSettings(_Model):
 
     @model_validator(mode="after")
     def _transport(self) -> McpServerSettings:
+        if self.type == "acp":
+            if self.server_id and not self.command and not self.url:
+                return self
+            raise ValueError("an `acp` server has a serverId, and no command or url")
+        if self.server_id is not None:
+            raise ValueError("only an `acp` server has a serverId")
         if self.type in (None, "stdio") and self.command and not self.url:
             return self
         if self.type in (None, "http", "sse") and self.url and not self.command:
@@ -150,7 +161,9 @@ class McpServerSettings(_Model):
         raise ValueError("give either `command` (a stdio server) or `url` (an HTTP server)")
 
     @property
-    def transport(self) -> Literal["stdio", "http", "sse"]:
+    def transport(self) -> Literal["stdio", "http", "sse", "acp"]:
+        if self.type == "acp":
+            return "acp"
         if self.command:
             return "stdio"
         return "sse" if self.type == "sse" else "http"
@@ -361,10 +374,18 @@ def _valid_mcp_servers(data: dict[str, Any], problems: list[str]) -> None:
     kept: dict[str, Any] = {}
     for name, spec in servers.items():
         try:
-            McpServerSettings.model_validate(spec)
+            server = McpServerSettings.model_validate(spec)
         except ValidationError as exc:
             why = "; ".join(err["msg"] for err in exc.errors())
             problems.append(f"MCP server {name!r} ignored: {why}")
+            continue
+        if server.transport == "acp":
+            # Reached over an ACP editor's connection, which only that editor's
+            # session/new (or load, resume, fork) can name.
+            problems.append(
+                f'MCP server {name!r} ignored: type "acp" is for the servers an ACP '
+                "editor passes in a session's mcpServers"
+            )
             continue
         kept[name] = spec
     data["mcpServers"] = kept

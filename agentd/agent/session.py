@@ -49,6 +49,12 @@ class ExtraTools(Protocol):
         bounded time for servers still starting; never longer."""
         ...
 
+    def notices(self) -> list[str]:
+        """What the chat should tell the user about these tools (a server the
+        editor provides that could not be reached), each text once; asked
+        after `specs` at every step."""
+        ...
+
     def server_of(self, name: str) -> str | None:
         """The server that runs the tool the model called `name`; None when not one of these."""
         ...

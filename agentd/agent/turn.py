@@ -186,6 +186,9 @@ async def run_prompt(
                 # new list: the session's own is kept from step to step.
                 extra_specs = await session.extra_tools.specs(session, step == 0)
                 specs = [*specs, *modes.offered(session.mode, extra_specs)]
+                # In the chat only, not the history: the model is not told.
+                for notice in session.extra_tools.notices():
+                    emit(MessageChunk(f"{notice}\n\n"))
             if ctx.compactor is not None:
                 await ctx.compactor.before_request(session, system, specs, emit)
             step += 1

@@ -25,6 +25,11 @@ it is retried after the backoff), `stopped`.
 - Stop: the client is left normally, so the SDK closes the server's stdin,
   waits, then terminates and kills its process group, each step bounded.
 - `tools/list_changed` marks the tool list stale; the next `tools()` refetches it.
+- A server the editor provides over its own connection (transport `acp`,
+  `agentd.mcp.tunnel`) is not restarted: an editor that refused
+  `mcp/connect` would refuse again, and the tunnel ends only with the
+  editor's connection. Its failure is a `notice` the session shows once in
+  the chat.
 
 Connections speak the MCP handshake (`initialize`, protocol 2025-11-25),
 which servers in the field speak; its `notifications/cancelled` is how a
@@ -47,6 +52,8 @@ from agentd.config import McpServerSettings
 
 if TYPE_CHECKING:
     from mcp import Client
+
+    from agentd.mcp.tunnel import TunnelPeer
 
 log = logging.getLogger("agentd.mcp")
 stderr_log = logging.getLogger("agentd.mcp.stderr")
@@ -72,14 +79,19 @@ class McpConnection:
         config: McpServerSettings,
         load_sdk: Callable[[], Awaitable[None]],
         startup_timeout: float,
+        peer: TunnelPeer | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self.transport = config.transport
         self._load_sdk = load_sdk
         self._startup_timeout = startup_timeout
+        # The front end that reaches the editor's own servers (transport `acp`).
+        self._peer = peer
         self.state: State = "starting"
         self.last_error: str | None = None
+        # What the chat should say of this server (an editor's server that could not be reached).
+        self.notice: str | None = None
         self.restarts = 0
         # Monotonic time the current attempt started (the first prompt's wait counts from it).
         self.started_at = time.monotonic()
@@ -158,6 +170,9 @@ class McpConnection:
                 self._attempt_done.set()
                 if self._stop.is_set():
                     break
+                if self.transport == "acp":
+                    self._tunnel_failed()
+                    break
                 if time.monotonic() - self.started_at >= STABLE_AFTER:
                     delay = BACKOFF_FIRST
                 log.warning(
@@ -193,6 +208,14 @@ class McpConnection:
             self.state = "restarting"
         else:
             self.state = "failed"
+
+    def _tunnel_failed(self) -> None:
+        log.warning("MCP server %r (over ACP): %s", self.name, self.last_error)
+        self.state = "failed"
+        self.notice = (
+            f"The MCP server {self.name!r} that the editor provides could not be used "
+            f"({self.last_error}). This session goes on without its tools."
+        )
 
     async def _serve_once(self) -> None:
         from mcp import Client
@@ -279,7 +302,13 @@ class McpConnection:
         """The SDK's transport for this server, its read stream watched for its end."""
         import anyio
 
-        inner = self._stdio() if self.transport == "stdio" else self._http()
+        inner: contextlib.AbstractAsyncContextManager[Any]
+        if self.transport == "stdio":
+            inner = self._stdio()
+        elif self.transport == "acp":
+            inner = self._tunnel()
+        else:
+            inner = self._http()
         async with inner as (read, write):
             send, receive = anyio.create_memory_object_stream[Any](0)
 
@@ -299,6 +328,13 @@ class McpConnection:
                     yield receive, write
                 finally:
                     group.cancel_scope.cancel()
+
+    def _tunnel(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        from agentd.mcp.tunnel import tunnel_transport
+
+        if self._peer is None or self.config.server_id is None:
+            raise ConnectionError("only an ACP editor's session can reach this server")
+        return tunnel_transport(self._peer, self.config.server_id)
 
     @contextlib.asynccontextmanager
     async def _stdio(self) -> AsyncIterator[Any]:

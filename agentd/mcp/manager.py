@@ -14,6 +14,8 @@ configured never imports it (`sdk_loaded` says whether it has).
 Trust: servers come from the user's config file and from the editor
 (`initializationOptions.mcpServers`, ACP `mcpServers`), never from a
 workspace's files: opening a cloned repository must not run its commands.
+An ACP editor's own servers (`type: "acp"`) are reached through `tunnels`,
+which the ACP front end sets (`agentd.mcp.tunnel`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from agentd.agent.session import Session
 from agentd.config import McpServerSettings, McpSettings
 from agentd.mcp.connection import McpConnection
 from agentd.mcp.session_tools import Attached, SessionMcpTools
+from agentd.mcp.tunnel import TunnelPeer
 from agentd.tasks import Supervisor
 
 log = logging.getLogger("agentd.mcp")
@@ -48,6 +51,7 @@ def connection_key(config: McpServerSettings) -> str:
             "cwd": config.cwd,
             "url": config.url,
             "headers": config.headers,
+            "serverId": config.server_id,
             # The tool filter shapes what the connection lists.
             "include": config.include_tools,
             "exclude": config.exclude_tools,
@@ -78,6 +82,9 @@ class McpManager:
         self._connections: dict[str, McpConnection] = {}
         self._names: dict[str, set[str]] = {}
         self._sdk: asyncio.Future[None] | None = None
+        # Set by a front end whose editor can provide MCP servers itself (ACP's
+        # `type: "acp"`): what reaches them.
+        self.tunnels: TunnelPeer | None = None
 
     def attach(
         self, session: Session, extra: Mapping[str, McpServerSettings] | None = None
@@ -96,7 +103,10 @@ class McpManager:
         key = connection_key(config)
         connection = self._connections.get(key)
         if connection is None:
-            connection = McpConnection(name, config, self._load_sdk, self.settings.startup_timeout)
+            peer = self.tunnels if config.transport == "acp" else None
+            connection = McpConnection(
+                name, config, self._load_sdk, self.settings.startup_timeout, peer
+            )
             self._connections[key] = connection
             self._supervisor.spawn(connection.run(), name=f"mcp-{name}")
         connection.users += 1

@@ -57,6 +57,8 @@ class SessionMcpTools:
         self._built: dict[str, tuple[int, list[_Tool]]] = {}
         # Model-facing names the user allowed for the rest of this session.
         self._always: set[str] = set()
+        # Servers whose notice this session's chat has shown.
+        self._told: set[str] = set()
 
     # --- ExtraTools ------------------------------------------------------------------------
 
@@ -78,6 +80,15 @@ class SessionMcpTools:
                 tools.setdefault(entry.spec.name, entry)
         self._tools = tools
         return [t.spec for t in tools.values()]
+
+    def notices(self) -> list[str]:
+        texts = []
+        for attached in self.servers:
+            notice = attached.connection.notice
+            if notice is not None and attached.name not in self._told:
+                self._told.add(attached.name)
+                texts.append(notice)
+        return texts
 
     def server_of(self, name: str) -> str | None:
         entry = self._tools.get(name)

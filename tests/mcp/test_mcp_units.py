@@ -175,6 +175,19 @@ def test_editor_servers_in_acp_list_shape(tmp_path: Path) -> None:
     assert s.mcp_servers["b"].transport == "sse"
 
 
+def test_the_config_cannot_name_an_editors_own_server(tmp_path: Path) -> None:
+    # Only an ACP editor's session/new can: the server is reached over its connection.
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[mcp_servers.ed]\ntype = "acp"\nserver_id = "srv-1"\n')
+    s = load_settings(None, {}, cfg)
+    assert s.mcp_servers == {}
+    assert [p for p in s.problems if "'ed' ignored" in p and '"acp"' in p]
+    servers = [{"type": "acp", "name": "also", "serverId": "srv-2"}]
+    s = load_settings({"mcpServers": servers}, {}, tmp_path / "none.toml")
+    assert s.mcp_servers == {}
+    assert [p for p in s.problems if "'also' ignored" in p]
+
+
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "cfg"
     config.mkdir(exist_ok=True)

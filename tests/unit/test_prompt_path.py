@@ -79,6 +79,9 @@ class LateServer:
         self.listed += 1
         return [] if first_step else [MCP_TOOL]
 
+    def notices(self) -> list[str]:
+        return []
+
     def server_of(self, name: str) -> str | None:
         return "calc" if name == MCP_TOOL.name else None
 
