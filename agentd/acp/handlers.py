@@ -57,6 +57,7 @@ from agentd.errors import (
 )
 from agentd.events import ModeChanged, ToolCallUpdate, Update
 from agentd.layout import agentd_folders
+from agentd.messages import clean_text
 from agentd.params import (
     TextPrompt,
     additional_roots,
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
         ForkSessionParams,
         ListSessionsParams,
         LoadSessionParams,
+        McpMessageParams,
         McpServer,
         NewSessionParams,
         PromptParams,
@@ -94,6 +96,9 @@ if TYPE_CHECKING:
     from agentd.config import McpServerSettings, Settings
 
 log = logging.getLogger("agentd.acp")
+
+# A `serverId` longer than this is refused (it is sent back in `mcp/connect`).
+MAX_SERVER_ID = 1024
 
 # The second argument is the App, or the Settings for the methods in `FROM_SETTINGS`.
 Handler = Callable[["AcpServer", Any, "Request", Any], Awaitable[Any]]
@@ -148,8 +153,11 @@ def mcp_servers(entries: list[McpServer]) -> dict[str, McpServerSettings]:
 
     out: dict[str, McpServerSettings] = {}
     for i, entry in enumerate(entries):
-        if entry.type not in (None, "stdio", "http", "sse"):
+        if entry.type not in (None, "stdio", "http", "sse", "acp"):
             log.warning("MCP server %r of type %r skipped: not supported", entry.name, entry.type)
+            continue
+        if entry.type == "acp":
+            out[entry.name] = _acp_server(i, entry)
             continue
         spec: dict[str, Any] = {"type": entry.type}
         if entry.command is not None:
@@ -164,6 +172,24 @@ def mcp_servers(entries: list[McpServer]) -> dict[str, McpServerSettings]:
             why = "; ".join(err["msg"] for err in exc.errors())
             raise InvalidParams.of(f"mcpServers.{i}", why) from None
     return out
+
+
+def _acp_server(i: int, entry: McpServer) -> McpServerSettings:
+    """A server the editor provides over this connection: its `serverId` goes
+    back to it in `mcp/connect`, so it must be text it can read."""
+    from agentd.config import McpServerSettings
+
+    server_id = entry.server_id
+    why = None
+    if not server_id:
+        why = "Field required"
+    elif len(server_id) > MAX_SERVER_ID:
+        why = f"longer than {MAX_SERVER_ID} characters"
+    elif clean_text(server_id) != server_id:
+        why = "not valid Unicode (a lone surrogate)"
+    if why is not None:
+        raise InvalidParams.of(f"mcpServers.{i}.serverId", why)
+    return McpServerSettings(type="acp", server_id=server_id)
 
 
 async def new_session(
@@ -457,6 +483,14 @@ async def mcp_status(
     return app.mcp.status()
 
 
+async def mcp_message(
+    server: AcpServer, app: App, request: Request, p: McpMessageParams
+) -> dict[str, Any]:
+    """An inner MCP request from the editor's server (a ping, a sampling or
+    elicitation request), answered by agentd's MCP client for that connection."""
+    return await server.tunnels.on_request(request.id, p.connection_id, p.method, p.params)
+
+
 async def _test_fail(server: AcpServer, app: App, request: Request, p: Empty) -> None:
     # As a real bug's exception may, it carries a request body of 1.6 MB.
     raise RuntimeError("injected handler failure: " + "x" * 1_600_000)
@@ -483,6 +517,8 @@ HANDLERS: dict[str, Handler] = {
     "_agentd/memory/list": memory_list,
     "_agentd/memory/recall": memory_recall,
     "_agentd/mcp/status": mcp_status,
+    # MCP over ACP: what the editor's own MCP servers send (agentd.acp.mcp_tunnels).
+    "mcp/message": mcp_message,
 }
 
 # Answered from the settings, before the App is built (see the module docstring).

@@ -7,7 +7,7 @@ them, are ignored. Imported after `initialize` has been answered.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -38,13 +38,16 @@ class NameValue(AcpModel):
 
 
 class McpServer(AcpModel):
-    """ACP's `McpServer`: stdio (`command`, `args`, `env`) or, with `type`
-    `http` / `sse`, a URL with `headers`. Checked further (one transport,
-    an http(s) URL) when the session starts its servers."""
+    """ACP's `McpServer`: stdio (`command`, `args`, `env`), with `type`
+    `http` / `sse` a URL with `headers`, or with `type` `acp` a `serverId`
+    (a server the editor provides over this connection). Checked further
+    (one transport, an http(s) URL, a usable serverId) when the session
+    starts its servers."""
 
     name: str
-    # `http`, `sse`, `stdio` (or none: stdio); other kinds are skipped, with a log line.
+    # `http`, `sse`, `acp`, `stdio` (or none: stdio); other kinds are skipped, with a log line.
     type: str | None = None
+    server_id: str | None = None
     command: str | None = None
     args: list[str] = []
     env: list[NameValue] = []
@@ -87,6 +90,14 @@ class ForkSessionParams(AcpModel):
 
 class StatusParams(AcpModel):
     pass
+
+
+class McpMessageParams(AcpModel):
+    """`mcp/message` from the editor: an inner MCP message on an open connection."""
+
+    connection_id: str
+    method: str
+    params: dict[str, Any] | None = None
 
 
 class SessionParams(AcpModel):

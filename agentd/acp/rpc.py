@@ -135,7 +135,12 @@ class Connection:
         connection closes), even if the caller stops waiting for it: a late
         answer then finds its future instead of an unknown id.
         """
+        return self.request(method, params)[1]
+
+    def request(self, method: str, params: Any) -> tuple[int | None, asyncio.Future[Any]]:
+        """`start_request`, with the id the request went out with (None: not sent)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        msg_id: int | None = None
         if self.closed:
             fut.set_exception(ConnectionClosed())
         else:
@@ -145,7 +150,7 @@ class Connection:
             self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
         # Nobody may be left awaiting it (abandoned on cancel): mark errors retrieved.
         fut.add_done_callback(_retrieve)
-        return fut
+        return msg_id, fut
 
     # --- receiving -----------------------------------------------------------------
 
@@ -169,6 +174,16 @@ class Connection:
             )
         else:
             fut.set_result(message.get("result"))
+
+    def fail(self, msg_id: Any, error: RpcError) -> bool:
+        """End the request `msg_id` with `error` (its answer could not be read);
+        False when no request of ours has that id."""
+        fut = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if fut is None:
+            return False
+        if not fut.done():
+            fut.set_exception(error)
+        return True
 
     def close(self) -> None:
         self.closed = True

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from agentd import PROTOCOL_VERSION, __version__
 from agentd.acp.caps import ClientCaps
 from agentd.acp.handlers import HANDLERS, dispatch
+from agentd.acp.mcp_tunnels import AcpTunnels
 from agentd.acp.rpc import NO_REPLY, Connection, LineSplitter, RpcError, parse_message
 from agentd.errors import (
     INTERNAL_ERROR,
@@ -115,9 +116,12 @@ class AcpServer:
         self._abandoned: dict[str, set[asyncio.Future[Any]]] = {}
         self._tasks: dict[asyncio.Task[None], Request] = {}
         self._runner: AcpToolRunner | None = None
+        # The editor's own MCP servers (`type: "acp"`), reached over this connection.
+        self.tunnels = AcpTunnels(self.conn)
 
     def _attach(self, app: App) -> None:
         app.memory_listeners.append(self._memory_changed)
+        app.mcp.tunnels = self.tunnels
 
     def _memory_changed(self, root: Path, paths: list[Path]) -> None:
         self.conn.notify(
@@ -166,6 +170,11 @@ class AcpServer:
         if message is None:
             assert error is not None
             log.warning("bad message: %s", error.message)
+            # An answer to one of agentd's requests (it names no method) that
+            # cannot be read (too deep, a number too long) ends that request
+            # now, instead of leaving it to its timeout or answering an answer.
+            if b'"method"' not in line and self.conn.fail(reply_id, error):
+                return
             if reply_id is not NO_REPLY:
                 self.conn.respond_error(reply_id, error)
             return
@@ -254,6 +263,8 @@ class AcpServer:
             return
         if method == "session/cancel":
             self.cancel(params)
+        elif method == "mcp/message":
+            self.tunnels.on_notification(params)
         elif method.startswith("_"):
             log.debug("extension notification %s ignored", method)
         else:
@@ -302,7 +313,8 @@ class AcpServer:
             "agentCapabilities": {
                 "loadSession": "session/load" in HANDLERS,
                 "promptCapabilities": {"image": image, "audio": False, "embeddedContext": True},
-                "mcpCapabilities": {"http": True, "sse": True},
+                # `acp`: MCP servers the editor provides over this connection.
+                "mcpCapabilities": {"http": True, "sse": True, "acp": True},
                 "sessionCapabilities": {
                     **{name: {} for name in SESSION_CAPABILITIES if f"session/{name}" in HANDLERS},
                     # Taken by session/new, load, resume and fork; reported by session/list.
@@ -368,6 +380,8 @@ class AcpServer:
                 task.cancel()
             if late:
                 await asyncio.wait(late, timeout=SHUTDOWN_TIMEOUT)
+        # While the editor can still read it: its MCP connections are closed.
+        await self.tunnels.aclose()
         self.conn.close()
         await self.warmup.aclose()
 
