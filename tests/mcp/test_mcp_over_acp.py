@@ -286,3 +286,35 @@ async def test_an_answer_too_deep_to_read_fails_the_call_at_once(
     del bridge.answers_for["tools/call"]
     await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=2, b=3))
     assert tool_result(model_server) == "5"
+
+
+async def test_deleting_the_session_disconnects(
+    acp: Any, bridge: EditorMcp, model_server: ModelServer, workspace: Path
+) -> None:
+    bridge.servers["srv-1"] = lambda: test_server.build("ed")
+    sid = (await acp.new_session(cwd=str(workspace), mcp_servers=[editors_server()])).session_id
+    await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=1, b=2))
+    assert bridge.disconnects == []
+    await acp._conn.send_request("session/delete", {"sessionId": sid})
+    await bridge.wait(lambda: bridge.disconnects == ["conn-1"])
+
+
+async def test_a_flood_of_the_editors_requests_is_answered_not_queued(
+    acp: Any, bridge: EditorMcp, model_server: ModelServer, workspace: Path
+) -> None:
+    bridge.servers["srv-1"] = lambda: test_server.build("ed")
+    sid = (await acp.new_session(cwd=str(workspace), mcp_servers=[editors_server()])).session_id
+    await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=1, b=2))
+    (connection_id,) = bridge.open
+    answers = await asyncio.gather(
+        *(bridge.send(connection_id, "ping", {"pad": "p" * 10_000}) for _ in range(300)),
+        return_exceptions=True,
+    )
+    # Each one answered: a pong, or "busy" for those beyond the buffer.
+    assert all(a == {} or isinstance(a, RequestError) for a in answers)
+    assert {} in answers
+    # A method with a lone surrogate is an error answer too, and the daemon goes on.
+    with pytest.raises(RequestError):
+        await bridge.send(connection_id, "no/such\ud800method")
+    await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=3, b=4))
+    assert tool_result(model_server) == "7"
