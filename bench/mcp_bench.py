@@ -1,7 +1,7 @@
 """MCP servers: what a tool call through the daemon costs, and what servers cost a prompt.
 
     python bench/mcp_bench.py [--calls 200] [--prompts 100] [--spawns 10]
-                              [--first 3] [--baseline-src DIR]
+                              [--first 3] [--acp-calls 100] [--baseline-src DIR]
 
 Rows (the MCP server is tests/mcp/server.py over stdio, written with the SDK):
 
@@ -12,6 +12,12 @@ Rows (the MCP server is tests/mcp/server.py over stdio, written with the SDK):
   next model request (which carries the result) at the model server. The
   same step with the daemon's own `read_file` is given beside it: what a
   tool step costs without MCP. Overhead = through the daemon - direct.
+- MCP tool call over ACP: the same tool step through the ACP daemon, with
+  the `add` tool of an MCP server the editor serves over the ACP connection
+  (`type: "acp"`, `mcp/message`; the editor is this process, the server
+  tests/mcp/server.py's on memory streams, bridged by
+  tests/mcp/acp_bridge.py) and of the same server over stdio, both in one
+  session, the calls alternating between the two.
 - prompt -> first request at the model server, with 0 and with 5
   configured servers (5 different specs, all ready), prompts alternating
   between the two daemons; and a first prompt sent right after
@@ -121,6 +127,71 @@ async def bench_through_daemon(server: ModelServer, root: Path, calls: int) -> d
     finally:
         await client.shutdown()
     return {"mcp_step_ms": mcp, "read_file_step_ms": own}
+
+
+# --- over ACP: the editor's own server vs a stdio server, one ACP daemon -------------------
+
+
+class _QuietEditor:
+    """An ACP client that only takes updates (the bench's tools ask no permission)."""
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        pass
+
+
+async def bench_over_acp(server: ModelServer, root: Path, calls: int) -> dict[str, Any]:
+    from acp import text_block
+    from acp.schema import AcpMcpServer, EnvVariable, McpServerStdio
+    from acp.stdio import spawn_agent_process
+
+    from tests.mcp import server as test_server
+    from tests.mcp.acp_bridge import EditorMcp
+
+    ws = root / "ws-acp"
+    ws.mkdir(exist_ok=True)
+    env = bench_env(server.openai_base_url, root / "over-acp")
+    env["AGENTD_MEMORY"] = "off"
+    bridge = EditorMcp()
+    bridge.servers["srv-ed"] = lambda: test_server.build("ed")
+    stdio = McpServerStdio(
+        name="calc",
+        command=sys.executable,
+        args=[str(SERVER)],
+        env=[EnvVariable(name="MCP_TEST_NAME", value="calc")],
+    )
+    steps: dict[str, list[float]] = {"acp_step_ms": [], "stdio_step_ms": []}
+    async with spawn_agent_process(_QuietEditor(), *daemon_command(acp=True), env=env) as (
+        conn,
+        _process,
+    ):
+        bridge.install(conn)
+        await conn.initialize(protocol_version=1, agentd={"mcp": {"startupWait": 60}})
+        servers = [AcpMcpServer(type="acp", name="ed", server_id="srv-ed"), stdio]
+        sid = (await conn.new_session(cwd=str(ws), mcp_servers=servers)).session_id
+        for i in range(2 * (calls + 5)):
+            key, tool = (
+                ("acp_step_ms", "mcp__ed__add") if i % 2 else ("stdio_step_ms", "mcp__calc__add")
+            )
+            server.enqueue(
+                {"toolCalls": [{"id": f"a{i}", "name": tool, "arguments": {"a": 1, "b": 2}}]}
+            )
+            start = len(server.log)
+            await conn.prompt(session_id=sid, prompt=[text_block(f"call {i}")])
+            entries = server.log[start:]
+            first = next(e for e in entries if e["type"] == "request")
+            done = next(e for e in entries if e["type"] == "complete" and e["id"] == first["id"])
+            second = next(e for e in entries if e["type"] == "request" and e["id"] != first["id"])
+            messages = server.requests("main")[-1]["body"]["messages"]
+            answer = next(m for m in reversed(messages) if m["role"] == "tool")["content"]
+            if answer != "3":  # a step that did not run the tool measures nothing
+                raise RuntimeError(f"{tool} did not answer: {answer}")
+            if i >= 10:
+                steps[key].append((second["ts"] - done["ts"]) * 1000)
+        await bridge.aclose()
+    return steps
 
 
 # --- prompt -> first request, 0 vs 5 servers --------------------------------------------
@@ -242,6 +313,18 @@ def table(result: dict[str, Any]) -> str:
             f"0 {fmt(p['first_zero']['median'], ' ms')}",
         ],
     ]
+    acp = result.get("over_acp")
+    if acp:
+        a, st = acp["acp_step_ms"], acp["stdio_step_ms"]
+        rows.append(
+            [
+                "MCP tool call step through the ACP daemon p50 / p99",
+                f"the editor's own server (MCP over ACP) {fmt(a['median'], ' ms')} / "
+                f"{fmt(a['p99'], ' ms')}",
+                f"the same server over stdio {fmt(st['median'], ' ms')} / {fmt(st['p99'], ' ms')}",
+                "one session, calls alternating",
+            ]
+        )
     for key, row in result["spawn_none_configured"].items():
         rows.append(
             [
@@ -262,12 +345,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             spawn = await bench_spawn(server, root, args.spawns, args.baseline_src)
             direct = await bench_direct(args.calls)
             through = await bench_through_daemon(server, root, args.calls)
+            over_acp = (
+                await bench_over_acp(server, root, args.acp_calls) if args.acp_calls else None
+            )
             servers = await bench_servers(server, root, args.prompts, args.first)
     return {
         "machine": {"loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()},
         "direct_call_ms": summary(direct),
         "through_daemon": {k: summary(v) for k, v in through.items()},
         "prompt_to_request_ms": {k: summary(v) for k, v in servers.items()},
+        "over_acp": {k: summary(v) for k, v in over_acp.items()} if over_acp else None,
         "spawn_none_configured": spawn,
         "baseline_src": str(args.baseline_src) if args.baseline_src else None,
     }
@@ -279,6 +366,7 @@ if __name__ == "__main__":
     parser.add_argument("--prompts", type=int, default=100)
     parser.add_argument("--spawns", type=int, default=10)
     parser.add_argument("--first", type=int, default=3)
+    parser.add_argument("--acp-calls", type=int, default=100)
     parser.add_argument("--baseline-src", type=Path, default=None)
     add_output_args(parser)
     args = parser.parse_args()
