@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.acp.rpc import Connection, RpcError
 from agentd.errors import INVALID_PARAMS
+from agentd.messages import clean_text
 
 if TYPE_CHECKING:
     from agentd.mcp.tunnel import Inbound
@@ -30,6 +31,8 @@ log = logging.getLogger("agentd.acp")
 
 # A connectionId longer than this is not one agentd keeps.
 MAX_CONNECTION_ID = 1024
+# What of an editor's refusal the chat and the log repeat.
+MAX_REFUSAL = 500
 
 
 class AcpTunnel:
@@ -84,8 +87,10 @@ class AcpTunnels:
             answer.add_done_callback(self._disconnect_late)
             raise
         except RpcError as exc:
+            # Its words reach the chat: valid text, and short.
+            why = clean_text(exc.message)[:MAX_REFUSAL]
             raise ConnectionRefusedError(
-                f"the editor refused mcp/connect: {exc.message} (code {exc.code})"
+                f"the editor refused mcp/connect: {why} (code {exc.code})"
             ) from None
         connection_id = _connection_id(result)
         if connection_id is None:

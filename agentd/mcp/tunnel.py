@@ -113,8 +113,14 @@ async def tunnel_transport(peer: TunnelPeer, server_id: str) -> AsyncIterator[An
         INBOUND_BUFFER
     )
     sdk_writes, from_sdk = anyio.create_memory_object_stream[SessionMessage](0)
+    streams = (to_sdk, sdk_reads, sdk_writes, from_sdk)
     bridge = _Bridge(to_sdk)
-    tunnel = await peer.connect(server_id, bridge)
+    try:
+        tunnel = await peer.connect(server_id, bridge)
+    except BaseException:
+        for stream in streams:
+            stream.close()
+        raise
     bridge.tunnel = tunnel
     pump = asyncio.ensure_future(bridge.pump(from_sdk))
     try:
@@ -124,7 +130,7 @@ async def tunnel_transport(peer: TunnelPeer, server_id: str) -> AsyncIterator[An
         await bridge.aclose()
         with contextlib.suppress(asyncio.CancelledError):
             await pump
-        for stream in (to_sdk, sdk_reads, sdk_writes, from_sdk):
+        for stream in streams:
             stream.close()
         # Bounded, and shielded from the cancel that may be closing us: the
         # editor is told either way, a late answer is not waited for.

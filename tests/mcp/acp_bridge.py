@@ -67,6 +67,8 @@ class EditorMcp:
         # When set, answers agentd's inner requests of these methods itself
         # (what a hostile or broken editor may answer) instead of the server.
         self.answers_for: dict[str, Any] = {}
+        # serverId -> what mcp/connect answers instead (an exception is raised).
+        self.connect_answers: dict[str, Any] = {}
         self._conn: Any = None
         self._count = 0
 
@@ -104,6 +106,11 @@ class EditorMcp:
         server_id = params["serverId"]
         self.connects.append(server_id)
         self._changed()
+        if server_id in self.connect_answers:
+            answer = self.connect_answers[server_id]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer  # type: ignore[no-any-return]
         make = self.servers.get(server_id)
         if make is None:
             raise RequestError(-32001, f"no MCP server {server_id} here")

@@ -318,3 +318,29 @@ async def test_a_flood_of_the_editors_requests_is_answered_not_queued(
         await bridge.send(connection_id, "no/such\ud800method")
     await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=3, b=4))
     assert tool_result(model_server) == "7"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (
+            RequestError(-32000, "no \ud800 " + "z" * 100_000),
+            "the editor refused mcp/connect: no \ufffd",
+        ),
+        ({"connectionId": 7}, "no usable connectionId"),
+        ({}, "no usable connectionId"),
+        ({"connectionId": "c" * 5000}, "no usable connectionId"),
+    ],
+    ids=["huge-refusal-with-surrogate", "id-not-text", "no-id", "id-too-long"],
+)
+async def test_a_broken_connect_answer_is_said_briefly_and_the_session_works(
+    acp: Any, editor: EditorClient, bridge: EditorMcp, workspace: Path, answer: Any, said: str
+) -> None:
+    bridge.connect_answers["srv-x"] = answer
+    sid = (
+        await acp.new_session(cwd=str(workspace), mcp_servers=[editors_server("ed", "srv-x")])
+    ).session_id
+    result = await acp.prompt(session_id=sid, prompt=[text_block("hello")])
+    assert result.stop_reason == "end_turn"
+    chat = editor.text(sid)
+    assert said in chat and len(chat) < 2000
