@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -143,9 +145,7 @@ class _QuietEditor:
 
 
 async def bench_over_acp(server: ModelServer, root: Path, calls: int) -> dict[str, Any]:
-    from acp import text_block
-    from acp.schema import AcpMcpServer, EnvVariable, McpServerStdio
-    from acp.stdio import spawn_agent_process
+    from acp.schema import EnvVariable, McpServerStdio
 
     from tests.mcp import server as test_server
     from tests.mcp.acp_bridge import EditorMcp
@@ -163,6 +163,25 @@ async def bench_over_acp(server: ModelServer, root: Path, calls: int) -> dict[st
         env=[EnvVariable(name="MCP_TEST_NAME", value="calc")],
     )
     steps: dict[str, list[float]] = {"acp_step_ms": [], "stdio_step_ms": []}
+    # The in-process server notes each call on stderr, where the table goes.
+    with contextlib.redirect_stderr(io.StringIO()):
+        await _acp_steps(bridge, env, ws, stdio, calls, server, steps)
+    return steps
+
+
+async def _acp_steps(
+    bridge: Any,
+    env: dict[str, str],
+    ws: Path,
+    stdio: Any,
+    calls: int,
+    server: ModelServer,
+    steps: dict[str, list[float]],
+) -> None:
+    from acp import text_block
+    from acp.schema import AcpMcpServer
+    from acp.stdio import spawn_agent_process
+
     async with spawn_agent_process(_QuietEditor(), *daemon_command(acp=True), env=env) as (
         conn,
         _process,
@@ -191,7 +210,6 @@ async def bench_over_acp(server: ModelServer, root: Path, calls: int) -> dict[st
             if i >= 10:
                 steps[key].append((second["ts"] - done["ts"]) * 1000)
         await bridge.aclose()
-    return steps
 
 
 # --- prompt -> first request, 0 vs 5 servers --------------------------------------------

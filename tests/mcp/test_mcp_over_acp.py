@@ -344,3 +344,17 @@ async def test_a_broken_connect_answer_is_said_briefly_and_the_session_works(
     assert result.stop_reason == "end_turn"
     chat = editor.text(sid)
     assert said in chat and len(chat) < 2000
+
+
+async def test_a_loaded_session_connects_again(
+    acp: Any, bridge: EditorMcp, model_server: ModelServer, workspace: Path
+) -> None:
+    bridge.servers["srv-1"] = lambda: test_server.build("ed")
+    sid = (await acp.new_session(cwd=str(workspace), mcp_servers=[editors_server()])).session_id
+    await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=1, b=2))
+    await acp.close_session(session_id=sid)
+    await bridge.wait(lambda: bridge.disconnects == ["conn-1"])
+    await acp.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[editors_server()])
+    await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=5, b=5))
+    assert tool_result(model_server) == "10"
+    assert bridge.connects == ["srv-1", "srv-1"] and list(bridge.open) == ["conn-2"]
