@@ -61,13 +61,8 @@ class AcpTunnel:
             out["params"] = params
         return out
 
-    async def disconnect(self) -> None:
-        answer = self._owner.forget(self)
-        if answer is not None:
-            try:
-                await answer
-            except RpcError as exc:
-                log.info("mcp/disconnect of %s answered %s", self.connection_id, exc.message)
+    def disconnect(self) -> asyncio.Future[Any] | None:
+        return self._owner.forget(self)
 
 
 class AcpTunnels:

@@ -75,8 +75,8 @@ class Tunnel(Protocol):
 
     def notify(self, method: str, params: dict[str, Any] | None) -> None: ...
 
-    async def disconnect(self) -> None:
-        """`mcp/disconnect` (once; later calls do nothing)."""
+    def disconnect(self) -> asyncio.Future[Any] | None:
+        """Send `mcp/disconnect` now (once: None after the first); the future is its answer."""
         ...
 
 
@@ -128,14 +128,14 @@ async def tunnel_transport(peer: TunnelPeer, server_id: str) -> AsyncIterator[An
     finally:
         pump.cancel()
         await bridge.aclose()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pump
+        await asyncio.wait([pump])
         for stream in streams:
             stream.close()
-        # Bounded, and shielded from the cancel that may be closing us: the
-        # editor is told either way, a late answer is not waited for.
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(tunnel.disconnect()), DISCONNECT_WAIT)
+        # Sent at once, whatever cancel may be closing us; its answer is
+        # awaited a bounded time (`wait` neither raises its error nor cancels it).
+        answer = tunnel.disconnect()
+        if answer is not None:
+            await asyncio.wait([answer], timeout=DISCONNECT_WAIT)
 
 
 class _Bridge:
@@ -146,6 +146,8 @@ class _Bridge:
         self._to_sdk = to_sdk
         # agentd's requests in flight: inner id -> (outer id, the task awaiting the answer).
         self._calls: dict[Any, tuple[Any, asyncio.Task[None]]] = {}
+        # Every such task until it has ended (a withdrawn call's too): `aclose` awaits them.
+        self._tasks: set[asyncio.Task[None]] = set()
         # The editor's requests the SDK has not answered: inner id -> (outer id, answer).
         self._answers: dict[str, tuple[Any, asyncio.Future[dict[str, Any]]]] = {}
         self._inner_ids = (f"editor-{n}" for n in itertools.count(1))
@@ -173,6 +175,8 @@ class _Bridge:
             outer_id, answer = tunnel.request(message.method, message.params)
             task = asyncio.ensure_future(self._answer(message.id, message.method, answer))
             self._calls[message.id] = (outer_id, task)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             task.add_done_callback(lambda _: self._calls.pop(message.id, None))
         elif isinstance(message, JSONRPCNotification):
             params = message.params
@@ -268,11 +272,11 @@ class _Bridge:
 
     async def aclose(self) -> None:
         """Stop waiting: agentd's calls in flight end, the editor's requests are refused."""
-        calls = [task for _, task in self._calls.values()]
-        for task in calls:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        if calls:
-            await asyncio.wait(calls)
+        if tasks:
+            await asyncio.wait(tasks)
         for _, answer in list(self._answers.values()):
             if not answer.done():
                 answer.set_exception(TunnelError(CONNECTION_CLOSED, "the MCP connection closed"))
