@@ -27,6 +27,8 @@ import platformdirs
 
 APP_NAME = "agentd"
 INDEX_FILE = "MEMORY.md"
+# The folder of every project's folder, in `$AGENTD_HOME`.
+PROJECTS_FOLDER = "projects"
 # A project's memory folder, beside its `sessions` folder.
 MEMORY_FOLDER = "memory"
 TEAM_MEMORY_PARTS = (".agentd", "memory")
@@ -91,7 +93,7 @@ def project_slug(workspace_root: Path) -> str:
 
 def project_dir(workspace_root: Path, home: Path | None = None) -> Path:
     base = home if home is not None else agentd_home()
-    return base / "projects" / project_slug(workspace_root)
+    return base / PROJECTS_FOLDER / project_slug(workspace_root)
 
 
 def memory_dir(workspace_root: Path, home: Path | None = None) -> Path:

@@ -34,6 +34,7 @@ from agentd.agent.tools import (
     call_locations,
     truncate_result,
 )
+from agentd.agent.tools.fence import path_refusal
 from agentd.errors import ContextOverflow, ModelError, ModelStreamInterrupted, ToolError
 from agentd.events import (
     Emit,
@@ -605,11 +606,19 @@ async def _run_tools(
             refused = call.name not in offered and (
                 call.name in client_names or call.name in DAEMON_TOOL_SPECS
             )
+        # An editor's tool aimed into agentd's own folders is refused here,
+        # before the editor is asked (it would write or read anywhere the
+        # user can): the same words over both front ends.
+        fenced = (
+            _fenced_client_call(session, call)
+            if call.name in client_names and not refused
+            else None
+        )
         # A refused call is announced as the daemon's: `executor: client` tells
         # the editor to run it, and an editor that did would apply the very
         # edit the mode forbids.
         executor: Literal["client", "daemon"] = (
-            "client" if call.name in client_names and not refused else "daemon"
+            "client" if call.name in client_names and not refused and fenced is None else "daemon"
         )
         where = call_locations(call.name, call.arguments, session.workspace_root)
         auto = executor == "client" and not modes.asks_before(session.mode, call.name)
@@ -622,6 +631,8 @@ async def _run_tools(
         try:
             if refused:
                 res = ToolResultPart(call.id, modes.refusal(session.mode, call.name), True)
+            elif fenced is not None:
+                res = ToolResultPart(call.id, fenced, True)
             elif extra is not None and server is not None:
                 res = await extra.run(session, call, limit, lambda: running(call.id))
             elif executor == "client":
@@ -661,6 +672,20 @@ async def _run_tools(
         session.append(Message("user", [*done, *cancelled]))
         raise
     return [results[c.id] for c in calls]
+
+
+# The editor's tools that name a file by `path`, and whether they write it.
+_CLIENT_PATH_TOOLS = {"read_file": False, "write_file": True, "edit_file": True}
+
+
+def _fenced_client_call(session: Session, call: ToolCall) -> str | None:
+    """Why the editor must not be asked to run `call` (a path in agentd's own
+    folders: `fence.path_refusal`); None when it may."""
+    writes = _CLIENT_PATH_TOOLS.get(call.name)
+    path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
+    if writes is None or not isinstance(path, str):
+        return None
+    return path_refusal(path, session.workspace_root, write=writes)
 
 
 def _update_plan(session: Session, call: ToolCall, emit: Emit) -> ToolResultPart:

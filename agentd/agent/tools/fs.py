@@ -27,10 +27,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from agentd.agent.tools.fence import Fence
 from agentd.errors import PathOutsideWorkspace, ToolError
 from agentd.paths import real_root, resolve_inside
 
@@ -60,10 +61,12 @@ def kind_of(mode: int) -> str:
 
 
 class Root:
-    """An open descriptor of a workspace root, and confined opens below it."""
+    """An open descriptor of a workspace root, and confined opens below it;
+    agentd's own folders in or around it are fenced off (`fence.py`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, own: Sequence[tuple[Path, str]] | None = None) -> None:
         self.path = real_root(root)
+        self.fence = Fence(self.path, own)
         try:
             self.fd = os.open(self.path, DIR_FLAGS)
         except OSError as exc:
@@ -83,9 +86,12 @@ class Root:
     def parts(self, user_path: str) -> tuple[str, ...]:
         """The components of `user_path` below the root, after the containment check."""
         resolved = resolve_inside(self.path, user_path or ".")
-        if resolved == self.path:
-            return ()
-        return resolved.relative_to(self.path).parts
+        parts = () if resolved == self.path else resolved.relative_to(self.path).parts
+        if self.fence:
+            why = self.fence.refusal(parts, None, user_path or ".")
+            if why is not None:
+                raise PathOutsideWorkspace(why)
+        return parts
 
     def display(self, parts: tuple[str, ...] | list[str]) -> str:
         """A root-relative path for the model ('.' for the root)."""

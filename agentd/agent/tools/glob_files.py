@@ -40,7 +40,7 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
     max_results = int(args.get("max_results", specs.GLOB_DEFAULT_RESULTS))
     filters = make_filters(root, parts, {**args, "glob": [pattern]}, max_filesize=None)
     rules_text = ancestors(root, parts, filters.no_ignore)
-    rules = Rules(filters, compile_lines(rules_text))
+    rules = Rules(filters, compile_lines(rules_text), root.fence)
     engine = config.engine()
     found: list[tuple[str, float]] = []  # (path, mtime; 0 until known)
     complete = True
@@ -83,6 +83,8 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
         text += f"\n[glob stopped at its {config.search_timeout:g} s time limit: partial]"
     elif not complete:
         text += "\n[glob stopped early: results are partial]"
+    if root.fence.note():
+        text += "\n" + root.fence.note()
     return ToolOutput(text, [Location(str(root.path / p)) for p, _ in shown])
 
 

@@ -39,7 +39,7 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
     # Hidden entries are listed (a listing is about what the folder holds);
     # ignore files and version-control folders still apply.
     filters = Filters(hidden=True, no_ignore=bool(args.get("no_ignore", False)))
-    rules = Rules(filters, compile_lines(ancestors(root, parts, filters.no_ignore)))
+    rules = Rules(filters, compile_lines(ancestors(root, parts, filters.no_ignore)), root.fence)
     lines: list[str] = []
     state = {"skipped": 0, "total": 0, "cut": False}
     with root.dir(parts, shown_path) as fd:
@@ -57,6 +57,8 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
             f"[{n} entr{'ies' if n != 1 else 'y'} not shown: ignored by .gitignore/.ignore "
             "or version-control folders; no_ignore: true lists the ignored ones]"
         )
+    if root.fence.note():
+        notes.append(root.fence.note())
     if notes:
         text += "\n\n" + "\n".join(notes)
     if token.cancelled:

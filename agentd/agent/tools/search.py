@@ -195,7 +195,7 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
         raise ToolError(f"{shown_path} is a {kind_of(st.st_mode)}, not a folder or a regular file")
     filters = make_filters(root, parts, args, max_filesize=specs.SEARCH_MAX_FILE_BYTES)
     rules_text = ancestors(root, parts, filters.no_ignore)
-    rules = Rules(filters, compile_lines(rules_text))
+    rules = Rules(filters, compile_lines(rules_text), root.fence)
     engine = config.engine()
     note = ""
     if engine is not None:
@@ -213,6 +213,8 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
         note = f"[search stopped at its {limit:g} s time limit: results are partial]"
     elif not complete and not note:
         note = "[search stopped early: results are partial]"
+    if root.fence.note():
+        note = f"{note}\n{root.fence.note()}" if note else root.fence.note()
     hits.sort(key=lambda h: h.path)
     return _render(root, hits, matcher, max_results, context, files_only, note, token, query)
 

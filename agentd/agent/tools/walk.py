@@ -35,7 +35,9 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from agentd.agent.tools.fence import Fence
 from agentd.agent.tools.fs import FILE_FLAGS, Root, open_dir_at
 from agentd.agent.tools.globs import GlobLine, GlobSet, compile_lines, parse_line
 from agentd.agent.tools.worker import StopToken
@@ -83,8 +85,12 @@ class Entry:
 
 
 class Rules:
-    def __init__(self, filters: Filters, ancestors: list[GlobLine] | None = None) -> None:
+    def __init__(
+        self, filters: Filters, ancestors: list[GlobLine] | None = None, fence: Fence | None = None
+    ) -> None:
         self.filters = filters
+        # agentd's own folders in the root: left out of every walk and result.
+        self.fence = fence if fence is not None else Fence(Path("/"), ())
         self.vcs = GlobSet([g for g in (parse_line("!" + n) for n in VCS_DIRS) if g is not None])
         self.explicit = GlobSet(ancestors or [])
         user = [parse_line(g, strict=True) for g in filters.globs]
@@ -108,8 +114,9 @@ class Rules:
         return not self.types or self.types.match(rel, False) is not None
 
     def keep_many(self, paths: list[str]) -> list[str]:
-        """`keep` over many paths; plain `*.ext` filters are checked in one C-level pass."""
-        out = paths
+        """`keep` over many paths (ripgrep's), agentd's own files left out;
+        plain `*.ext` filters are checked in one C-level pass."""
+        out = self.fence.keep_files(paths)
         for gs, required in ((self.globs, self.including), (self.types, True)):
             if not gs:
                 continue
@@ -310,6 +317,8 @@ def scan(
         if rules.ignored(path, e.name, is_dir, level):
             skipped += 1
             continue
+        if rules.fence and rules.fence.hides(path, is_dir):
+            continue  # agentd's own: not there for the tools (`Fence.note` says so)
         kept.append(Entry(path, e.name, dir_fd, is_dir, is_file, is_link, e))
     return level, kept, skipped
 
