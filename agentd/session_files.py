@@ -46,6 +46,7 @@ from agentd.layout import agentd_home
 from agentd.transcript import (
     images_dir,
     meta_path,
+    open_images_folder,
     sessions_folders,
     valid_session_id,
 )
@@ -120,11 +121,8 @@ def _copy_images(source: Path, dir_fd: int, name: str, hashes: list[str]) -> Non
     """The images `hashes` of the folder `source`, linked (else copied) into
     the folder `name` of `dir_fd`. An image the source no longer has is left
     out: a load shows it as missing, as for the source."""
-    try:
-        os.mkdir(name, 0o700, dir_fd=dir_fd)
-    except FileExistsError:
-        pass
-    target = _open_folder_at(dir_fd, name)
+    # A symlink or a special file at the fork's folder name: replaced.
+    target = open_images_folder(dir_fd, name, create=True)
     try:
         try:
             src = _open_folder(source)
@@ -145,7 +143,7 @@ def _copy_images(source: Path, dir_fd: int, name: str, hashes: list[str]) -> Non
                     continue
                 except OSError:
                     pass  # another file system, or links refused: copied
-                _copy_one(source / digest, target, digest)
+                _copy_one(src, source / digest, target, digest)
         finally:
             os.close(src)
         os.fsync(target)
@@ -153,13 +151,11 @@ def _copy_images(source: Path, dir_fd: int, name: str, hashes: list[str]) -> Non
         os.close(target)
 
 
-def _open_folder_at(dir_fd: int, name: str) -> int:
-    return os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
-
-
-def _copy_one(source: Path, target: int, name: str) -> None:
+def _copy_one(src: int, source: Path, target: int, name: str) -> None:
+    """The image `name` of the folder open as `src` (`source`, for the log)
+    copied into the folder open as `target`."""
     try:
-        with os.fdopen(open_regular(source), "rb") as f:
+        with os.fdopen(open_regular(name, dir_fd=src), "rb") as f:
             data = f.read()
     except OSError as exc:
         log.warning("cannot copy the image %s: %s", source, exc)

@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -216,6 +217,44 @@ MISSING_IMAGE = "[an image of this prompt: its stored copy is missing]"
 def images_dir(path: Path) -> Path:
     """Where a transcript's images live (`<sessionId>.images/`)."""
     return path.with_suffix(".images")
+
+
+def open_images_folder(parent_fd: int, name: str, *, create: bool) -> int:
+    """A descriptor of the images folder `name` in the sessions folder open as
+    `parent_fd`, opened without following a symlink: image files are written
+    and read only relative to it, never by a path someone could re-point.
+
+    Not a folder there (a symlink, a FIFO, a device, a file: the kernel
+    refuses it without opening it, so nothing hangs): OSError (ELOOP or
+    ENOTDIR) when only reading; when `create`, it is removed (the name is
+    agentd's, in agentd's folder: a link goes, never what it points at) and
+    the folder made again, as a missing one is."""
+    try:
+        return os.open(name, _FOLDER_FLAGS | _NOFOLLOW, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    except OSError as exc:
+        if not create or exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        log.warning("%s was not a folder (a symlink or a special file): made again", name)
+        os.unlink(name, dir_fd=parent_fd)
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass  # made meanwhile (a fork beside); opened as any
+    return os.open(name, _FOLDER_FLAGS | _NOFOLLOW, dir_fd=parent_fd)
+
+
+def _images_folder(transcript: Path, *, create: bool) -> int:
+    """`open_images_folder` for the images of `transcript`, from its folder
+    as the writer reaches it (a sessions folder the user moved elsewhere
+    with a symlink included)."""
+    parent = os.open(transcript.parent, _FOLDER_FLAGS)
+    try:
+        return open_images_folder(parent, images_dir(transcript).name, create=create)
+    finally:
+        os.close(parent)
 
 
 # A sessions folder as listed: its path, its entries and their names.
@@ -642,6 +681,9 @@ class TranscriptWriter:
         # second thing to say while it refuses).
         self.failure = ""
         self.told = False
+        # Set by the owner while a prompt runs: called when a failure is
+        # found (`failed` or `rebuild_failed` set), to tell the user then.
+        self.on_failure: Callable[[], None] | None = None
         # Set by the owner when the file was taken away and writing it again
         # failed (`check_file`); cleared by the next check that does not fail.
         self.rebuild_failed = False
@@ -658,8 +700,9 @@ class TranscriptWriter:
         # core calls once the prompt's model request is out (never on the
         # prompt's path to it), after the reply, and at `close`.
         self._meta_due = False
-        # Image files written since the last sync (made durable with it).
-        self._unsynced: list[Path] = []
+        # Image files (their names in the images folder) written since the
+        # last sync (made durable with it).
+        self._unsynced: list[str] = []
         # The session's id was made just now (a new session): neither its
         # transcript nor its meta file can exist but for what this writer
         # writes, so its first line asks the file system nothing (two `stat`s
@@ -690,6 +733,9 @@ class TranscriptWriter:
         # The open file `_identity` was read from: a descriptor's file never
         # changes, so a prompt's check (`_taken_away`) asks it only of another.
         self._identity_file: IO[bytes] | None = None
+        # (st_dev, st_ino) of the sessions folder the file was last found in
+        # (`_taken_away`; None: not learned yet).
+        self._folder: tuple[int, int] | None = None
         # Rebuilds so far: a line whose state a rebuild wrote is not written again.
         self._rebuilds = 0
         # The lines of the messages this writer gave offsets that memory
@@ -795,8 +841,15 @@ class TranscriptWriter:
         line was written. The header says when the session was made."""
         if self._fresh and not self._started and not self.discarded:
             self._files.prepare(self.path)
+            self._learn_folder()
             if self._header is None:
                 self._header = self._header_line()
+
+    def _learn_folder(self) -> None:
+        """Note which folder the sessions folder is now (once; see `_check_folder`)."""
+        if self._folder is None:
+            with contextlib.suppress(OSError):
+                self._folder = _identity_of(os.stat(self.path.parent))
 
     def _open(self) -> IO[bytes]:
         if not self._fresh:
@@ -836,6 +889,7 @@ class TranscriptWriter:
             return self._rebuild()
         self._identity = (held.st_dev, held.st_ino)
         self._identity_file = f
+        self._learn_folder()
         return f
 
     def check_file(self) -> None:
@@ -853,15 +907,27 @@ class TranscriptWriter:
         if self._snapshot is None or not self._started or self._fresh or self.discarded:
             return
         if self._taken_away():
-            self._rebuild()
+            try:
+                self._rebuild()
+            except OSError:
+                # Not written again now: the file kept open is no longer the
+                # session's (unlinked with its folder, or moved away with
+                # it), and a line written to it would be lost without a
+                # word. Let go of it: the next lines wait in memory (the
+                # owner says why, once) until a check finds the place again.
+                self._files.close(self.path)
+                raise
 
     def _taken_away(self) -> bool:
+        """Is the session's file not known to be there and ours? Removed,
+        renamed, replaced by another, or its place unreachable: any `lstat`
+        error (ENOTDIR: its folder, or one above, replaced by a file, a FIFO
+        or a device; ELOOP; EACCES) counts, as only the file found there can
+        prove that lines written to the one kept open are kept."""
         try:
             named = os.lstat(self.path)
-        except FileNotFoundError:
-            return True
         except OSError:
-            return False  # the folder cannot be read: the next write says why
+            return True
         f = self._files.kept(self.path)
         if f is not None and f is not self._identity_file:
             held = os.fstat(f.fileno())
@@ -869,7 +935,29 @@ class TranscriptWriter:
             # the identity check covers it, and a rename or a replacement too.
             self._identity = (held.st_dev, held.st_ino)
             self._identity_file = f
-        return self._identity not in (None, (named.st_dev, named.st_ino))
+        if self._identity not in (None, (named.st_dev, named.st_ino)):
+            return True
+        self._learn_folder()
+        return False
+
+    def _check_folder(self) -> None:
+        """Before a rebuild: OSError when the sessions folder is now a symlink
+        to another folder than the one the file was found in (a symlink
+        there from the start, the user's move of the folder, is followed)."""
+        folder = self.path.parent
+        try:
+            if not stat.S_ISLNK(os.lstat(folder).st_mode):
+                return
+            now = _identity_of(os.stat(folder))
+        except FileNotFoundError:
+            return  # a dangling symlink or nothing: the rebuild says why
+        if self._folder is not None and now != self._folder:
+            raise OSError(
+                errno.ELOOP,
+                f"the sessions folder was replaced by a symlink to {os.readlink(folder)}; "
+                "not written through",
+                str(folder),
+            )
 
     def _rebuild(self) -> IO[bytes]:
         """Write the session's transcript again, whole, under its name: the
@@ -889,6 +977,7 @@ class TranscriptWriter:
         the history before it gone from disk. A session deleted through
         agentd is `discard`ed first: it is never rebuilt."""
         assert self._snapshot is not None
+        self._check_folder()
         base, config = self._snapshot()
         images: dict[str, bytes] = {}
         base = replace(base, title=self.title or EMPTY_TITLE, offset=self.offset)
@@ -1116,14 +1205,24 @@ class TranscriptWriter:
         return digest
 
     def _write_image(self, digest: str, raw: bytes) -> None:
-        folder = images_dir(self.path)
-        target = folder / digest
-        if not target.exists():
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = folder / f".{digest}.tmp"
-            _write_temporary(tmp, raw)
-            os.replace(tmp, target)
-            self._unsynced.append(target)
+        """The image file `digest` in the session's images folder, unless a
+        regular file has that name already (the same bytes: named by their
+        hash). Reached by descriptors (`open_images_folder`): a folder or an
+        image replaced by a symlink is replaced, never written through."""
+        folder = _images_folder(self.path, create=True)
+        try:
+            try:
+                if stat.S_ISREG(os.stat(digest, dir_fd=folder, follow_symlinks=False).st_mode):
+                    return
+            except FileNotFoundError:
+                pass
+            tmp = f".{digest}.tmp"
+            _write_temporary(tmp, raw, dir_fd=folder)
+            # Over whatever stands at the name (a symlink, a FIFO): replaced.
+            os.replace(tmp, digest, src_dir_fd=folder, dst_dir_fd=folder)
+        finally:
+            os.close(folder)
+        self._unsynced.append(digest)
 
     def write_due_meta(self) -> None:
         """Write the meta file of a new transcript. Until then there is none,
@@ -1150,6 +1249,8 @@ class TranscriptWriter:
             log.info("cannot write %s: %s", target, exc)
             return
         self._wrote_meta = True
+        # Off the prompt's path to its request (this runs once it is out).
+        self._learn_folder()
 
     def compaction(self, record: CompactionRecord) -> None:
         self._line(
@@ -1167,18 +1268,21 @@ class TranscriptWriter:
         finally:
             os.close(fd)
         images, self._unsynced = self._unsynced, []
-        for image in images:
-            fd = os.open(image, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        if images:
-            fd = os.open(images[0].parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if not images:
+            return
+        # By descriptors, as they were written: nothing is followed, and a
+        # FIFO put at an image's name is never opened (`open_regular`).
+        folder = _images_folder(self.path, create=False)
+        try:
+            for image in images:
+                fd = open_regular(image, dir_fd=folder)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
     def close(self) -> None:
         try:
@@ -1204,18 +1308,21 @@ MAX_UNEXTRACTED_BYTES = 16 * 1024 * 1024
 _APPEND = os.O_WRONLY | os.O_APPEND
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
 
 
-def _write_temporary(tmp: Path, data: bytes) -> None:
-    """`data` as the new file `tmp` (to be renamed into place). Whatever is
+def _write_temporary(tmp: Path | str, data: bytes, *, dir_fd: int | None = None) -> None:
+    """`data` as the new file `tmp` (to be renamed into place; relative to
+    `dir_fd` when given). Whatever is
     at that name (a crash's leftover, or a FIFO or a symlink put there: the
     name is predictable) is removed first, and the file is created, never
     opened: a write never waits on a FIFO nor goes through a symlink."""
     try:
-        os.unlink(tmp)
+        os.unlink(tmp, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
@@ -1245,6 +1352,10 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _identity_of(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
 
 
 def _holds_data(path: Path) -> bool:
@@ -1707,21 +1818,29 @@ def _str_list(value: Any) -> list[str]:
 
 
 def _read_images(path: Path, msg: Message) -> None:
-    """Give a loaded message's images their bytes again (from their files)."""
-    folder = images_dir(path)
-    for i, part in enumerate(msg.parts):
-        if not isinstance(part, ImagePart) or part.data:
-            continue
-        try:
-            if not part.sha256 or "/" in part.sha256 or part.sha256.startswith("."):
-                raise FileNotFoundError(part.sha256)
-            # A regular file only: a FIFO planted there must not hang a load.
-            with os.fdopen(open_regular(folder / part.sha256), "rb") as f:
-                raw = f.read()
-        except OSError:
-            msg.parts[i] = TextPart(MISSING_IMAGE)
-            continue
-        part.data = base64.b64encode(raw).decode("ascii")
+    """Give a loaded message's images their bytes again (from their files,
+    reached by descriptors: an images folder or an image that is a symlink
+    is not followed, and a FIFO planted there must not hang a load; such
+    an image shows as missing)."""
+    folder = -1
+    try:
+        for i, part in enumerate(msg.parts):
+            if not isinstance(part, ImagePart) or part.data:
+                continue
+            try:
+                if not part.sha256 or "/" in part.sha256 or part.sha256.startswith("."):
+                    raise FileNotFoundError(part.sha256)
+                if folder < 0:
+                    folder = _images_folder(path, create=False)
+                with os.fdopen(open_regular(part.sha256, dir_fd=folder), "rb") as f:
+                    raw = f.read()
+            except OSError:
+                msg.parts[i] = TextPart(MISSING_IMAGE)
+                continue
+            part.data = base64.b64encode(raw).decode("ascii")
+    finally:
+        if folder >= 0:
+            os.close(folder)
 
 
 def read_slice(path: Path, start: int, end: int | None = None) -> list[tuple[int, Message]]:
