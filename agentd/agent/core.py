@@ -619,14 +619,23 @@ class AgentCore:
         if command is not None and command.name == commands.INIT:
             prompt, command = commands.init_prompt(command.args), None
         session.running = asyncio.current_task()
-        writer = self.writers.get(session_id)
-        if writer is not None:
-            # A file taken away behind the daemon is written again now, before
-            # this prompt's lines, which follow as message lines.
-            _check_file(writer)
-            self._prompt_starts[session_id] = writer.offset
-        session.prompt_usage = Usage()
         closed = False
+        spoke = False  # a message chunk was shown in this prompt
+        writer = self.writers.get(session_id)
+
+        def tell_unsaved() -> None:
+            # When the failure is found (or at the start, for one found
+            # between prompts), in the chat: an ACP client shows nothing of
+            # the daemon's log, and the user would learn only at a load that
+            # the session was never saved. Once per session, and only into
+            # a prompt still open (else the next prompt says it).
+            if writer is None or closed or writer.told:
+                return
+            if writer.failed or writer.rebuild_failed:
+                writer.told = True
+                guarded(MessageChunk(unsaved_text(writer.path, writer.failure, after=spoke)))
+
+        session.prompt_usage = Usage()
         messages_before = len(session.history)
         ended: PromptEnded | None = None
         # No young collection before the request's bytes are out (`YoungHold`).
@@ -657,9 +666,12 @@ class AgentCore:
                 log.exception("cannot report a memory delivery")
 
         def guarded(update: Update) -> None:
+            nonlocal spoke
             # Nothing is reported for a prompt after it has ended.
             if closed:
                 return
+            if isinstance(update, MessageChunk):
+                spoke = True
             if isinstance(update, MemoryDelivered):
                 self._keep_note(session, update, flush=False)
                 held.append(update)
@@ -672,17 +684,18 @@ class AgentCore:
         # First: the other listeners' work (the meta file) need not come before it.
         session.sent_listeners.insert(0, after_send)
         try:
+            if writer is not None:
+                writer.on_failure = tell_unsaved
+                # A file taken away behind the daemon is written again now,
+                # before this prompt's lines, which follow as message lines.
+                _check_file(writer)
+                tell_unsaved()
+                self._prompt_starts[session_id] = writer.offset
             if command is not None:
                 outcome = await self._run_command(session, command, guarded)
             else:
                 outcome = await run_prompt(self._turn_context(session), session, prompt, guarded)
                 ended = PromptEnded(outcome.stop_reason, outcome.error)
-            if writer is not None and (writer.failed or writer.rebuild_failed) and not writer.told:
-                # After the answer, in the chat: an ACP client shows nothing
-                # of the daemon's log, and the user would learn only at a
-                # load that the session was never saved. Once per session.
-                writer.told = True
-                guarded(MessageChunk(unsaved_text(writer.path, writer.failure)))
             return outcome
         except asyncio.CancelledError:
             ended = PromptEnded("cancelled")
@@ -692,6 +705,8 @@ class AgentCore:
             # A request that never went out (an error, a cancel) still shows them.
             session.sent_listeners.remove(after_send)
             show_held()
+            if writer is not None:
+                writer.on_failure = None
             closed = True
             session.running = None
             self._prompt_starts.pop(session_id, None)
@@ -859,6 +874,8 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
                 describe_os_error(exc),
                 writer.pending,
             )
+            if writer.on_failure is not None:
+                writer.on_failure()
         return
     # Mended only once every kept line is written: a write that wrote none of
     # them (a meta file, a line held for later) proves nothing.
@@ -867,14 +884,17 @@ def _write(writer: TranscriptWriter, write: Callable[[], object]) -> None:
         log.warning("the transcript %s is written again, nothing skipped", writer.path)
 
 
-def unsaved_text(path: Path, failure: str) -> str:
-    """What the chat says, once, of a session whose transcript cannot be written."""
-    return (
-        f"\n\nagentd cannot save this session: writing {path} failed ({failure}). "
+def unsaved_text(path: Path, failure: str, *, after: bool = True) -> str:
+    """What the chat says, once, of a session whose transcript cannot be
+    written: set apart from the text shown before it (`after`), else from
+    the answer that follows."""
+    text = (
+        f"agentd cannot save this session: writing {path} failed ({failure}). "
         "The conversation goes on, and agentd writes what it kept as soon as the "
         "folder can be written; until then this session's history is lost if agentd "
         "stops, and it cannot be loaded again."
     )
+    return f"\n\n{text}" if after else f"{text}\n\n"
 
 
 def _check_file(writer: TranscriptWriter) -> None:
@@ -893,6 +913,8 @@ def _check_file(writer: TranscriptWriter) -> None:
                 writer.path,
                 writer.failure,
             )
+            if writer.on_failure is not None:
+                writer.on_failure()
         return
     writer.rebuild_failed = False
 

@@ -233,8 +233,8 @@ async def test_a_session_that_cannot_be_saved_says_so_in_the_chat_once(
     model_server: ModelServer, tmp_path: Path, workspace: Path, blocker: str, acp: bool
 ) -> None:
     """A sessions folder that cannot be written: the user is told in the chat
-    (ACP clients show nothing of the daemon's log), once per session, after
-    the first prompt's answer; every prompt still runs. Over LSP the log says
+    (ACP clients show nothing of the daemon's log), once per session, as
+    the first prompt's first line fails; every prompt still runs. Over LSP the log says
     it once too, not once per prompt (the sync after each reply included)."""
     folder = sessions_dir(workspace, agentd_home(tmp_path))
     folder.parent.mkdir(parents=True)
@@ -276,10 +276,12 @@ async def test_a_session_that_cannot_be_saved_says_so_in_the_chat_once(
             ]
             # The first prompt's line fails; the sync after its reply says nothing more.
             assert len(logged) == (int(n == 3) if not acp else 0), logged
-        # The answer first, then the warning, in that prompt only.
-        assert said[0][0] == "Echo: " and said[0][1] == "one", said
-        warning = said[0][-1]
-        assert "cannot save this session" in warning and str(folder) in warning
+        # The warning when the failure is found (the prompt's first line),
+        # before the answer, set apart from it; in that prompt only.
+        warning = said[0][0]
+        assert said[0][1:3] == ["Echo: ", "one"], said
+        assert warning.startswith("agentd cannot save this session") and warning.endswith("\n\n")
+        assert str(folder) in warning
         assert "Not a directory" in warning or "ENOTDIR" in warning
         assert [c for c in said[1] + said[2] if "cannot save" in c] == []
     finally:
