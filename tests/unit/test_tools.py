@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from agentd.agent.tools import DaemonTools, ToolConfig, client_tool_specs, truncate_result
+from agentd.agent.tools import (
+    DaemonTools,
+    ToolConfig,
+    client_tool_specs,
+    glob_files,
+    search,
+    truncate_result,
+)
 from agentd.agent.tools.fs import Root
+from agentd.agent.tools.worker import StopToken
 from agentd.errors import PathOutsideWorkspace, ToolError
 from agentd.paths import is_within, pin_root, real_root, resolve_inside
 
@@ -148,3 +156,58 @@ def test_client_tool_specs() -> None:
         ]
     )
     assert [s.name for s in specs] == ["edit_file", "open_url"]
+
+
+def _agentd_folders(tmp_path: Path) -> tuple[Path, list[tuple[Path, str]]]:
+    """A data folder with a memory note, its dot files and a transcript."""
+    home = tmp_path / "home"
+    memory = home / "projects" / "w-1" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "deploy.md").write_text("NOTE\n")
+    (memory / ".cursors.json").write_text("{}")
+    (memory / "deploy.md.d").mkdir()
+    (memory / "deploy.md.d" / "x.md").write_text("NESTED\n")
+    (home / "projects" / "w-1" / "sessions").mkdir()
+    (home / "projects" / "w-1" / "sessions" / "s.jsonl").write_text("TRANSCRIPT\n")
+    return home, [(home, "data folder, $AGENTD_HOME"), (tmp_path / "cfg", "config folder")]
+
+
+def test_a_root_inside_agentd_s_data_folder_reads_only_the_notes(tmp_path: Path) -> None:
+    """The fence's shapes from below: a workspace opened at the memory folder,
+    at a project's folder, at the sessions folder."""
+    home, own = _agentd_folders(tmp_path)
+    memory = home / "projects" / "w-1" / "memory"
+    with Root(memory, own) as root:
+        assert root.parts("deploy.md") == ("deploy.md",)
+        for hidden in (".cursors.json", "deploy.md.d/x.md", "../sessions/s.jsonl"):
+            with pytest.raises(PathOutsideWorkspace):
+                root.parts(hidden)
+    with Root(home / "projects" / "w-1", own) as root:
+        assert root.parts("memory/deploy.md") == ("memory", "deploy.md")
+        with pytest.raises(PathOutsideWorkspace, match="agentd's own data folder"):
+            root.parts("sessions/s.jsonl")
+    sessions = Root(home / "projects" / "w-1" / "sessions", own)
+    with sessions, pytest.raises(PathOutsideWorkspace, match="only its memory notes"):
+        sessions.parts(".")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_walks_leave_agentd_s_folders_out_but_the_notes(tmp_path: Path, engine: str) -> None:
+    _, own = _agentd_folders(tmp_path)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.toml").write_text("# SETTINGS\n")
+    (tmp_path / "plain.md").write_text("NOTE-like\n")
+    root = Root(tmp_path, own)
+    config = ToolConfig(search_engine=engine)
+    try:
+        args = {"pattern": "**/*", "hidden": True, "no_ignore": True, "sort": "path"}
+        found = glob_files.run(root, args, config, StopToken(20)).text
+        assert found.splitlines()[:2] == ["home/projects/w-1/memory/deploy.md", "plain.md"]
+        assert "not shown: the tools do not read them" in found
+        for query in ("TRANSCRIPT", "NESTED", "SETTINGS"):
+            said = search.run(root, {"query": query, "hidden": True}, config, StopToken(20)).text
+            assert said.startswith("No matches"), (query, said)
+        said = search.run(root, {"query": "NOTE"}, config, StopToken(20)).text
+        assert "home/projects/w-1/memory/deploy.md" in said and "plain.md" in said
+    finally:
+        root.close()

@@ -243,3 +243,40 @@ def test_lines_past_the_bound_are_dropped_oldest_first(tmp_path: Path) -> None:
     assert kept is not None and list(kept) == [3, 4]
     assert s.writer._unextracted_bytes == sum(map(len, kept.values()))
     s.writer.close()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "file", "dangling"])
+def test_the_images_folder_is_reached_without_following_what_stands_in_for_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """`open_images_folder`: for reading, a stand-in is refused unopened; for
+    writing, it is removed (a link, never its target) and the folder made."""
+    import os
+
+    from agentd.transcript import open_images_folder
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("theirs")
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    name = "s.images"
+    stand_in = folder / name
+    if kind == "symlink":
+        stand_in.symlink_to(outside, target_is_directory=True)
+    elif kind == "dangling":
+        stand_in.symlink_to(tmp_path / "nowhere")
+    elif kind == "fifo":
+        os.mkfifo(stand_in)
+    else:
+        stand_in.write_text("a file")
+    parent = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError):
+            os.close(open_images_folder(parent, name, create=False))
+        fd = open_images_folder(parent, name, create=True)
+        os.close(fd)
+    finally:
+        os.close(parent)
+    assert stand_in.is_dir() and not stand_in.is_symlink()
+    assert [p.name for p in outside.iterdir()] == ["kept"]
