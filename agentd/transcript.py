@@ -31,7 +31,11 @@ the pictures weigh (each is capped at `limits.maxImageBytes`), the same
 image sent twice is stored once, and a loaded session sends them to the
 model again; an image whose file is gone becomes a line of text saying so.
 A folder of images whose transcript is gone (deleted by hand) is removed at
-start-up (`collect_orphan_images`).
+start-up (`collect_orphan_images`). The images folder is reached by
+descriptors from the sessions folder, never through a symlink
+(`open_images_folder`): a symlink, FIFO, device or file in its place is
+replaced by a new folder when an image is written, and a load shows the
+images it would have held as missing.
 
 A new session's file is made ahead, empty (its first block given, its
 size left 0: `files.reserve_first_block`), once its `session/new` is
@@ -88,8 +92,14 @@ looks only past the record). The other message lines before it are gone
 with the old file; a cursor pointing among them finds nothing there.
 Found as a closed file is opened again (never created: a session's file
 that is not there was taken away) and, for a file kept open, at a
-prompt's start and at close (`check_file`). A session deleted through
-agentd is never written again: its writer is `discard`ed first.
+prompt's start and at close (`check_file`), where any `lstat` error counts
+(the sessions folder replaced by a file gives ENOTDIR, not "the file is
+there"). A rebuild that cannot be made (no folder can be made there; the
+sessions folder replaced by a symlink to another folder than the one the
+file was found in, which is not written through) lets go of the kept
+file, so that lines wait in memory instead of going to an unlinked one,
+and the owner says so. A session deleted through agentd is never written
+again: its writer is `discard`ed first.
 
 Written by the core (`agentd.agent.core`), read back by `session/load` and by
 memory extraction (`agentd.memory.extraction`): it lives below both, so that

@@ -304,6 +304,7 @@ def scan(
     except OSError:
         return (parent or Level(rel, {}, None)), [], 0
     level = rules.level(dir_fd, rel, {e.name for e in raw}, parent)
+    fence = rules.fence if rules.fence else None  # asked once per folder, not per entry
     kept: list[Entry] = []
     skipped = 0
     for e in raw:
@@ -317,7 +318,7 @@ def scan(
         if rules.ignored(path, e.name, is_dir, level):
             skipped += 1
             continue
-        if rules.fence and rules.fence.hides(path, is_dir):
+        if fence is not None and fence.hides(path, is_dir):
             continue  # agentd's own: not there for the tools (`Fence.note` says so)
         kept.append(Entry(path, e.name, dir_fd, is_dir, is_file, is_link, e))
     return level, kept, skipped
