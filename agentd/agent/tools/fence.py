@@ -88,7 +88,7 @@ def _refusal(fenced: _Fenced, shown: str) -> str:
 class Fence:
     """agentd's folders that lie inside, or around, one root."""
 
-    __slots__ = ("_fenced", "held_back")
+    __slots__ = ("_fenced", "_hit", "held_back")
 
     def __init__(self, root_real: Path, own: Sequence[tuple[Path, str]] | None = None) -> None:
         fenced: list[_Fenced] = []
@@ -98,6 +98,8 @@ class Fence:
             elif is_within(root_real, folder):
                 fenced.append(_Fenced(folder, name, (), root_real.relative_to(folder).parts))
         self._fenced = tuple(fenced)
+        # The folders that held an entry back (named by `note`).
+        self._hit: set[int] = set()
         # Entries a walk or ripgrep's results left out here (the output says
         # that some were, not how many: the engines count differently).
         self.held_back = 0
@@ -108,22 +110,31 @@ class Fence:
     def refusal(self, parts: Sequence[str], is_dir: bool | None, shown: str = "") -> str | None:
         """Why the root-relative `parts` is not for the tools; None when it is
         (`is_dir` None: a path named by the model, judged by its shape)."""
-        for fenced in self._fenced:
+        i = self._fenced_at(parts, is_dir)
+        return None if i < 0 else _refusal(self._fenced[i], shown or "/".join(parts) or ".")
+
+    def _fenced_at(self, parts: Sequence[str], is_dir: bool | None) -> int:
+        """The index of the folder that holds `parts` back; -1: none does."""
+        for i, fenced in enumerate(self._fenced):
             depth = len(fenced.below_root)
             if tuple(parts[:depth]) != fenced.below_root:
                 continue
             inside = fenced.above_root + tuple(parts[depth:])
             if fenced.has_notes and _open_in_data(inside, is_dir):
                 continue
-            return _refusal(fenced, shown or "/".join(parts) or ".")
-        return None
+            return i
+        return -1
 
     def hides(self, rel: str, is_dir: bool) -> bool:
         """`refusal` for a root-relative path a walk or ripgrep found,
         counted in `held_back` when it is left out."""
-        if not self._fenced or self.refusal(rel.split("/"), is_dir) is None:
+        if not self._fenced:
+            return False
+        i = self._fenced_at(rel.split("/"), is_dir)
+        if i < 0:
             return False
         self.held_back += 1
+        self._hit.add(i)
         return True
 
     def keep_files(self, paths: list[str]) -> list[str]:
@@ -136,7 +147,9 @@ class Fence:
         """What the output says of entries left out ("" when none were)."""
         if not self.held_back:
             return ""
-        names = " and ".join(f"{f.name} ({f.folder})" for f in self._fenced)
+        names = " and ".join(
+            f"{f.name} ({f.folder})" for i, f in enumerate(self._fenced) if i in self._hit
+        )
         return f"[entries in agentd's own {names} not shown: the tools do not read them]"
 
 
