@@ -22,6 +22,7 @@ to -32603 (logged; the daemon keeps serving).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 import os
@@ -108,7 +109,8 @@ def _request(server: AgentdServer, method: str, impl: Handler) -> None:
         except Exception as exc:
             raise _map_error(method, exc) from None
 
-    server.feature(method)(handler)
+    # Started by the protocol's own dispatch, past pygls' (`_start_direct`).
+    server.agentd_protocol.direct_requests[method] = functools.partial(handler, server)
 
 
 def _notification(server: AgentdServer, method: str, impl: Handler) -> None:
