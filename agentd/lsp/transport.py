@@ -29,6 +29,10 @@ MAX_HEADER = 64 * 1024
 MAX_BODY = 256 * 1024 * 1024
 
 _HEADER_START = re.compile(rb"Content-Length:", re.IGNORECASE)
+# The header block every client sends: this one line and the blank one.
+_PLAIN_HEADER = b"Content-Length: "
+# More digits than this is more than `MAX_BODY` (and `int` refuses 4300).
+_MAX_DIGITS = len(str(MAX_BODY))
 # A complete header block inside a body that was declared too long.
 _EMBEDDED_HEADER = re.compile(
     rb"Content-Length: *\d+\r\n(?:[A-Za-z-]+: *[^\r\n]*\r\n)*\r\n", re.IGNORECASE
@@ -48,10 +52,11 @@ def _content_length(header_block: bytes) -> int:
         if not sep:
             raise FrameError(f"malformed header line {raw[:80]!r}")
         if name.strip().lower() == b"content-length":
-            text = value.strip()
+            text = value.strip().lstrip(b"0") or b"0"
             if not text.isdigit():
                 raise FrameError(f"Content-Length is not a non-negative integer: {text[:40]!r}")
-            lengths.add(int(text))
+            # Refused below as over the limit, without reading all its digits.
+            lengths.add(int(text) if len(text) <= _MAX_DIGITS else MAX_BODY + 1)
     if not lengths:
         raise FrameError("header block without Content-Length")
     if len(lengths) > 1:
@@ -92,22 +97,16 @@ class FrameSplitter:
                 _resync(buf, 1)
                 return True
             return False
-        try:
-            # Bytes before the first Content-Length (garbage between messages) are skipped.
-            first = _HEADER_START.search(buf, 0, end)
-            if first is None:
-                raise FrameError("header block without Content-Length")
-            if first.start() > 0 and buf[: first.start()].strip():
-                log.error("skipped %d bytes of garbage between messages", first.start())
-                del buf[: first.start()]
+        plain = buf.startswith(_PLAIN_HEADER)
+        digits = buf[len(_PLAIN_HEADER) : end] if plain else b""
+        if 0 < len(digits) <= _MAX_DIGITS and digits.isdigit():
+            # The usual header, read without the general parse below (0.03
+            # ms of a prompt's way after idle): what that parse gives it.
+            length = int(digits)
+        else:
+            length = self._header_length(buf, end)
+            if length < 0:
                 return True
-            length = _content_length(bytes(buf[:end]))
-        except FrameError as exc:
-            # Skip this whole header block (and whatever body it had) up to the
-            # next header: resyncing inside it could land on one of its own lines.
-            log.error("bad frame: %s; resynchronising", exc)
-            _resync(buf, end + 4)
-            return True
         start = end + 4
         if length > MAX_BODY:
             log.error("message of %d bytes refused (limit %d); resynchronising", length, MAX_BODY)
@@ -129,6 +128,26 @@ class FrameSplitter:
         self._scanned = None
         self._on_body(body)
         return True
+
+    def _header_length(self, buf: bytearray, end: int) -> int:
+        """The body length a header block (ending at `end`) declares, or -1
+        when bytes were skipped instead (garbage before it, a bad block)."""
+        try:
+            # Bytes before the first Content-Length (garbage between messages) are skipped.
+            first = _HEADER_START.search(buf, 0, end)
+            if first is None:
+                raise FrameError("header block without Content-Length")
+            if first.start() > 0 and buf[: first.start()].strip():
+                log.error("skipped %d bytes of garbage between messages", first.start())
+                del buf[: first.start()]
+                return -1
+            return _content_length(bytes(buf[:end]))
+        except FrameError as exc:
+            # Skip this whole header block (and whatever body it had) up to the
+            # next header: resyncing inside it could land on one of its own lines.
+            log.error("bad frame: %s; resynchronising", exc)
+            _resync(buf, end + 4)
+            return -1
 
 
 def _resync(buf: bytearray, skip_from: int) -> None:

@@ -104,3 +104,29 @@ async def test_undecodable_messages_are_answered_and_the_daemon_keeps_serving(
         assert "stdin closed" not in log or acp  # ACP logs it at its real EOF
     finally:
         await d.close()
+
+
+async def test_a_content_length_too_long_to_read_is_skipped_and_the_daemon_keeps_serving(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """The same 5,000 digits as the header's length: the frame reader gave
+    them to `int`, whose refusal left the block in its buffer, raised again
+    by every later read (the daemon read nothing more). Now the block is
+    skipped as a length over the limit, and the next message is read."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env, stderr=asyncio.subprocess.PIPE)
+    try:
+        await d.initialize()
+        for digits in (DIGITS, b"0" * 5000 + b"2"):
+            d.write_raw(b"Content-Length: " + digits + b"\r\n\r\n{}")
+            d.request("probe", "agent/listSessions", {"workspaceRoot": str(workspace)})
+            reply = await d.response("probe")
+            assert "result" in reply, reply
+        d.request("bye", "shutdown")
+        await d.response("bye")
+        d.notify("exit")
+        assert await d.wait_exit() == 0
+        assert d.proc.stderr is not None
+        assert "Traceback" not in (await d.proc.stderr.read()).decode()
+    finally:
+        await d.close()
