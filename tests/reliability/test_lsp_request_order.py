@@ -111,12 +111,14 @@ async def test_a_cancel_written_after_the_prompt_cancels_it_and_before_does_not(
     )
     got = await replies(raw, ["p", "q"])
     assert got["q"]["error"]["code"] == -32800
-    # "p" ran first and "q" saw it running, or it ran to its end first.
     assert got["p"]["result"]["stopReason"] == "end_turn"
+    # "q" never started: the model was never asked for it.
+    assert not any('"long"' in json.dumps(e["body"]) for e in model_server.requests("main"))
     # A cancel of a prompt under way: its stream to the model is closed.
     seen = max(e["id"] for e in model_server.requests())
     raw.write_raw(prompt("r", sid, "long"))
     sent = await model_server.wait_for(lambda e: e["type"] == "request" and e["id"] > seen)
+    assert '"long"' in json.dumps(sent["body"])  # as the check above would have seen "q"
     raw.send(notification("$/cancelRequest", {"id": "r"}))
     assert (await raw.response("r"))["error"]["code"] == -32800
     await model_server.wait_for(functools.partial(disconnected, sent["id"]))
