@@ -136,7 +136,7 @@ def entry_of(doc: TopicDoc, fields: Fields, st: os.stat_result, read_ns: int) ->
     )
 
 
-def _row(file_name: str, entry: CacheEntry) -> list[object]:
+def row_of(file_name: str, entry: CacheEntry) -> list[object]:
     return [
         file_name,
         *entry.identity,
@@ -150,7 +150,7 @@ def _row(file_name: str, entry: CacheEntry) -> list[object]:
     ]
 
 
-def _entry(row: object) -> tuple[str, CacheEntry] | None:
+def entry_of_row(row: object) -> tuple[str, CacheEntry] | None:
     if type(row) is not list or len(row) != len(_ROW_TYPES):
         return None
     if not all(map(isinstance, row, _ROW_TYPES)):
@@ -191,7 +191,7 @@ def read_cache_file(cache_file: Path, what: str = "memory index cache") -> bytes
     `MAX_CACHE_BYTES`; None otherwise (said in one log line, unless there is
     no file). Blocking; never raises."""
     try:
-        folder = _cache_folder(cache_file, create=False)
+        folder = open_cache_folder(cache_file, create=False)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -235,7 +235,7 @@ def _parse(data: bytes) -> dict[str, CacheEntry] | None:
             return None
         entries: dict[str, CacheEntry] = {}
         for line in lines[1:]:
-            parsed = _entry(json.loads(line))
+            parsed = entry_of_row(json.loads(line))
             if parsed is None:
                 return None
             entries[parsed[0]] = parsed[1]
@@ -245,7 +245,7 @@ def _parse(data: bytes) -> dict[str, CacheEntry] | None:
     return entries
 
 
-def _verified(folder: Path, file_name: str, entry: CacheEntry, now_ns: int) -> bool:
+def still_verified(folder: Path, file_name: str, entry: CacheEntry, now_ns: int) -> bool:
     """Is an entry read too soon after its file's last change still the file's
     content, now that its change is `RACY_NS` old? Read again to know."""
     try:
@@ -281,9 +281,9 @@ def save(
     written: dict[str, CacheEntry] = {}
     total = 0
     for file_name, entry in entries.items():
-        if not entry.verified and not _verified(folder, file_name, entry, now_ns):
+        if not entry.verified and not still_verified(folder, file_name, entry, now_ns):
             continue
-        row = json.dumps(_row(file_name, entry), ensure_ascii=False, separators=(",", ":"))
+        row = json.dumps(row_of(file_name, entry), ensure_ascii=False, separators=(",", ":"))
         try:
             line = row.encode("utf-8") + b"\n"
         except UnicodeEncodeError:
@@ -299,7 +299,7 @@ def save(
     return written
 
 
-def _cache_folder(target: Path, *, create: bool) -> int:
+def open_cache_folder(target: Path, *, create: bool) -> int:
     """A descriptor of the folder of ``target`` (a file of the cache folder),
     reached from ``$AGENTD_HOME`` one component at a time without following
     a symlink (created when ``create``): a cache folder replaced by a symlink
@@ -327,11 +327,11 @@ def write_atomically(
 ) -> bool:
     """``chunks`` to ``target`` (0600, its folder 0700), a file of the cache
     folder: a temporary file renamed over it, in the folder reached by
-    `_cache_folder`, never written through a symlink. False when it failed
+    `open_cache_folder`, never written through a symlink. False when it failed
     (logged)."""
     tmp = f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        folder = _cache_folder(target, create=True)
+        folder = open_cache_folder(target, create=True)
     except OSError as exc:
         log.warning("%s %s not written: %s", what, target, exc)
         return False

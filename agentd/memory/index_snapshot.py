@@ -17,7 +17,8 @@ else (a note changed, added, removed) builds from the terms as before, and
 the next write saves the new build.
 
 Format: JSON lines. A header (format, tokenizer and agentd versions, the
-weighting constants, the doc count, a CRC-32 of the lines after it); the
+weighting constants, the doc count, a CRC-32 of the lines after it, a
+random id that the edits saved after it name: `agentd.memory.index_delta`); the
 docs (key, lengths, term count, identity, name, description, type, head);
 the terms in postings order; then the numbers, each line one JSON string of
 base64 of a little-endian array: per term its posting count, the postings'
@@ -39,6 +40,7 @@ import json
 import logging
 import math
 import operator
+import secrets
 import sys
 import zlib
 from array import array
@@ -114,13 +116,20 @@ def _unpacked(code: str, text: object) -> array[Any]:
     return values
 
 
-def encode(index: InvertedIndex, identity_of: IdentityOf) -> list[bytes] | None:
+def new_id() -> str:
+    """A saved index's name for itself: what a delta written after it names
+    (`agentd.memory.index_delta`)."""
+    return secrets.token_hex(8)
+
+
+def encode(index: InvertedIndex, identity_of: IdentityOf, snapshot_id: str) -> list[bytes] | None:
     """The file's lines for ``index``, which must be built whole
     (`InvertedIndex.whole`); None when it is not, or stops being so while
     this reads it (a change on the event loop: this runs in a thread).
     Each doc goes with its file's identity (``identity_of``, None when the
     index cache has none for that content): a start that finds every
-    regular note with its identity takes the docs from here too."""
+    regular note with its identity takes the docs from here too.
+    ``snapshot_id`` (`new_id`) goes in the header."""
     if not index.whole:
         return None
     try:
@@ -184,6 +193,7 @@ def encode(index: InvertedIndex, identity_of: IdentityOf) -> list[bytes] | None:
     lines.extend(b'"' + _packed(packed[name]) + b'"\n' for name in PACKED)
     header = _header()
     header["docs"] = len(rows)
+    header["id"] = snapshot_id
     crc = 0
     for line in lines:
         crc = zlib.crc32(line, crc)
@@ -209,6 +219,9 @@ class Snapshot:
     rows: list[list[Any]]
     payload: dict[str, Any]
     source: Path
+    # Its header's `id` (`new_id`); None in a file from before ids.
+    id: str | None = None
+    size: int = 0  # the file's bytes
     damaged: bool = False  # found so by `index` (said once)
 
     def places(self) -> dict[tuple[bool, str], int]:
@@ -489,6 +502,9 @@ def _parse(data: bytes, source: Path) -> Snapshot | None:
         if type(header) is not dict:
             return None
         crc, n_docs = header.pop("crc32", None), header.pop("docs", None)
+        snapshot_id = header.pop("id", None)
+        if snapshot_id is not None and type(snapshot_id) is not str:
+            return None
         if header != _header() or crc != zlib.crc32(view[bounds[1][0] :]):
             return None
         rows, terms = (json.loads(data[a:b]) for a, b in bounds[1:3])
@@ -504,4 +520,4 @@ def _parse(data: bytes, source: Path) -> Snapshot | None:
     keys = _keys(rows)
     if keys is None or len(keys) != n_docs or type(rows) is not list:
         return None
-    return Snapshot(keys, rows, payload, source)
+    return Snapshot(keys, rows, payload, source, snapshot_id, len(data))

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from watchfiles import Change
 
@@ -45,7 +45,7 @@ from agentd.layout import (
     memory_index_snapshot_file,
     team_memory_dir,
 )
-from agentd.memory import index_cache, index_snapshot
+from agentd.memory import index_cache, index_delta, index_snapshot
 from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
 from agentd.memory.index_cache import CacheEntry, entry_of, identity_of
 from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, budgeted, rank, recall_index
@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 Listener = Callable[[list[Path]], None]
+_T = TypeVar("_T")
 # Called as a project starts; what it returns is awaited before the watcher registers.
 WatchGate = Callable[[], Awaitable[None]]
 
@@ -82,6 +83,11 @@ SAVE_DELAY_S = 3.0
 # ... or at the latest this long after the first unsaved change, however
 # busy the folder stays.
 MAX_SAVE_DELAY_S = 30.0
+# A save after edits appends them to the saved index's delta
+# (`index_delta`) until that file is past this share of the saved index
+# (or `FOLD_MIN_BYTES`); the next save then writes both whole again.
+FOLD_SHARE = 16
+FOLD_MIN_BYTES = 512 * 1024
 
 # Index cache entries of a memory folder by file name, keyed by team (True)
 # or personal (False) folder.
@@ -120,6 +126,13 @@ class _Snapshot:
     cache_writes: dict[bool, _Unsaved] = field(default_factory=dict)
     # The saved index (`index_snapshot`) was not this build's: write it.
     index_unsaved: bool = False
+    # The saved index this index is (with `delta` applied), its id and size;
+    # None for a build.
+    saved_id: str | None = None
+    saved_bytes: int = 0
+    # The edits saved after it (`index_delta`), and that file's size.
+    delta: index_delta.Records = field(default_factory=dict)
+    delta_bytes: int = 0
 
 
 # Notes read by a scan's first attempt, by path: (what reading gave, its fstat).
@@ -169,9 +182,17 @@ class ProjectMemory:
         self._unsaved: dict[bool, _Unsaved] = {}
         # The saved index (`index_snapshot`) is not the live index's build.
         self._index_unsaved = False
+        # The saved index on disk that the edits saved since follow (its id;
+        # None: the next save writes it whole), its size, and those edits as
+        # its delta file holds them (`index_delta`; folded into the next
+        # whole save).
+        self._base: str | None = None
+        self._saved_bytes = 0
+        self._delta: index_delta.Records = {}
+        self._delta_bytes = 0
         self._save_wanted = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
-        self._saving: asyncio.Future[None] | None = None
+        self._saving: asyncio.Future[Any] | None = None
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------
@@ -447,6 +468,9 @@ class ProjectMemory:
             work.extend((p, real, team) for p in listing.paths)
         snapshot_file = self._snapshot_file() if work else None
         saved = index_snapshot.load(snapshot_file) if snapshot_file is not None else None
+        delta = index_delta.Delta()
+        if saved is not None and saved.id is not None and snapshot_file is not None:
+            delta = index_delta.load(index_delta.delta_file(snapshot_file), saved.id)
         if progress is not None:
             progress(0, len(work))
         # Before any read: what an entry is trusted by (`index_cache.entry_of`).
@@ -454,10 +478,13 @@ class ProjectMemory:
         reads: _Reads = {}
         index = None
         if saved is not None:
-            index = self._as_saved(saved, work, snapshot, progress, reads)
+            index = self._as_saved(saved, delta.records, work, snapshot, progress, reads)
+            if index is not None:
+                snapshot.delta = delta.records
         if index is None:
-            found = self._read_notes(work, snapshot, progress, reads, read_ns)
-            index = self._saved_index(saved, found)
+            found = self._read_notes(work, snapshot, progress, reads, read_ns, delta.records)
+            # Notes the delta changed make it another index than the saved one.
+            index = self._saved_index(saved, found) if not delta.records else None
             if index is None:
                 snapshot.index_unsaved = self._cache_home is not None
                 pool: dict[str, str] = {}
@@ -467,6 +494,12 @@ class ProjectMemory:
                         for doc, terms in found
                     ]
                 )
+        if saved is not None and not snapshot.index_unsaved:
+            snapshot.saved_id, snapshot.saved_bytes = saved.id, saved.size
+            snapshot.delta_bytes = delta.size
+            # A delta cut short (a crash in an append) or of another saved
+            # index: written whole at the next save, which removes it.
+            snapshot.index_unsaved = not delta.clean
         snapshot.index = index
         snapshot.index_file = read_index_file(self.directory)
         return snapshot
@@ -474,73 +507,104 @@ class ProjectMemory:
     def _as_saved(
         self,
         saved: index_snapshot.Snapshot,
+        delta: index_delta.Records,
         work: list[tuple[Path, Path, bool]],
         snapshot: _Snapshot,
         progress: Progress | None,
         reads: _Reads,
     ) -> InvertedIndex | None:
-        """The saved index, when each regular note of ``work`` is one of its
-        docs with its identity (same size, mtime, inode and device as when it
-        was read) and the others (a symlink, a file skipped: none has an
+        """The saved index with the edits of its ``delta`` applied, when each
+        regular note of ``work`` is one of its docs or one of the delta's
+        entries with its identity (same size, mtime, inode and device as when
+        it was read) and the others (a symlink, a file skipped: none has an
         index cache entry), read, give the docs it has: the docs are taken
         from there, the index cache left unread. None when the index cache is
         needed: a note to read that would get an entry, or one that has an
         entry to drop; what was read is left in ``reads``."""
         places = saved.places()
-        taken: set[int] = set()
-        docs: list[tuple[DocInfo, str, str]] = []  # info, head, content hash
-        read: list[int] = []  # where in ``docs`` the notes read are
+        n_saved = len(saved.keys)
+        docs: list[tuple[DocInfo, str, str] | None] = [None] * n_saved  # info, head, hash
+        read: list[int] = []  # the places of the notes read
+        edited: list[tuple[TopicDoc, CacheEntry]] = []  # the delta's, found as it has them
         skipped: dict[str, str] = {}
         total = len(work)
         step = max(1, total // 100)
         for n, (path, real, team) in enumerate(work, 1):
             place = places.get((team, path.name))
-            known = saved.identity(place) if place is not None else None
             try:
                 lst = os.lstat(path)
             except OSError:
                 lst = None
-            if (
-                place is not None
-                and known is not None
-                and lst is not None
-                and stat.S_ISREG(lst.st_mode)
-            ):
-                if identity_of(lst) != known or place != len(docs):
-                    return None  # changed, or not where the saved index has it
-                docs.append(saved.doc(place, path, lst.st_mtime))
-                taken.add(place)
+            regular = lst is not None and stat.S_ISREG(lst.st_mode)
+            if (team, path.name) in delta:
+                entry = delta[(team, path.name)]
+                if entry is None or lst is None or not regular:
+                    return None  # its entry dropped, or a note to read
+                if identity_of(lst) != entry.identity:
+                    return None  # changed since
+                edited.append((entry.doc(path, team=team, mtime=lst.st_mtime), entry))
+                if place is not None:
+                    docs[place] = saved.doc(place, path, lst.st_mtime)  # replaced below
             else:
-                if known is not None:
-                    return None  # its entry is to be dropped
-                outcome, st = reads[str(path)] = read_topic_stat(path, real, team=team)
-                if isinstance(outcome, Skipped):
-                    skipped[str(path)] = outcome.problem
-                elif outcome is not None:
-                    if st is not None:
-                        return None  # a regular note, to be kept in the index cache
-                    read.append(len(docs))
-                    docs.append((outcome.info, outcome.body[:HEAD_CHARS], outcome.content_hash))
+                known = saved.identity(place) if place is not None else None
+                if known is not None and lst is not None and regular:
+                    if identity_of(lst) != known:
+                        return None  # changed
+                    assert place is not None
+                    docs[place] = saved.doc(place, path, lst.st_mtime)
+                else:
+                    if known is not None:
+                        return None  # its entry is to be dropped
+                    outcome, st = reads[str(path)] = read_topic_stat(path, real, team=team)
+                    if isinstance(outcome, Skipped):
+                        skipped[str(path)] = outcome.problem
+                    elif outcome is not None:
+                        if st is not None or place is None:
+                            # A regular note, to be kept in the index cache;
+                            # or one the saved index does not have.
+                            return None
+                        read.append(place)
+                        head = outcome.body[:HEAD_CHARS]
+                        docs[place] = (outcome.info, head, outcome.content_hash)
             if progress is not None and (n % step == 0 or n == total):
                 progress(n, total)
-        if any(saved.identity(place) is not None for place in set(places.values()) - taken):
-            return None  # gone: their entries are to be dropped
-        if len(docs) != len(saved.keys):
-            return None
-        # Those taken are where the saved index has them; those read must
-        # give its key there.
+        found = {(topic.info.team, topic.info.path.name) for topic, _ in edited}
+        if any(entry is not None and key not in found for key, entry in delta.items()):
+            return None  # gone: its entry is to be dropped
+        folder_of = {False: self.directory, True: self.team_directory}
+        gone: list[str] = []  # the saved docs the delta dropped
+        complete: list[tuple[DocInfo, str, str]] = []
+        for place, doc in enumerate(docs):
+            if doc is None:
+                team, name = saved.keys[place][:2]
+                if (team, name) not in delta:
+                    return None  # gone (its entry to drop), or no longer a note
+                doc = saved.doc(place, folder_of[team] / name, 0.0)
+                gone.append(str(doc[0].path))
+            complete.append(doc)
+        # Those read must give the saved index's key where it has them.
         for i in read:
-            if index_snapshot.key_of(docs[i][0], docs[i][2]) != saved.keys[i]:
+            if index_snapshot.key_of(complete[i][0], complete[i][2]) != saved.keys[i]:
                 return None
-        index = saved.index(docs)
-        if index is not None:
-            snapshot.skipped.update(skipped)
-            log.info(
-                "memory index of %s: %d notes from the saved index, %d read",
-                self.workspace_root,
-                len(taken),
-                total - len(taken),
-            )
+        index = saved.index(complete)
+        if index is None:
+            return None
+        for path_text in gone:
+            index.remove(path_text)
+        pool: dict[str, str] = {}
+        for topic, entry in edited:
+            # As the live index took the edit: weighed with the saved
+            # index's average lengths.
+            index.upsert(topic, entry.fields(pool))
+        snapshot.skipped.update(skipped)
+        n_read = sum(1 for path, _, _ in work if str(path) in reads)
+        log.info(
+            "memory index of %s: %d notes from the saved index, %d read; %d of them from its delta",
+            self.workspace_root,
+            total - n_read,
+            n_read,
+            len(edited),
+        )
         return index
 
     def _read_notes(
@@ -550,17 +614,26 @@ class ProjectMemory:
         progress: Progress | None,
         reads: _Reads,
         read_ns: int,
+        delta: index_delta.Records,
     ) -> list[tuple[TopicDoc, Fields | CacheEntry]]:
         """Each note of ``work``, with its terms or the index cache entry that
         holds them (split only if the index is built from them): taken from
-        the index cache when its identity is the entry's, read otherwise
-        (or taken from ``reads``, read since ``read_ns``)."""
+        the index cache (with the saved index's ``delta`` over it) when its
+        identity is the entry's, read otherwise (or taken from ``reads``,
+        read since ``read_ns``)."""
         keep = self._cache_home is not None
         cached: Entries = {False: {}, True: {}}
         for team, real in {team: real for _, real, team in work}.items():
             cache_file = self._cache_file(real)
             if cache_file is not None:
                 cached[team] = index_cache.load(cache_file)
+        # The entries saved since the index cache files were written (their
+        # next write holds them too: `_with_delta`).
+        for (team, name), delta_entry in delta.items():
+            if delta_entry is None:
+                cached[team].pop(name, None)
+            else:
+                cached[team][name] = delta_entry
         total = len(work)
         step = max(1, total // 100)
         found: list[tuple[TopicDoc, Fields | CacheEntry]] = []
@@ -607,6 +680,7 @@ class ProjectMemory:
                 progress(n, total)
         if keep:
             self._cache_writes(snapshot, work, cached_names, fresh, stale)
+            _with_delta(snapshot.cache_writes, delta)
             log.info(
                 "memory index of %s: %d notes from the index cache, %d read",
                 self.workspace_root,
@@ -696,6 +770,10 @@ class ProjectMemory:
         self._skipped = snapshot.skipped
         self._folder_problems = snapshot.folder_problems
         self._index_file = snapshot.index_file
+        if self._cache_home is not None:
+            # What the edits saved from now on follow.
+            self._base, self._saved_bytes = snapshot.saved_id, snapshot.saved_bytes
+            self._delta, self._delta_bytes = snapshot.delta, snapshot.delta_bytes
         if self._cache_home is not None and (snapshot.cache_writes or snapshot.index_unsaved):
             self._unsaved.update(snapshot.cache_writes)
             self._index_unsaved = self._index_unsaved or snapshot.index_unsaved
@@ -760,19 +838,82 @@ class ProjectMemory:
         jobs = {team: unsaved for team, unsaved in self._unsaved.items()}
         self._unsaved = {}
         write_index, self._index_unsaved = self._index_unsaved, False
-        self._saving = asyncio.ensure_future(
-            asyncio.to_thread(self._write_caches, jobs, write_index)
-        )
+        base = self._base
+        if (
+            jobs
+            and base is not None
+            and not any(unsaved.whole is not None for unsaved in jobs.values())
+            and self._delta_bytes <= max(FOLD_MIN_BYTES, self._saved_bytes // FOLD_SHARE)
+        ):
+            # A few notes changed: appended to the saved index's delta.
+            records = [
+                (team, name, entry)
+                for team, unsaved in jobs.items()
+                for name, entry in unsaved.changes.items()
+            ]
+            for team, name, entry in records:
+                self._delta[(team, name)] = entry
+            size = await self._off_loop(self._append_delta, records, base, self._delta_bytes)
+            if size is not None:
+                self._delta_bytes = size
+                return
+            # Not the file this daemon appends to: everything written whole.
+            jobs, write_index = {}, True
+        handed, self._delta, self._delta_bytes = self._delta, {}, 0
+        # Unknown until the write says: a save cut short here writes whole.
+        self._base = None
+        _with_delta(jobs, handed)
+        write_index = write_index or bool(handed) or base is None
+        saved = await self._off_loop(self._write_caches, jobs, write_index)
+        if not write_index:
+            self._base = base  # the saved index is as it was
+        elif saved is not None:
+            self._base, self._saved_bytes = saved
+        else:
+            self._delta = handed | self._delta  # still to be written
+
+    async def _off_loop(self, write: Callable[..., _T], *args: Any) -> _T:
+        """``write(*args)`` in a worker thread, owned by `_saving`: a cancel
+        (`aclose`) lets it finish, awaited there."""
+        saving: asyncio.Future[_T] = asyncio.ensure_future(asyncio.to_thread(write, *args))
+        self._saving = saving
         try:
-            # Shielded: a cancel (`aclose`) lets the write finish, awaited there.
-            await asyncio.shield(self._saving)
+            return await asyncio.shield(saving)
         finally:
-            if self._saving.done():
+            if saving.done() and self._saving is saving:
                 self._saving = None
 
-    def _write_caches(self, jobs: dict[bool, _Unsaved], write_index: bool) -> None:
+    def _append_delta(
+        self, records: list[tuple[bool, str, CacheEntry | None]], base: str, expected: int
+    ) -> int | None:
+        """Blocking: in a worker thread. Append ``records`` to the delta of
+        saved index ``base``; its new size, or None (`index_delta.append`).
+        An entry read too soon after its file's change (`index_cache`) is
+        checked first, and saved as no entry unless it still holds."""
+        snapshot_file = self._snapshot_file()
+        if snapshot_file is None:
+            return None
+        now_ns = time.time_ns()
+        folders = {False: _realpath(self.directory), True: _realpath(self.team_directory)}
+        kept = [
+            (team, name, entry)
+            if entry is None
+            or entry.verified
+            or index_cache.still_verified(folders[team], name, entry, now_ns)
+            else (team, name, None)
+            for team, name, entry in records
+        ]
+        line = index_delta.encode(kept)
+        if line is None:
+            return expected
+        return index_delta.append(index_delta.delta_file(snapshot_file), base, line, expected)
+
+    def _write_caches(
+        self, jobs: dict[bool, _Unsaved], write_index: bool
+    ) -> tuple[str, int] | None:
         """Blocking: in a worker thread. Each folder's changed entries, then
-        the whole index (`index_snapshot`)."""
+        (``write_index``) the whole index (`index_snapshot`), its delta
+        removed: the saved index's id and size, None when not written."""
         written: Entries = {}
         for team, unsaved in jobs.items():
             folder = self.team_directory if team else self.directory
@@ -781,7 +922,7 @@ class ProjectMemory:
                 written[team] = index_cache.save(cache_file, folder, unsaved.merged(cache_file))
         snapshot_file = self._snapshot_file()
         if not write_index or snapshot_file is None:
-            return
+            return None
         folders = self._folders()
         for folder, team in folders:
             if team not in written:
@@ -792,9 +933,10 @@ class ProjectMemory:
             entry = written.get(key[0], {}).get(key[1])
             return entry.identity if entry is not None and entry.content_hash == key[2] else None
 
+        snapshot_id = index_snapshot.new_id()
         # The live index, when it is a whole build not changed since (read
         # here while the loop may change it: `encode` sees that and gives up).
-        lines = index_snapshot.encode(self._index, identity)
+        lines = index_snapshot.encode(self._index, identity, snapshot_id)
         if lines is None:
             # Changed since its build (watcher edits keep the old averages):
             # the build the next start would make from the entries just written.
@@ -805,9 +947,13 @@ class ProjectMemory:
                 for name in sorted(entries):
                     doc = entries[name].doc(folder / name, team=team, mtime=0.0)
                     tokenised.append((doc, entries[name].fields(pool)))
-            lines = index_snapshot.encode(InvertedIndex.from_tokenised(tokenised), identity)
-        if lines is not None:
-            index_snapshot.save(snapshot_file, lines)
+            index = InvertedIndex.from_tokenised(tokenised)
+            lines = index_snapshot.encode(index, identity, snapshot_id)
+        if lines is None or not index_snapshot.save(snapshot_file, lines):
+            return None
+        # What it held is in the index cache files and the saved index now.
+        index_delta.remove(index_delta.delta_file(snapshot_file))
+        return snapshot_id, sum(map(len, lines))
 
     # -- watching -----------------------------------------------------------------
 
@@ -929,6 +1075,15 @@ class ProjectMemory:
                 changed.append(path)
         if changed:
             self._changed(changed)
+
+
+def _with_delta(writes: dict[bool, _Unsaved], delta: index_delta.Records) -> None:
+    """Add to ``writes`` the entries of a saved index's ``delta``, older than
+    the changes ``writes`` holds (a folder written whole has them all)."""
+    for (team, name), entry in delta.items():
+        unsaved = writes.setdefault(team, _Unsaved())
+        if unsaved.whole is None:
+            unsaved.changes.setdefault(name, entry)
 
 
 @dataclass(frozen=True, slots=True)

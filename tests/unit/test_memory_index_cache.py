@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.layout import memory_index_cache_file
-from agentd.memory import index_cache, index_snapshot, project, store
+from agentd.memory import index_cache, index_delta, index_snapshot, project, store
 from agentd.memory.project import ProjectMemory
 from agentd.memory.tokenize import TOKENIZER_VERSION, terms
 
@@ -409,26 +409,49 @@ async def test_a_tokenizer_version_bump_reads_every_note_again(
     assert sorted(reads.names) == ["binary.md", "inside.md"]
 
 
+def _saved_entries(tmp_path: Path, folder: Path) -> dict[str, index_cache.CacheEntry]:
+    """The personal folder's entries as the next start finds them: its index
+    cache file with the saved index's delta (`index_delta`) over it."""
+    entries = index_cache.load(_cache_file(tmp_path, folder))
+    saved = index_snapshot.load(_snapshot_file(tmp_path))
+    if saved is not None and saved.id is not None:
+        delta = index_delta.load(index_delta.delta_file(_snapshot_file(tmp_path)), saved.id)
+        for (team, name), entry in delta.records.items():
+            assert not team
+            if entry is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = entry
+    return entries
+
+
 async def test_the_watcher_keeps_the_cache_current(
     tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A deletion and an edit seen by the watcher are written (debounced, off
-    the loop); the edit is kept once it is old enough to be trusted."""
+    the loop: appended to the saved index's delta); the edit is kept once it
+    is old enough to be trusted."""
     monkeypatch.setattr(project, "SAVE_DELAY_S", 0.05)
     monkeypatch.setattr(index_cache, "RACY_NS", 0)
     saved: asyncio.Queue[dict[str, index_cache.CacheEntry]] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    real_save = index_cache.save
-
-    def save(cache_file: Path, where: Path, entries: Any) -> dict[str, index_cache.CacheEntry]:
-        written = real_save(cache_file, where, entries)
-        loop.call_soon_threadsafe(saved.put_nowait, index_cache.load(cache_file))
-        return written
-
-    monkeypatch.setattr(index_cache, "save", save)
     memory = ProjectMemory(
         tmp_path / "ws", directory=folder, watch=True, index_cache_home=tmp_path / "home"
     )
+    real_write, real_append = memory._write_caches, memory._append_delta
+
+    def write_caches(*args: Any) -> Any:
+        result = real_write(*args)
+        loop.call_soon_threadsafe(saved.put_nowait, _saved_entries(tmp_path, folder))
+        return result
+
+    def append_delta(*args: Any) -> Any:
+        result = real_append(*args)
+        loop.call_soon_threadsafe(saved.put_nowait, _saved_entries(tmp_path, folder))
+        return result
+
+    monkeypatch.setattr(memory, "_write_caches", write_caches)
+    monkeypatch.setattr(memory, "_append_delta", append_delta)
     await memory.start()
     try:
         assert "db.md" in await asyncio.wait_for(saved.get(), 10)  # the first build's
@@ -453,31 +476,71 @@ def test_a_term_never_holds_whitespace(text: str) -> None:
     assert " ".join(found).split() == found
 
 
-async def test_edits_while_running_are_saved_as_a_fresh_build_of_the_folder(
+def _by_path(memory: ProjectMemory) -> dict[str, Any]:
+    """What an index answers with, whatever ids its docs got: each term's
+    postings by path (exact floats), each doc as indexed, the averages."""
+    index = memory._index
+    path_of = {d.id: str(d.info.path) for d in index.docs()}
+    return {
+        "avg": index._avg,
+        "postings": {
+            term: {path_of[i]: w for i, w in found.items()}
+            for term, found in index._postings.items()
+        },
+        "vocab": index._vocab,
+        "docs": {
+            str(d.info.path): (d.info, d.head, d.content_hash, d.lengths, tuple(d.terms))
+            for d in index.docs()
+        },
+    }
+
+
+async def test_edits_while_running_are_saved_as_a_delta_and_restored_as_they_were(
     tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Notes changed while the daemon runs are indexed with the averages of the
-    last build (an edit costs one note's work); the index saved as the project
-    closes is the one a fresh build of the folder gives, and the next start
-    takes it without parsing the index cache."""
+    last build (an edit costs one note's work) and saved as such: appended to
+    the saved index's delta, neither the saved index nor the index cache
+    written again. The next start takes the saved index with the delta
+    applied, without parsing the index cache: the index the daemon had."""
     monkeypatch.setattr(index_cache, "RACY_NS", 0)  # this second's writes trusted
     await _started(tmp_path, folder)
+    saved_before = index_cache.identity_of(os.stat(_snapshot_file(tmp_path)))
+    cache_before = index_cache.identity_of(os.stat(_cache_file(tmp_path, folder)))
     memory = _memory(tmp_path, folder)
     await memory.start()
     path = folder / "added.md"
     text = "---\nname: Release freeze\ndescription: When not to deploy\n---\nNo deploys.\n"
     path.write_text(text)
     memory.note_own_write(path, text)
-    (folder / "db.md").unlink()
-    await memory._apply_topic_changes([(folder / "db.md", False)])
+    (folder / "camel.md").unlink()
+    await memory._apply_topic_changes([(folder / "camel.md", False)])
+    _write(folder, "deploy.md", "Deploy checklist", "How we ship", "Run make sail first.")
+    await memory._apply_topic_changes([(folder / "deploy.md", False)])
     assert not memory._index.whole
+    live = _by_path(memory)
     await memory.aclose()
+    assert index_cache.identity_of(os.stat(_snapshot_file(tmp_path))) == saved_before
+    assert index_cache.identity_of(os.stat(_cache_file(tmp_path, folder))) == cache_before
+    delta = index_delta.delta_file(_snapshot_file(tmp_path))
+    assert oct(delta.stat().st_mode & 0o777) == "0o600"
     loads = _Loads(monkeypatch)
+    reads = _Reads(monkeypatch)
     warm = await _started(tmp_path, folder)
     assert loads.count == 0
-    fresh = await _started(tmp_path, folder, cache=False)
-    assert _shape(warm) == _shape(fresh)
+    assert sorted(reads.names) == ["binary.md", "inside.md"]
+    assert _by_path(warm) == live
     assert [d.name for d in warm.recall("release freeze").docs] == ["Release freeze"]
+    assert "sail" in warm.recall("make sail").docs[0].excerpt
+    assert not warm.recall("parseHTTPHeaders").docs
+    # The index cache read with the delta over it (a note changed since, so
+    # the saved index does not serve): the same notes, only that one read.
+    _write(folder, "zh.md", "部署流程", "发布检查清单", "上线前确认监控。")
+    reads.names.clear()
+    rebuilt = await _started(tmp_path, folder)
+    assert sorted(reads.names) == ["binary.md", "inside.md", "zh.md"]
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(rebuilt) == _shape(fresh)
 
 
 async def test_a_team_folder_is_saved_in_the_same_index(tmp_path: Path, folder: Path) -> None:
@@ -534,3 +597,127 @@ async def test_a_saved_index_takes_edits_and_queries_as_a_built_one(
     assert _shape(warm) == _shape(fresh)
     assert saved.postings().get("nonexistent") is None
     assert saved._postings.pop("nonexistent", "gone") == "gone"
+
+
+def _entry(name: str, body: str) -> index_cache.CacheEntry:
+    return index_cache.CacheEntry(
+        identity=(len(body), 1, 2, 3),
+        content_hash=name * 2,
+        name=name,
+        description="d",
+        type="project",
+        problems=(),
+        head=body,
+        terms=(name, "d", body),
+        verified=True,
+    )
+
+
+def test_a_delta_file_reads_back_its_records_later_ones_winning(tmp_path: Path) -> None:
+    target = tmp_path / "home" / "cache" / "memory-index" / "x.delta"
+    first = index_delta.encode([(False, "a.md", _entry("a", "one")), (True, "b.md", None)])
+    second = index_delta.encode([(False, "a.md", _entry("a", "two"))])
+    assert first is not None and second is not None
+    size = index_delta.append(target, "base1", first, 0)
+    assert size == target.stat().st_size
+    size = index_delta.append(target, "base1", second, size)
+    assert size == target.stat().st_size
+    delta = index_delta.load(target, "base1")
+    assert delta.clean and delta.size == size
+    assert delta.records == {(False, "a.md"): _entry("a", "two"), (True, "b.md"): None}
+    # Another saved index's delta, or one appended to as another's: not used.
+    assert index_delta.load(target, "base2").records == {}
+    assert index_delta.append(target, "base2", second, size) is None
+    # Shorter than this daemon left it (replaced): not appended to.
+    assert index_delta.append(target, "base1", second, size + 1) is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["torn", "crc", "not json", "bad row", "no newline", "garbage line"],
+)
+def test_a_damaged_delta_keeps_the_lines_before_the_damage(tmp_path: Path, damage: str) -> None:
+    target = tmp_path / "home" / "cache" / "memory-index" / "x.delta"
+    good = index_delta.encode([(False, "a.md", _entry("a", "one"))])
+    later = index_delta.encode([(False, "b.md", _entry("b", "two"))])
+    assert good is not None and later is not None
+    size = index_delta.append(target, "base", good, 0)
+    assert size is not None
+    data = target.read_bytes()
+    if damage == "torn":
+        data += later[: len(later) // 2]
+    elif damage == "crc":
+        data += later.replace(b"two", b"twO")
+    elif damage == "not json":
+        body = b"[[false,"
+        data += b"%08x " % zlib.crc32(body) + body + b"\n"
+    elif damage == "bad row":
+        body = json.dumps([[False, "b.md", ["b.md", "x"]]]).encode()
+        data += b"%08x " % zlib.crc32(body) + body + b"\n"
+    elif damage == "no newline":
+        data += later[:-1]
+    else:
+        data += b"\xff\xfe garbage\n"
+    target.write_bytes(data + later)
+    delta = index_delta.load(target, "base")
+    assert not delta.clean
+    assert delta.records == {(False, "a.md"): _entry("a", "one")}
+    # Never appended to past the damage: the next save writes whole instead.
+    if damage in ("torn", "no newline"):
+        target.write_bytes(data)
+        assert index_delta.append(target, "base", later, len(data)) is None
+
+
+def test_a_hostile_delta_file_is_ignored(tmp_path: Path) -> None:
+    folder = tmp_path / "home" / "cache" / "memory-index"
+    folder.mkdir(parents=True)
+    target = folder / "x.delta"
+    os.mkfifo(target)
+    assert index_delta.load(target, "base").records == {}
+    line = index_delta.encode([(False, "a.md", None)])
+    assert line is not None
+    assert index_delta.append(target, "base", line, 10) is None
+    target.unlink()
+    (tmp_path / "elsewhere").write_bytes(b"")
+    target.symlink_to(tmp_path / "elsewhere")
+    assert index_delta.load(target, "base").records == {}
+    assert index_delta.append(target, "base", line, 10) is None
+    assert (tmp_path / "elsewhere").read_bytes() == b""
+
+
+async def test_a_delta_past_its_share_is_folded_into_a_whole_save(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the delta is past its share of the saved index, the next save
+    writes the index cache and the saved index whole (a fresh build of the
+    folder) and removes the delta."""
+    monkeypatch.setattr(index_cache, "RACY_NS", 0)
+    monkeypatch.setattr(project, "FOLD_MIN_BYTES", 0)
+    monkeypatch.setattr(project, "FOLD_SHARE", 10**9)
+    # A rebuild from the index cache has no symlinked note (no entry): the
+    # next start would read it and miss the saved index.
+    (folder / "inside.md").unlink()
+    await _started(tmp_path, folder)
+    saved_id = index_snapshot.load(_snapshot_file(tmp_path)).id  # type: ignore[union-attr]
+    delta = index_delta.delta_file(_snapshot_file(tmp_path))
+    memory = _memory(tmp_path, folder)
+    await memory.start()
+    try:
+        _write(folder, "deploy.md", "Deploy checklist", "How we ship", "Run make sail first.")
+        await memory._apply_topic_changes([(folder / "deploy.md", False)])
+        await memory._save_cache()
+        assert delta.exists()  # the first save after the build: appended
+        _write(folder, "db.md", "Database notes", "Postgres pooling", "Pool size is 40.")
+        await memory._apply_topic_changes([(folder / "db.md", False)])
+        await memory._save_cache()
+        assert not delta.exists()
+        now = index_snapshot.load(_snapshot_file(tmp_path))
+        assert now is not None and now.id not in (None, saved_id) and now.id == memory._base
+        assert "sail" in index_cache.load(_cache_file(tmp_path, folder))["deploy.md"].terms[2]
+    finally:
+        await memory.aclose()
+    loads = _Loads(monkeypatch)
+    warm = await _started(tmp_path, folder)
+    assert loads.count == 0
+    fresh = await _started(tmp_path, folder, cache=False)
+    assert _shape(warm) == _shape(fresh)
