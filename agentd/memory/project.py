@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from agentd.layout import (
     memory_index_snapshot_file,
     team_memory_dir,
 )
-from agentd.memory import index_cache, index_delta, index_snapshot
+from agentd.memory import cache_sweep, index_cache, index_delta, index_snapshot
 from agentd.memory.index import Fields, IndexedDoc, InvertedIndex, field_terms
 from agentd.memory.index_cache import CacheEntry, entry_of, identity_of
 from agentd.memory.recall import EMPTY, MAX_DOCS, RecallResult, budgeted, rank, recall_index
@@ -190,6 +191,14 @@ class ProjectMemory:
         self._saved_bytes = 0
         self._delta: index_delta.Records = {}
         self._delta_bytes = 0
+        # The shared locks held on this project's files of the cache folder
+        # (`cache_sweep.hold`), by file; taken by scans in worker threads.
+        self._held: dict[Path, int | None] = {}
+        self._held_lock = threading.Lock()
+        # The cache folder's old files are to be swept (`cache_sweep`), with
+        # the first save (`SAVE_DELAY_S` after the start at the earliest) or
+        # as the project closes.
+        self._sweep_pending = False
         self._save_wanted = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
         self._saving: asyncio.Future[Any] | None = None
@@ -225,6 +234,7 @@ class ProjectMemory:
                 raise
             self._install(snapshot, notify=False)
             self._ready.set()
+            self._sweep_later()
             self._watcher = self._folder_watcher()
             await self._watcher.start(after=gate)
             return
@@ -239,6 +249,7 @@ class ProjectMemory:
             raise
         self._install(snapshot, notify=False)
         self._ready.set()
+        self._sweep_later()
 
     def _folder_watcher(self) -> FolderWatcher:
         return FolderWatcher(
@@ -261,10 +272,15 @@ class ProjectMemory:
         if self._saving is not None:
             # A write the cancel found under way finishes: its thread cannot stop.
             await asyncio.wait([self._saving])
-        if self._unsaved or self._index_unsaved:
+        if self._unsaved or self._index_unsaved or self._sweep_pending:
             # What the next start would otherwise read again (a daemon that
             # exits within `SAVE_DELAY_S` of its first index, as a reload does).
             await self._save_cache()
+        with self._held_lock:
+            held, self._held = self._held, {}
+        for fd in held.values():
+            if fd is not None:
+                os.close(fd)
 
     @property
     def watcher_state(self) -> WatchState:
@@ -456,6 +472,7 @@ class ProjectMemory:
         built from the notes' terms.
         """
         snapshot = _Snapshot(InvertedIndex())
+        self._hold_cache_files()
         team_problem = self._team_allowed()
         if team_problem:
             snapshot.folder_problems[str(self.team_directory)] = team_problem
@@ -833,7 +850,44 @@ class ProjectMemory:
                 return  # `aclose` writes what is unsaved
             await self._save_cache()
 
+    def _hold_cache_files(self) -> None:
+        """Hold this project's files of the cache folder (`cache_sweep.hold`):
+        no sweep removes them while it runs. Blocking: in a worker thread."""
+        if self._cache_home is None:
+            return
+        wanted = [self._snapshot_file()]
+        wanted.extend(self._cache_file(_realpath(folder)) for folder, _ in self._folders())
+        for target in wanted:
+            if target is None or target in self._held:
+                continue
+            fd = cache_sweep.hold(target)
+            with self._held_lock:
+                if self._closed or target in self._held:
+                    if fd is not None:
+                        os.close(fd)
+                    continue
+                self._held[target] = fd
+
+    def _sweep_later(self) -> None:
+        if self._cache_home is not None:
+            self._sweep_pending = True
+            self._want_save()
+
     async def _save_cache(self) -> None:
+        """Write what is unsaved; then, once, sweep the cache folder."""
+        if self._unsaved or self._index_unsaved:
+            await self._write_unsaved()
+        if self._sweep_pending:
+            self._sweep_pending = False
+            await self._off_loop(self._sweep)
+
+    def _sweep(self) -> None:
+        """Blocking: in a worker thread."""
+        target = self._snapshot_file()
+        if target is not None:
+            cache_sweep.sweep_once(target)
+
+    async def _write_unsaved(self) -> None:
         # Handed over whole: changes from now on go to a new `_Unsaved`.
         jobs = {team: unsaved for team, unsaved in self._unsaved.items()}
         self._unsaved = {}

@@ -1,7 +1,8 @@
 """The memory index kept across daemon starts, over the real daemon: a second
 daemon on the same `$AGENTD_HOME` takes the notes that did not change from the
 index cache, reads the one edited while no daemon ran, and recalls at its
-first prompt; a third takes the whole index the second saved."""
+first prompt; a third takes the whole index the second saved. A daemon
+sweeping the cache folder leaves what another running daemon holds."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ async def test_a_second_daemon_recalls_from_the_index_cache_and_sees_an_edit_mad
     finally:
         await d.close()
     cache_dir = agentd_home(tmp_path) / "cache" / "memory-index"
-    cache_file, saved_index = sorted(cache_dir.iterdir(), key=lambda p: p.suffix != ".jsonl")
+    (cache_file,) = cache_dir.glob("*.jsonl")
+    (saved_index,) = cache_dir.glob("*.index")
     assert cache_file.suffix == ".jsonl" and b"pgbouncer" in cache_file.read_bytes()
     assert saved_index.suffix == ".index"
     for written in (cache_file, saved_index):
@@ -177,3 +179,80 @@ async def test_the_memory_cli_reads_the_index_cache_a_daemon_wrote_and_keeps_it_
     docs, said = _cli_recall(env, workspace, "zanzibarish")
     assert docs == [str(db)]
     assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said
+
+
+async def test_a_sweep_of_old_cache_files_spares_those_a_running_daemon_holds(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Two daemons, one `$AGENTD_HOME`: the first runs on a project whose cache
+    files look two months unused; the second, on another project, sweeps the
+    cache folder as it stops (`cache_sweep`). It removes a stem no one holds
+    and a writer's leftover, keeps the running daemon's files (held under a
+    shared lock) and anything not of the cache's making; the first daemon
+    recalls as before, and its next start still takes its saved index."""
+    folder = memory_folder(workspace, tmp_path)
+    _note(folder, "db", "Database notes", "Postgres pooling", "Pool size is 20 per service.")
+    for i in range(FILLERS):
+        _note(folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} latency.")
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    query = {"workspaceRoot": str(workspace), "query": "postgres pooling"}
+
+    async def status(d: RawDaemon, root: Path, request_id: int) -> int:
+        d.request(request_id, "memory/status", {"workspaceRoot": str(root)})
+        count: int = (await d.response(request_id))["result"]["docCount"]
+        return count
+
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        assert await status(d, workspace, 1) == FILLERS + 1
+        await _stop(d)  # writes the index cache and the saved index
+    finally:
+        await d.close()
+    cache_dir = agentd_home(tmp_path) / "cache" / "memory-index"
+    running = await RawDaemon.spawn(env)
+    try:
+        await running.initialize()
+        assert await status(running, workspace, 2) == FILLERS + 1  # its files held now
+        held = sorted(p.name for p in cache_dir.iterdir())
+        assert {p.rsplit(".", 1)[1] for p in held} == {"jsonl", "index", "lock"}
+        gone = ["0" * 32 + ".jsonl", "0" * 32 + ".index", "0" * 32 + ".delta", "0" * 32 + ".lock"]
+        leftover = "." + "1" * 32 + ".index.4242.abcd.tmp"
+        other = "notes.txt"
+        for name in [*gone, leftover, other]:
+            (cache_dir / name).write_bytes(b"x")
+        two_months_ago = time.time() - 60 * 24 * 3600
+        for path in cache_dir.iterdir():
+            os.utime(path, (two_months_ago, two_months_ago))
+
+        other_root = tmp_path / "other"
+        other_root.mkdir()
+        _note(memory_folder(other_root, tmp_path), "x", "X", "Y", "Z.")
+        sweeper = await RawDaemon.spawn(env)
+        try:
+            await sweeper.initialize()
+            assert await status(sweeper, other_root, 3) == 1
+            await _stop(sweeper)  # sweeps as its project closes, if not done yet
+        finally:
+            await sweeper.close()
+        left = {p.name for p in cache_dir.iterdir()}
+        assert set(held) | {other} <= left
+        assert not left & {*gone, leftover}
+
+        running.request(4, "memory/recall", query)
+        assert (await running.response(4))["result"]["docs"]
+        await _stop(running)
+    finally:
+        await running.close()
+    log = tmp_path / "next.log"
+    with log.open("wb") as stderr:
+        d = await RawDaemon.spawn(env, stderr=stderr)
+        try:
+            await d.initialize()
+            d.request(5, "memory/recall", query)
+            assert (await d.response(5))["result"]["docs"]
+            await _stop(d)
+        finally:
+            await d.close()
+    said = log.read_text()
+    assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said[-2000:]
