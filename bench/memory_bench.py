@@ -209,6 +209,7 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
                         memory.wait_indexed_generation(memory.generation + 1), 10
                     )
                 edit_ms.append((time.perf_counter() - t) * 1000)
+            saves = {k: await save_after_edits(memory, folder, rng, size, k) for k in (1, 10)}
         finally:
             await memory.aclose()
     return {
@@ -226,12 +227,54 @@ async def run_size(size: int, n_queries: int, n_edits: int) -> dict[str, Any]:
         "edit_visible_p50_ms": round(pct(edit_ms, 0.5), 1),
         "edit_visible_p99_ms": round(pct(edit_ms, 0.99), 1),
         "edits": len(edit_ms),
+        "save_after_1_edit_s": saves[1][0],
+        "save_after_1_edit_stall_ms": saves[1][1],
+        "save_after_10_edits_s": saves[10][0],
+        "save_after_10_edits_stall_ms": saves[10][1],
         "rss_mib": round(rss_after / 1024, 1),
         "rss_index_delta_mib": round((rss_after - rss_before) / 1024, 1),
         "rss_after_warm_start_mib": round(rss_warm / 1024, 1),
         "fresh_warm_start_s": fresh["warm_start_s"],
         "fresh_warm_start_rss_mib": fresh["rss_mib"],
     }
+
+
+async def save_after_edits(
+    memory: ProjectMemory, folder: Path, rng: random.Random, size: int, count: int
+) -> tuple[float, float]:
+    """The debounced save after ``count`` notes were edited (through the
+    watcher): how long it takes, and the event loop's longest stall while it
+    runs in its worker thread (a 1 ms ticker's longest gap, less the 1 ms)."""
+    await memory._save_cache()  # what earlier edits left, untimed
+    tokens = []
+    for e in range(count):
+        i = rng.randrange(size)
+        token = f"savemarker{count}x{e}x{rng.randrange(10**6)}"
+        title, desc, body, kind = make_doc(rng, i)
+        write_doc(folder, i, (title, desc, body + f"\n{token}", kind))
+        tokens.append(token)
+    for token in tokens:
+        while not memory.recall(token).docs:
+            await asyncio.wait_for(memory.wait_indexed_generation(memory.generation + 1), 10)
+    loop = asyncio.get_running_loop()
+    longest = 0.0
+    saving = True
+
+    async def tick() -> None:
+        nonlocal longest
+        while saving:
+            before = loop.time()
+            await asyncio.sleep(0.001)
+            longest = max(longest, loop.time() - before - 0.001)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.01)
+    t = time.perf_counter()
+    await memory._save_cache()
+    took = time.perf_counter() - t
+    saving = False
+    await ticker
+    return round(took, 4), round(longest * 1000, 1)
 
 
 def fresh_warm_start(ws: Path, folder: Path, home: Path) -> dict[str, Any]:
@@ -272,8 +315,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| checkout | docs | index build (cold) | warm start | cache (+ saved index) "
         "| recall p50 | recall p99 | edit->recall p50 | edit->recall p99 "
-        "| RSS (index delta) | warm start, fresh process (RSS) | load |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| RSS (index delta) | warm start, fresh process (RSS) "
+        "| save after 1 / 10 edits (longest loop stall) | load |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     lines = [head]
     for r in rows:
@@ -286,6 +330,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['edit_visible_p99_ms']:.1f} ms | {r['rss_mib']} MiB "
             f"(+{r['rss_index_delta_mib']} MiB) | {r['fresh_warm_start_s']:.2f} s "
             f"({r['fresh_warm_start_rss_mib']} MiB) | "
+            f"{r['save_after_1_edit_s'] * 1000:.0f} / {r['save_after_10_edits_s'] * 1000:.0f} ms "
+            f"({r['save_after_1_edit_stall_ms']:.0f} / "
+            f"{r['save_after_10_edits_stall_ms']:.0f} ms) | "
             f"{r.get('loadavg_1m', '')} |"
         )
     return "\n".join(lines)
