@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import importlib
 import json
 import logging
@@ -105,6 +106,7 @@ class App:
         )
         if settings.memory.enabled and settings.memory.extraction:
             core.extracts = True
+            core.extraction_cursor = functools.partial(_extraction_cursor, memory.home)
             app._extraction_args = {
                 "manager": memory,
                 "provider": provider,
@@ -451,3 +453,13 @@ def _cursor_key(cursor: str) -> tuple[float, str]:
     except (ValueError, TypeError, binascii.Error, UnicodeError):
         pass
     raise InvalidParams.of("cursor", "not a cursor this agent gave out")
+
+
+def _extraction_cursor(home: Path, workspace_root: Path, session_id: str) -> int:
+    """Where memory extraction's cursor of a session stands (0: none yet).
+    Blocking: a restored session's transcript is read in a worker thread."""
+    from agentd.layout import canonical_root, memory_dir
+    from agentd.memory.extraction.cursor import load_cursors
+
+    found = load_cursors(memory_dir(canonical_root(workspace_root), home)).get(session_id)
+    return found.offset if found is not None else 0

@@ -218,6 +218,11 @@ class LoadedTranscript:
     torn: bool = False
     # The folders beside the workspace root (the last config line that named them).
     additional_roots: list[str] = field(default_factory=list)
+    # The message lines memory extraction has not read yet (`load`'s
+    # `unextracted_from`), by offset, as a live writer keeps its own
+    # (`TranscriptWriter._unextracted`): a file taken away before they are
+    # extracted is written again with them.
+    unextracted: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 EMPTY_TITLE = "(empty session)"
@@ -1135,6 +1140,14 @@ class TranscriptWriter:
                     MAX_UNEXTRACTED_BYTES >> 20,
                 )
 
+    def keep_unextracted(self, lines: Iterable[tuple[int, bytes]]) -> None:
+        """Keep message lines read back from the file that memory extraction
+        has not read yet (a restored session's: `LoadedTranscript.unextracted`)
+        as this writer keeps those it writes itself: a file taken away before
+        extraction reads them is written again with them."""
+        for offset, line in lines:
+            self._keep_unextracted(offset, line)
+
     def extracted(self, offset: int) -> None:
         """Memory extraction's cursor of this session is at `offset`: the lines
         before it are no longer kept for a rebuild."""
@@ -1561,15 +1574,27 @@ def note_from_json(data: dict[str, Any]) -> Note:
     raise ValueError(f"unknown note kind {kind!r}")
 
 
-def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTranscript | None:
+def load(
+    path: Path,
+    images: bool = True,
+    end: int | None = None,
+    unextracted_from: Callable[[Path], int] | None = None,
+) -> LoadedTranscript | None:
     """The session as it stands (after its last reset); `images=False` leaves
     image parts without their bytes. With `end`, as it stood before its
     message at offset `end` was written: the line of that message and every
-    line after it are not read (a running prompt's half turn, for a fork)."""
+    line after it are not read (a running prompt's half turn, for a fork).
+    With `unextracted_from` (the workspace root -> the offset where memory
+    extraction's cursor of this session stands), the message lines from that
+    offset on are kept (`LoadedTranscript.unextracted`)."""
     tail = _Tail()
     records = _records(path, tail)
     if not records or records[0].get("type") != "session":
         return None
+    unextracted: list[tuple[int, bytes]] = []
+    if unextracted_from is not None and isinstance(records[0].get("workspaceRoot"), str):
+        start = unextracted_from(Path(records[0]["workspaceRoot"]))
+        unextracted = _unextracted_lines(records, start)
     if end is not None:
         # Message lines before a fork record (a rebuilt file's, kept for
         # extraction) are in the record's state: the cut is among those after it.
@@ -1671,7 +1696,28 @@ def load(path: Path, images: bool = True, end: int | None = None) -> LoadedTrans
         summary,
         tail.torn,
         _str_list(config.get(CONFIG_ROOTS)),
+        unextracted,
     )
+
+
+def _unextracted_lines(records: list[dict[str, Any]], start: int) -> list[tuple[int, bytes]]:
+    """The message lines of ``records`` from offset ``start`` on, the newest
+    `MAX_UNEXTRACTED_BYTES` of them (as a live writer bounds its own)."""
+    kept: list[tuple[int, bytes]] = []
+    size = 0
+    for record in reversed(records):
+        if record.get("type") != "message":
+            continue
+        offset = _int(record.get("offset"), -1)
+        if offset < start:
+            continue
+        line = _encode(record)
+        size += len(line)
+        if size > MAX_UNEXTRACTED_BYTES and kept:
+            break
+        kept.append((offset, line))
+    kept.reverse()
+    return kept
 
 
 def _int(value: Any, default: int) -> int:

@@ -125,6 +125,10 @@ class AgentCore:
         # session): each writer keeps the lines not extracted yet, for a file
         # taken away and written again (`TranscriptWriter._unextracted`).
         self.extracts = False
+        # Where memory extraction's cursor of a session stands (its workspace
+        # root, its id -> an offset; blocking): a restored session's writer
+        # keeps the lines from there on, as a live one keeps its own.
+        self.extraction_cursor: Callable[[Path, str], int] | None = None
         # The turn contexts by model (`_turn_context`); settings never change in place.
         self._contexts: dict[str, TurnContext] = {}
         model = settings.effective_model()
@@ -351,6 +355,9 @@ class AgentCore:
         session.tokens_used = loaded.tokens_used
         session.title = "" if loaded.title == EMPTY_TITLE else loaded.title
         self._track(session, offset=loaded.total, torn=loaded.torn)
+        writer = self.writers.get(session.id)
+        if writer is not None and loaded.unextracted:
+            writer.keep_unextracted(loaded.unextracted)
         closed = closing(session.history, session.notes)
         if closed is not None:
             # A prompt a crash cut short, closed so that the session goes on:
@@ -514,7 +521,12 @@ class AgentCore:
     def _read_stored(self, session_id: str, root: Path | None) -> LoadedTranscript | None:
         """The stored session (blocking: reads its transcript)."""
         path = self._find_transcript(session_id, root)
-        return load(path) if path is not None else None
+        if path is None:
+            return None
+        cursor = self.extraction_cursor
+        if cursor is None or not self.extracts:
+            return load(path)
+        return load(path, unextracted_from=lambda workspace: cursor(workspace, session_id))
 
     def _find_transcript(self, session_id: str, root: Path | None) -> Path | None:
         if not valid_session_id(session_id):

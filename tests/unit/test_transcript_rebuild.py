@@ -234,6 +234,52 @@ def test_a_rebuilt_file_keeps_the_lines_extraction_has_not_read(tmp_path: Path) 
     other.writer.close()
 
 
+def test_a_restored_session_keeps_the_lines_extraction_has_not_read(tmp_path: Path) -> None:
+    """A session read back (`load` with `unextracted_from`, as the core
+    restores one with extraction on) keeps the message lines past
+    extraction's cursor from the file: taken away before extraction reads
+    them, the file is written again with them, and a read from the cursor
+    finds every one, the restored writer's own after them."""
+    files = OpenFiles(limit=1)
+    s = Live(tmp_path, "s1", files, keep_unextracted=True)
+    for n in range(3):
+        s.say("user", f"q{n}")
+        s.say("assistant", f"a{n}")
+    s.writer.close()  # the daemon stops; extraction's cursor stayed at 2
+    asked: list[Path] = []
+
+    def cursor(root: Path) -> int:
+        asked.append(root)
+        return 2
+
+    loaded = load(s.path, unextracted_from=cursor)
+    assert loaded is not None and asked == [tmp_path / "ws"]
+    assert [offset for offset, _ in loaded.unextracted] == [2, 3, 4, 5]
+    restored = Live(tmp_path, "s1", files, keep_unextracted=True)
+    restored.history = loaded.history
+    restored.writer = TranscriptWriter(
+        s.path,
+        "s1",
+        tmp_path / "ws",
+        loaded.total,
+        files=files,
+        fresh=False,
+        snapshot=restored.snapshot,
+        keep_unextracted=True,
+    )
+    restored.writer.keep_unextracted(loaded.unextracted)
+    os.unlink(s.path)  # taken away before extraction read them
+    restored.say("user", "q3")
+    piece = read_from(s.path, 2)
+    assert [o for o, _ in piece.messages] == [2, 3, 4, 5, 6]
+    assert [m.text for _, m in piece.messages] == ["q1", "a1", "q2", "a2", "q3"]
+    again = load(s.path)
+    assert again is not None and [m.text for m in again.history][-2:] == ["a2", "q3"]
+    # Without a cursor to go by (extraction off), nothing is kept.
+    assert load(s.path).unextracted == []  # type: ignore[union-attr]
+    restored.writer.close()
+
+
 def test_lines_past_the_bound_are_dropped_oldest_first(tmp_path: Path) -> None:
     s = Live(tmp_path, "s1", OpenFiles(limit=1), keep_unextracted=True)
     big = "x" * (MAX_UNEXTRACTED_BYTES // 3)
