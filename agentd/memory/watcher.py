@@ -180,13 +180,15 @@ class FolderWatcher:
             await asyncio.sleep(0)
             if pending.done() and pending.exception() is not None:
                 pending.result()  # raises the registration error
-            self.state = "running"
             self.error = None
             if not registered.done():
                 registered.set_result(None)
             if rescan:
                 # Registered again before looking: nothing falls in between.
                 await self._on_restarted()
+            # Said once the owner looked again: a client that sees it knows
+            # every change from now on comes through the watcher.
+            self.state = "running"
             while True:
                 try:
                     changes = await pending

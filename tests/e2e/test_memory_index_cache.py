@@ -256,3 +256,99 @@ async def test_a_sweep_of_old_cache_files_spares_those_a_running_daemon_holds(
             await d.close()
     said = log.read_text()
     assert f"{FILLERS + 1} notes from the saved index, 0 read" in said, said[-2000:]
+
+
+async def test_edits_are_restored_from_the_delta_and_its_torn_tail_is_never_used(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """A daemon that saw a note edited saves the edit in the saved index's
+    delta (`index_delta`), not the saved index again; the next daemon recalls
+    the edit from it, reading no note. A line cut short at the delta's end
+    (a crash in an append), even one naming a note with its true identity,
+    is never used: its words are not recalled, and that daemon writes the
+    index whole again, the delta gone."""
+    from agentd.memory import index_cache, index_delta
+
+    folder = memory_folder(workspace, tmp_path)
+    db = _note(folder, "db", "Database notes", "Postgres pooling", "Pool size is 20 per service.")
+    for i in range(FILLERS):
+        _note(folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} latency.")
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    cache_dir = agentd_home(tmp_path) / "cache" / "memory-index"
+
+    async def recalled(d: RawDaemon, request_id: int, query: str) -> list[str]:
+        params = {"workspaceRoot": str(workspace), "query": query}
+        d.request(request_id, "memory/recall", params)
+        return [doc["path"] for doc in (await d.response(request_id))["result"]["docs"]]
+
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        assert await recalled(d, 1, "postgres pooling") == [str(db)]
+        await _stop(d)  # the saved index written whole
+    finally:
+        await d.close()
+    (saved_index,) = cache_dir.glob("*.index")
+    saved_before = saved_index.stat()
+
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        assert await recalled(d, 2, "postgres pooling") == [str(db)]
+        # The watcher registered, and the look at the folder that follows
+        # its registration done (`running`).
+        request_id = 3
+        while True:
+            d.request(request_id, "memory/status", {"workspaceRoot": str(workspace)})
+            status = (await d.response(request_id))["result"]
+            request_id += 1
+            if status["watcher"] == "running":
+                break
+        # Edited while it runs (the watcher sees it), an hour old: trusted.
+        _note(folder, "db", "Database notes", "Postgres pooling", "Pool size is 40: quokkaish.")
+        while await recalled(d, request_id, "quokkaish") != [str(db)]:
+            request_id += 1
+        await _stop(d)  # the edit saved as the project closes
+    finally:
+        await d.close()
+    assert (saved_index.stat().st_ino, saved_index.stat().st_mtime_ns) == (
+        saved_before.st_ino,
+        saved_before.st_mtime_ns,
+    )
+    delta = index_delta.delta_file(saved_index)
+    assert b"quokkaish" in delta.read_bytes()
+
+    # A crash in a later append: a whole record for the note, with its
+    # true identity and words it does not hold, cut before its newline.
+    lie = index_cache.CacheEntry(
+        identity=index_cache.identity_of(db.stat()),
+        content_hash="0" * 64,
+        name="Database notes",
+        description="Postgres pooling",
+        type="project",
+        problems=(),
+        head="wombatish",
+        terms=("database notes", "postgres pooling", "wombatish"),
+        verified=True,
+    )
+    line = index_delta.encode([(False, "db.md", lie)])
+    assert line is not None
+    with delta.open("ab") as out:
+        out.write(line[:-1])
+
+    log = tmp_path / "third.log"
+    with log.open("wb") as stderr:
+        d = await RawDaemon.spawn(env, stderr=stderr)
+        try:
+            await d.initialize()
+            assert await recalled(d, 20, "quokkaish") == [str(db)]
+            assert await recalled(d, 21, "wombatish") == []
+            await _stop(d)
+        finally:
+            await d.close()
+    said = log.read_text()
+    assert f"{FILLERS + 1} notes from the saved index, 0 read; 1 of them from its delta" in said
+    assert "damaged at byte" in said, said[-2000:]
+    # Written whole again (that start's save): the delta is gone.
+    assert not delta.exists()
+    assert saved_index.stat().st_ino != saved_before.st_ino
