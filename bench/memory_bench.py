@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -245,6 +246,18 @@ async def save_after_edits(
     """The debounced save after ``count`` notes were edited (through the
     watcher): how long it takes, and the event loop's longest stall while it
     runs in its worker thread (a 1 ms ticker's longest gap, less the 1 ms)."""
+    # Saved by these calls alone: the debounced saver stopped, and any
+    # save under way finished (two saves at once are not the daemon's case).
+    import agentd.memory.project as project_module
+
+    project_module.SAVE_DELAY_S = project_module.MAX_SAVE_DELAY_S = 1e6
+    saver, memory._saver = memory._saver, None
+    if saver is not None:
+        saver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await saver
+    if memory._saving is not None:
+        await asyncio.wait([memory._saving])
     await memory._save_cache()  # what earlier edits left, untimed
     tokens = []
     for e in range(count):

@@ -614,7 +614,7 @@ class ProjectMemory:
             # index's average lengths.
             index.upsert(topic, entry.fields(pool))
         snapshot.skipped.update(skipped)
-        n_read = sum(1 for path, _, _ in work if str(path) in reads)
+        n_read = len(reads)  # empty before: this is the scan's first look
         log.info(
             "memory index of %s: %d notes from the saved index, %d read; %d of them from its delta",
             self.workspace_root,

@@ -221,3 +221,23 @@ async def test_candidates_and_recalled_for_another_tier(folders: tuple[Path, Pat
         assert all(len(d.excerpt) <= 1200 for d in result.docs)
     finally:
         await memory.aclose()
+
+
+def test_a_listing_s_paths_are_those_a_join_gives(tmp_path: Path) -> None:
+    """`list_topics` makes its paths from the folder's parsed parts (CPython
+    3.11): each is what `folder / name` gives, string, parts and hash."""
+    from agentd.memory.store import _children, list_topics
+
+    names = ["a.md", "é ü.md", "topic-00001.md", "\udcff.md"]
+    for name in names[:3]:
+        (tmp_path / name).write_text("x")
+    listed = list_topics(tmp_path).paths
+    assert listed == sorted(tmp_path / n for n in names[:3])
+    for folder in (tmp_path, Path("/"), Path("relative/folder")):
+        made = _children(folder, names)
+        joined = [folder / n for n in names]
+        assert made == joined
+        assert [str(p) for p in made] == [str(p) for p in joined]
+        assert [p.parts for p in made] == [p.parts for p in joined]
+        assert [hash(p) for p in made] == [hash(p) for p in joined]
+        assert [p.parent for p in made] == [folder] * len(names)
