@@ -9,6 +9,8 @@ Where memory lives (AGENTD_HOME, project slug, team folder) is
     index         inverted index with BM25F scoring and prefix matching
     index_cache   a memory folder's parsed notes, kept across daemon starts
     index_snapshot  a project's whole index, saved and taken as is when no note changed
+    index_delta   the notes edited since a saved index, appended beside it
+    cache_sweep   old files of the index cache folder removed, never one in use
     recall        the local recall tier: min-evidence, caps, budgets, ages
     render        recalled memory as the model sees it (data, not orders)
     watcher       the watchfiles loop, with restart and backoff

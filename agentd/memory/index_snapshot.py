@@ -12,9 +12,11 @@ name, content hash, problems: a note's terms are a function of its name, its
 first `MAX_TOPIC_BYTES` and whether it was cut there, which a problem says).
 A scan that finds the same keys in the same order (the notes it took from
 the index cache, and those it read) takes the postings from here: the index
-a fresh build of these notes gives, not one patched from another. Anything
-else (a note changed, added, removed) builds from the terms as before, and
-the next write saves the new build.
+a fresh build of these notes gives. The notes edited since it was written
+are in its delta (`agentd.memory.index_delta`), applied to it at a start as
+the live index took them; anything else (a note changed, added, removed
+while no daemon ran) builds from the terms as before, and the next write
+saves the new build.
 
 Format: JSON lines. A header (format, tokenizer and agentd versions, the
 weighting constants, the doc count, a CRC-32 of the lines after it, a

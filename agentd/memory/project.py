@@ -17,8 +17,13 @@ Invariants:
   path), and once more at `aclose` when a change is still unsaved. Between
   writes only what changed is held (the notes a scan read, the watcher's
   changes), merged into the file at the next write: the daemon does not keep
-  a second copy of every note's terms. Each write saves the index too: the
-  live one when it is a whole build, else a fresh build from the entries.
+  a second copy of every note's terms. A save after edits appends the
+  changed entries to the saved index's delta (`agentd.memory.index_delta`);
+  a whole save (after a build, or once the delta is past `FOLD_SHARE` of
+  the saved index) writes the entries and the index: the live one when it
+  is a whole build, else a fresh build from the entries. The cache folder
+  is swept once per process (`agentd.memory.cache_sweep`), sparing the
+  files a running project holds.
 """
 
 from __future__ import annotations
