@@ -17,7 +17,7 @@ import importlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,26 +147,38 @@ class App:
             )
 
     async def project_memory(
-        self, root: Path, progress: Callable[[int, int], None] | None = None
+        self,
+        root: Path,
+        progress: Callable[[int, int], None] | None = None,
+        ahead: Awaitable[ProjectMemory | None] | None = None,
     ) -> ProjectMemory:
-        """The project's memory, started on first use, its changes forwarded."""
-        pm = await self.memory.get(root, progress)
+        """The project's memory, started on first use (from ``ahead``, its
+        scan run ahead by the warm-up, when given), its changes forwarded."""
+        pm = await self.memory.get(root, progress, ahead)
         self._watch_project(pm)
         return pm
 
-    def start_memory(self, root: Path) -> None:
+    def start_memory(
+        self, root: Path, ahead: Awaitable[ProjectMemory | None] | None = None
+    ) -> None:
         """Index the project's memory in the background, so that it is ready by
         the first prompt: called as soon as a workspace root is known (a new
         session, or an LSP `initialize` that names its roots); its instruction
-        files are read ahead too. Never waits."""
+        files are read ahead too. ``ahead``: the project as the warm-up
+        scanned it before the App existed (`Warmup.scan_memory_ahead`).
+        Never waits."""
         if self.recall is None:
             return
         self.recall.prepare(root)
         if self.memory.get_nowait(root) is not None:
+            if ahead is not None:
+                self.supervisor.spawn(self.project_memory(root, None, ahead), name="memory-ahead")
             return
         title = "agentd: indexing memory"
         progress = self.progress_factory(title) if self.progress_factory is not None else None
-        self.supervisor.spawn(self.project_memory(root, progress), name=f"memory-start:{root.name}")
+        self.supervisor.spawn(
+            self.project_memory(root, progress, ahead), name=f"memory-start:{root.name}"
+        )
 
     def start_known_roots(self, roots: list[str]) -> None:
         """`start_memory` for the workspace roots an editor named before any

@@ -34,6 +34,11 @@ One `Warmup` per front-end connection:
                      is logged with its length and `waiter`.
     when_built(f)    f(App) now if built, else as soon as it is, before any
                      `wait()` returns
+    scan_memory_ahead(root)  a new session's project memory scanned in a
+                     thread of its own while the App is built (its first
+                     prompt's recall needs that index; started only with the
+                     App it would wait for the build); `take_memory_ahead`
+                     hands it to `App.start_memory`
     listeners        called on the loop with the new App before any `wait()`
                      returns: where a front end wires its notifications
     aclose()         at shutdown: let the thread finish, then close the App
@@ -55,6 +60,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentd.errors import StartupFailed
@@ -66,6 +72,7 @@ if TYPE_CHECKING:
 
     from agentd.app import App
     from agentd.config import Settings
+    from agentd.memory.project import ProjectMemory
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +120,8 @@ class Warmup:
         self._settings: asyncio.Future[Settings] | None = None
         self._result: asyncio.Future[App] | None = None
         self._started_at = 0.0
+        # Projects being scanned ahead (`scan_memory_ahead`), by root.
+        self._ahead: dict[Path, asyncio.Future[ProjectMemory | None]] = {}
 
     def start(self) -> None:
         """Build the settings, then the App, from `options` in a thread (once)."""
@@ -261,6 +270,56 @@ class Warmup:
         else:
             self.listeners.append(callback)
 
+    def scan_memory_ahead(self, root: Path) -> None:
+        """Scan the memory of ``root`` (a new session's workspace) in a thread
+        of its own now, when the App is not built yet: the scan used to start
+        once the App existed, and a project of 10,000 notes then missed its
+        first prompt's recall (`memory.firstIndexWait`) in most runs. The
+        project is made as the App's `MemoryManager` makes it; nothing is
+        scanned when the project has no memory folder (`scan_ahead`)."""
+        if self._app is not None or root in self._ahead:
+            return
+        loop = asyncio.get_running_loop()
+        found: asyncio.Future[ProjectMemory | None] = loop.create_future()
+        self._ahead[root] = found
+
+        def deliver(project: ProjectMemory | None) -> None:
+            if found.done():  # cancelled: no one will start it
+                if project is not None:
+                    project.release()
+            else:
+                found.set_result(project)
+
+        def run() -> None:
+            project = None
+            try:
+                from agentd.layout import agentd_home, canonical_root
+                from agentd.memory.project import ProjectMemory
+
+                home = agentd_home()
+                project = ProjectMemory(
+                    canonical_root(root), home=home, watch=True, index_cache_home=home
+                )
+                project.scan_ahead()
+            except Exception:
+                # A head start only: the App's own start scans it.
+                log.exception("warm-up: the memory scan ahead of %s failed", root)
+                if project is not None:
+                    project.release()
+                project = None
+            try:
+                loop.call_soon_threadsafe(deliver, project)
+            except RuntimeError:  # the loop closed first
+                if project is not None:
+                    project.release()
+
+        threading.Thread(target=run, name="agentd-memory-ahead", daemon=True).start()
+
+    def take_memory_ahead(self, root: Path) -> asyncio.Future[ProjectMemory | None] | None:
+        """The project of ``root`` being scanned ahead, now the caller's to
+        start (or None)."""
+        return self._ahead.pop(root, None)
+
     async def wait_settings(self) -> Settings:
         """The settings (the params models imported with them), once loaded."""
         if self._app is not None:
@@ -289,6 +348,15 @@ class Warmup:
             )
 
     async def aclose(self) -> None:
+        ahead, self._ahead = list(self._ahead.values()), {}
+        if ahead:
+            # Scans no App took: their projects let go of their files.
+            await asyncio.wait(ahead, timeout=BUILD_WAIT)
+            for found in ahead:
+                project = found.result() if found.done() else None
+                if project is not None:
+                    project.release()
+                found.cancel()
         if self._result is not None and not self._result.done():
             await asyncio.wait([self._result], timeout=BUILD_WAIT)
         if self._discarding is not None:

@@ -208,9 +208,11 @@ async def new_session(
 
     def create(app: App) -> None:
         session = app.core.new_session(root, server.runner, sid, extra)
-        app.start_memory(root)
+        app.start_memory(root, server.warmup.take_memory_ahead(root))
         app.attach_tools(session, server.runner, servers)
 
+    if settings.memory.enabled:
+        server.warmup.scan_memory_ahead(root)
     server.warmup.when_built(create)
     _after(server, request, options.commands_update(sid))
     request.after_reply.append(lambda: _prepare(server, sid))

@@ -146,8 +146,10 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
 
         session = app.core.new_session(root, AwaitClientResult(app.client_specs), sid, extra)
         app.attach_tools(session, _permissions(ls))
-        app.start_memory(root)
+        app.start_memory(root, ls.warmup.take_memory_ahead(root))
 
+    if settings.memory.enabled:
+        ls.warmup.scan_memory_ahead(root)
     ls.warmup.when_built(create)
     ls.agentd_protocol.after_reply(ls.agentd_protocol.msg_id, lambda: _prepare(ls, sid))
     # A new session starts in the default mode on the configured model, as

@@ -200,6 +200,8 @@ class ProjectMemory:
         # (`cache_sweep.hold`), by file; taken by scans in worker threads.
         self._held: dict[Path, int | None] = {}
         self._held_lock = threading.Lock()
+        # The first index's scan, run ahead (`scan_ahead`) for `start`.
+        self._ahead: _Snapshot | None = None
         # The cache folder's old files are to be swept (`cache_sweep`), with
         # the first save (`SAVE_DELAY_S` after the start at the earliest) or
         # as the project closes.
@@ -232,7 +234,11 @@ class ProjectMemory:
             # under us (`_watch_paths`), as one gone between registrations is.
             self._watched_once = self.directory.is_dir()
             try:
-                snapshot = self._nothing_to_scan(progress) or await self._build_snapshot(progress)
+                snapshot = (
+                    self._take_ahead(progress)
+                    or self._nothing_to_scan(progress)
+                    or await self._build_snapshot(progress)
+                )
             except BaseException:
                 if isinstance(gate, Coroutine):
                     gate.close()
@@ -255,6 +261,38 @@ class ProjectMemory:
         self._install(snapshot, notify=False)
         self._ready.set()
         self._sweep_later()
+
+    def scan_ahead(self) -> None:
+        """Blocking: the first index's scan, run in the caller's thread before
+        `start`, which takes it (the daemon's warm-up runs it while the App is
+        still being built: `agentd.warmup.Warmup.scan_memory_ahead`). Only
+        with a watch gate is it used: the watcher then registers after the
+        first index and looks again, so a change made since is still seen.
+        Nothing when neither memory folder exists."""
+        if self._started or not (self.directory.exists() or self.team_directory.exists()):
+            return
+        self._ahead = self._scan(None)
+
+    def use_watch_gate(self, gate: WatchGate | None) -> None:
+        """The watch gate of a project made before its owner (`scan_ahead`)."""
+        self._watch_gate = gate
+
+    def _take_ahead(self, progress: Progress | None) -> _Snapshot | None:
+        ahead, self._ahead = self._ahead, None
+        report = _log_failures(progress)
+        if ahead is not None and report is not None:
+            total = len(ahead.index)
+            report(total, total)
+        return ahead
+
+    def release(self) -> None:
+        """Let go of the cache files this project holds (`cache_sweep.hold`):
+        `aclose` does it; so does the owner of a project never started."""
+        with self._held_lock:
+            held, self._held = self._held, {}
+        for fd in held.values():
+            if fd is not None:
+                os.close(fd)
 
     def _folder_watcher(self) -> FolderWatcher:
         return FolderWatcher(
@@ -281,11 +319,7 @@ class ProjectMemory:
             # What the next start would otherwise read again (a daemon that
             # exits within `SAVE_DELAY_S` of its first index, as a reload does).
             await self._save_cache()
-        with self._held_lock:
-            held, self._held = self._held, {}
-        for fd in held.values():
-            if fd is not None:
-                os.close(fd)
+        self.release()
 
     @property
     def watcher_state(self) -> WatchState:

@@ -6,6 +6,7 @@ sweeping the cache folder leaves what another running daemon holds."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -15,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from agentd.testing.daemon import agentd_home, daemon_env, memory_folder
+from agentd.testing.daemon import (
+    agentd_home,
+    daemon_env,
+    hold_warmup,
+    memory_folder,
+    release_warmup,
+    release_warmup_nowait,
+)
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
 
@@ -352,3 +360,57 @@ async def test_edits_are_restored_from_the_delta_and_its_torn_tail_is_never_used
     # Written whole again (that start's save): the delta is gone.
     assert not delta.exists()
     assert saved_index.stat().st_ino != saved_before.st_ino
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_restarted_daemon_scans_its_memory_while_its_app_is_built(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A new session's project memory is scanned ahead, in a thread of its
+    own, while the daemon's App is still being built (`Warmup.
+    scan_memory_ahead`): with the build held, the scan is done (its log line
+    read), and the first prompt's request carries the note."""
+    folder = memory_folder(workspace, tmp_path)
+    _note(
+        folder,
+        "deploy",
+        "Deploy checklist",
+        "How we ship releases to production",
+        "Run the smoke tests, then tag the release and deploy with make ship.",
+    )
+    for i in range(FILLERS):
+        _note(folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} latency.")
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "memory/status", {"workspaceRoot": str(workspace)})
+        assert (await d.response(1))["result"]["docCount"] == FILLERS + 1
+        await _stop(d)  # the saved index written
+    finally:
+        await d.close()
+    hold = tmp_path / "warmup-hold"
+    d = await RawDaemon.spawn({**env, **hold_warmup(hold)}, acp=acp, stderr=asyncio.subprocess.PIPE)
+    try:
+        sid = await d.open_session(workspace)
+        # The App is held: only the scan ahead can have indexed the project.
+        assert d.proc.stderr is not None
+        while True:
+            # Not a speed bound: without the scan ahead the line never comes.
+            line = await asyncio.wait_for(d.proc.stderr.readline(), 60)
+            assert line, "the daemon's log ended"
+            if b"notes from the saved index" in line:
+                break
+        await asyncio.to_thread(release_warmup, hold)
+        if acp:
+            text = [{"type": "text", "text": "how do we deploy a release?"}]
+            d.request(2, "session/prompt", {"sessionId": sid, "prompt": text})
+        else:
+            d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "how do we deploy?"})
+        assert (await d.response(2, timeout=60))["result"]["stopReason"] == "end_turn"
+        first = model_server.requests("main")[0]
+        users = [m["content"] for m in first["body"]["messages"] if m["role"] == "user"]
+        assert users[-1].startswith("<system-reminder>") and "make ship" in users[-1]
+    finally:
+        release_warmup_nowait(hold)
+        await d.close()
