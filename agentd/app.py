@@ -180,10 +180,16 @@ class App:
             self.project_memory(root, progress, ahead), name=f"memory-start:{root.name}"
         )
 
-    def start_known_roots(self, roots: list[str]) -> None:
+    def start_known_roots(
+        self,
+        roots: list[str],
+        ahead: Callable[[Path], Awaitable[ProjectMemory | None] | None] | None = None,
+    ) -> None:
         """`start_memory` for the workspace roots an editor named before any
         session (LSP `initialize`), those that have notes to index: a project
-        agentd never saw is not given a memory folder just for being open."""
+        agentd never saw is not given a memory folder just for being open.
+        ``ahead``: a root -> its project scanned ahead by the warm-up, if any
+        (a session opened on it while the App was built)."""
         from agentd.errors import InvalidParams
         from agentd.layout import memory_dir, team_memory_dir
         from agentd.params import workspace_path
@@ -194,7 +200,7 @@ class App:
             except InvalidParams:
                 continue
             if memory_dir(root, self.memory.home).is_dir() or team_memory_dir(root).is_dir():
-                self.start_memory(root)
+                self.start_memory(root, ahead(root) if ahead is not None else None)
 
     def attach_tools(
         self,

@@ -149,7 +149,9 @@ class AgentdServer(LanguageServer):
         app.progress_factory = lambda title: WorkDone(self, title)
         # Before any session asks for them (the index is then ready by the first
         # prompt); this runs before the requests waiting for the App resume.
-        app.start_known_roots(self.initial_roots)
+        # A session opened on one of them while the App was built had it
+        # scanned ahead: started from that scan.
+        app.start_known_roots(self.initial_roots, self.warmup.take_memory_ahead)
 
     def _memory_changed(self, root: Path, paths: list[Path]) -> None:
         self.agentd_protocol.notify(

@@ -281,7 +281,9 @@ class ProjectMemory:
         ahead, self._ahead = self._ahead, None
         report = _log_failures(progress)
         if ahead is not None and report is not None:
+            # Begun and done: what the scan's own reports would have ended with.
             total = len(ahead.index)
+            report(0, total)
             report(total, total)
         return ahead
 
