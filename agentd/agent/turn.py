@@ -681,8 +681,18 @@ _CLIENT_PATH_TOOLS = {"read_file": False, "write_file": True, "edit_file": True}
 def _fenced_client_call(session: Session, call: ToolCall) -> str | None:
     """Why the editor must not be asked to run `call` (a path in agentd's own
     folders: `fence.path_refusal`); None when it may."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    if call.name == "run_command":
+        # A command may write where it runs: its folder is judged as a
+        # write's path is (the memory notes included), before the user is
+        # asked to approve it. No `cwd` is the workspace root.
+        cwd = args.get("cwd") or "."
+        if not isinstance(cwd, str):
+            return None  # the editor's own checks say what is wrong with it
+        why = path_refusal(cwd, session.workspace_root, write=True)
+        return None if why is None else f"cwd: {why}; commands do not run there"
     writes = _CLIENT_PATH_TOOLS.get(call.name)
-    path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
+    path = args.get("path")
     if writes is None or not isinstance(path, str):
         return None
     return path_refusal(path, session.workspace_root, write=writes)
