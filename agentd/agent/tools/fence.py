@@ -22,7 +22,10 @@ the extractor's to write.
 
 Paths are compared as real paths, component by component; the walks never
 follow a symlink, so a link inside the root that points into these folders
-leads nowhere, and `read_file` resolves a path before this check.
+leads nowhere, and `read_file` resolves a path before this check. `list_dir`
+shows such a link without its target (`Fence.link_fenced`). An editor's
+`run_command` is refused a `cwd` in any of these folders, the notes' too, as
+a write is (a command may write where it runs: `path_refusal`).
 """
 
 from __future__ import annotations
@@ -88,11 +91,14 @@ def _refusal(fenced: _Fenced, shown: str) -> str:
 class Fence:
     """agentd's folders that lie inside, or around, one root."""
 
-    __slots__ = ("_fenced", "_hit", "held_back")
+    __slots__ = ("_fenced", "_hit", "_own", "held_back")
 
     def __init__(self, root_real: Path, own: Sequence[tuple[Path, str]] | None = None) -> None:
+        # All of agentd's folders, wherever they are: a symlink in the root
+        # may point into one outside it (`link_fenced`).
+        self._own = tuple(agentd_folders() if own is None else own)
         fenced: list[_Fenced] = []
-        for folder, name in agentd_folders() if own is None else own:
+        for folder, name in self._own:
             if is_within(folder, root_real):
                 fenced.append(_Fenced(folder, name, folder.relative_to(root_real).parts, ()))
             elif is_within(root_real, folder):
@@ -143,6 +149,20 @@ class Fence:
             return paths
         return [p for p in paths if not self.hides(p, False)]
 
+    def link_fenced(self, link: Path) -> str | None:
+        """The name of agentd's folder the symlink `link` (an absolute path)
+        leads into, None when it leads elsewhere (or to a memory note): a
+        listing shows such a link without its target, as walks leave the
+        folders' entries out (the target would name a transcript, a cache)."""
+        if not self._own:
+            return None
+        try:
+            real = Path(os.path.realpath(link))
+        except (OSError, ValueError):
+            return None
+        i = _owner(real, self._own)
+        return None if i is None else self._own[i][1]
+
     def note(self) -> str:
         """What the output says of entries left out ("" when none were)."""
         if not self.held_back:
@@ -164,15 +184,23 @@ def path_refusal(path: str, root: Path, *, write: bool) -> str | None:
         real = Path(os.path.realpath(os.path.join(root, path)))
     except (OSError, ValueError):
         return None
-    for folder, name in agentd_folders():
+    own = agentd_folders()
+    if write:
+        try:
+            refuse_agentd_state(real, own)
+        except PathOutsideWorkspace as exc:
+            return str(exc)  # word for word as ACP's own check says it
+    i = _owner(real, own)
+    return None if i is None else _refusal(_Fenced(*own[i], (), ()), str(real))
+
+
+def _owner(real: Path, own: Sequence[tuple[Path, str]]) -> int | None:
+    """The index in `own` of agentd's folder that holds the real path `real`
+    back from a read (its memory notes, and the way to them, excepted)."""
+    for i, (folder, name) in enumerate(own):
         if not is_within(real, folder):
             continue
-        if write:
-            try:
-                refuse_agentd_state(real, [(folder, name)])
-            except PathOutsideWorkspace as exc:
-                return str(exc)  # word for word as ACP's own check says it
         fenced = _Fenced(folder, name, (), ())
         if not (fenced.has_notes and _open_in_data(real.relative_to(folder).parts, None)):
-            return _refusal(fenced, str(real))
+            return i
     return None

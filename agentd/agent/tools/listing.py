@@ -43,7 +43,7 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
     lines: list[str] = []
     state = {"skipped": 0, "total": 0, "cut": False}
     with root.dir(parts, shown_path) as fd:
-        _list(rules, fd, "/".join(parts), None, depth, 0, lines, state, token)
+        _list(root, rules, fd, "/".join(parts), None, depth, 0, lines, state, token)
     text = "\n".join(lines) if lines else "(empty folder)"
     notes = []
     if state["cut"]:
@@ -67,6 +67,7 @@ def run(root: Root, args: dict[str, Any], config: ToolConfig, token: StopToken) 
 
 
 def _list(
+    root: Root,
     rules: Rules,
     fd: int,
     rel: str,
@@ -93,19 +94,19 @@ def _list(
             state["cut"] = True
             return
         state["total"] += 1
-        lines.append(pad + _describe(e))
+        lines.append(pad + _describe(root, e))
         if e.is_dir and depth > 1:
             try:
                 child = open_dir_at(fd, e.name, e.rel)
             except (ToolError, OSError):
                 continue  # gone, unreadable, or swapped for a symlink: not followed
             try:
-                _list(rules, child, e.rel, level, depth - 1, indent + 1, lines, state, token)
+                _list(root, rules, child, e.rel, level, depth - 1, indent + 1, lines, state, token)
             finally:
                 os.close(child)
 
 
-def _describe(e: Entry) -> str:
+def _describe(root: Root, e: Entry) -> str:
     if e.is_dir:
         return e.name + "/"
     try:
@@ -113,6 +114,9 @@ def _describe(e: Entry) -> str:
     except OSError:
         return e.name
     if e.is_symlink:
+        fenced = root.fence.link_fenced(root.path / e.rel)
+        if fenced is not None:
+            return f"{e.name} -> [in agentd's own {fenced}: not shown]"
         try:
             target = os.readlink(e.name, dir_fd=e.dir_fd)
         except OSError:
