@@ -877,6 +877,13 @@ class TranscriptWriter:
             self._found_existing()
             return self._files.get(self.path)
         self._fresh = False
+        if self._folder is None:
+            # Not learned ahead (`prepare` found no folder: made just now,
+            # or by someone else since): learned now, not at the meta file
+            # (after the request, or never if it cannot be written), or a
+            # symlink put in its place meanwhile would be the folder
+            # `_check_folder` follows. One `stat`, and only then.
+            self._learn_folder()
         return f
 
     def _reopen(self) -> IO[bytes]:
