@@ -123,12 +123,18 @@ async def test_the_tools_do_not_read_agentd_s_folders_inside_a_root(
         assert "deploy.md" in said and "plain.txt" in said, said
         for kept in ("sessions/", "old.jsonl", "x.jsonl", "config.toml", ".cursors"):
             assert kept not in said, (kept, said)
+        # Links into them are listed without their target (a link to a
+        # memory note keeps its own, as any other link does).
+        (root / "cfg").symlink_to(root / "agentd-config", target_is_directory=True)
+        (root / "note-link.md").symlink_to(sessions.parent / "memory/deploy.md")
         said = await _run_tool(d, model_server, next(n), sid, "list_dir", depth=6)
         assert "deploy.md" in said and "plain.txt" in said, said
-        # (The symlink's own line names its target, as any symlink's does.)
-        listed = "\n".join(x for x in said.splitlines() if "link.jsonl ->" not in x)
-        for kept in ("old.jsonl", "config.toml", ".cursors.json", "cache/", "sessions/"):
-            assert kept not in listed, (kept, said)
+        assert "link.jsonl -> [in agentd's own data folder" in said, said
+        assert "cfg -> [in agentd's own config folder" in said, said
+        assert f"note-link.md -> {sessions.parent / 'memory/deploy.md'}" in said, said
+        tree = said.split("\n\n")[0]  # (the note below it names the folders)
+        for kept in ("old.jsonl", "config.toml", ".cursors.json", "cache/", "sessions", "-config"):
+            assert kept not in tree, (kept, said)
         # Started inside them: refused, naming why.
         for tool, args in (
             ("list_dir", {"path": str(home / "cache")}),
@@ -211,5 +217,54 @@ async def test_the_editor_s_tools_are_refused_in_agentd_s_folders_before_it_is_a
         _prompt(d, 30, sid, '!tool read_file {"path": "plain.txt"}')
         reply, asked = await _answer_editor(d, 30)
         assert len(asked) == 1, asked
+    finally:
+        await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_run_command_is_refused_a_cwd_in_agentd_s_folders_before_it_is_asked(
+    model_server: ModelServer, home_folder: Path, acp: bool
+) -> None:
+    """A command may write where it runs: a `cwd` in agentd's folders (the
+    memory notes' folder included, as for writes) is refused in the daemon,
+    naming why, before the user is asked to approve it or the editor to run
+    it; elsewhere in the root the editor is asked as before."""
+    root = home_folder
+    home = agentd_home(root)
+    sessions = next(home.glob("projects/*/sessions"))
+    env = daemon_env(model_server.openai_base_url, root, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        if acp:
+            caps = {"terminal": True}
+            d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+            await d.response(0)
+            d.request(1, "session/new", {"cwd": str(root), "mcpServers": []})
+        else:
+            await d.initialize({"clientTools": ["run_command"]})
+            d.request(1, "agent/newSession", {"workspaceRoot": str(root)})
+        sid = (await d.response(1))["result"]["sessionId"]
+        for n, (cwd, why) in enumerate(
+            (
+                (str(sessions), "agentd's own data folder"),
+                ("agentd-config", "agentd's own config folder"),
+                (str(sessions.parent / "memory"), "agentd's own data folder"),
+                (str(home), "agentd's own data folder"),
+            ),
+            start=10,
+        ):
+            args = {"command": "cat *", "cwd": cwd}
+            _prompt(d, n, sid, f"!tool run_command {json.dumps(args)}")
+            reply, asked = await _answer_editor(d, n)
+            assert reply["result"]["stopReason"] == "end_turn", reply
+            assert asked == [], (cwd, asked)
+            said = _tool_result(model_server)
+            assert said.startswith("cwd: ") and why in said, (cwd, said)
+            assert "commands do not run there" in said and SECRET not in said, said
+        # Beside them (and with no cwd: the root) the editor is asked as before.
+        for n, args in enumerate(({"command": "ls", "cwd": "."}, {"command": "ls"}), start=30):
+            _prompt(d, n, sid, f"!tool run_command {json.dumps(args)}")
+            reply, asked = await _answer_editor(d, n)
+            assert len(asked) == 1, (args, asked)
     finally:
         await d.close()

@@ -196,3 +196,44 @@ async def test_a_cancelled_prompt_still_says_the_session_cannot_be_saved(
         assert [c for c in _chunks(d.notifications) if WARNING in c] == []
     finally:
         await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_new_sessions_folder_replaced_before_its_meta_file_is_not_followed(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A brand-new project's session: its sessions folder is not there at
+    `session/new`, and its meta file cannot be written (a folder at its
+    temporary name stands for a failed write, or a swap before the request
+    went out). Which folder the transcript was made in is still known: the
+    folder replaced by a symlink to another is not written through; the
+    chat says so."""
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        # Answered after the new session's file was made ahead (or not: no folder).
+        if acp:
+            d.request(2, "session/list", {})
+        else:
+            d.request(2, "agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert "result" in await d.response(2)
+        assert not folder.exists()
+        folder.mkdir(parents=True)
+        (folder / f".{sid}.meta.json.tmp").mkdir()
+        _prompt(d, 3, sid, _text("alpha-1"))
+        assert (await d.response(3))["result"]["stopReason"] == "end_turn"
+        assert not (folder / f"{sid}.meta.json").exists()
+        shutil.rmtree(folder)
+        folder.symlink_to(elsewhere, target_is_directory=True)
+        d.notifications.clear()
+        _prompt(d, 4, sid, _text("bravo-2"))
+        assert (await d.response(4))["result"]["stopReason"] == "end_turn"
+        warned = [c for c in _chunks(d.notifications) if WARNING in c]
+        assert len(warned) == 1 and "replaced by a symlink" in warned[0], d.notifications
+        assert list(elsewhere.iterdir()) == []
+    finally:
+        await d.close()
