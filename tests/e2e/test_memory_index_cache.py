@@ -414,3 +414,60 @@ async def test_a_restarted_daemon_scans_its_memory_while_its_app_is_built(
     finally:
         release_warmup_nowait(hold)
         await d.close()
+
+
+async def test_notes_changed_before_the_late_watcher_are_read_alone_after_a_restart(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """A restarted daemon's project memory, scanned ahead while its App is
+    built, registers its watcher after the first prompt's request: the notes
+    written or removed between that scan and the registration are found by
+    the look that follows it, which reads those alone (its log line says
+    how many), not every note again."""
+    folder = memory_folder(workspace, tmp_path)
+    for i in range(FILLERS):
+        _note(folder, f"filler-{i}", f"Filler {i}", f"Grafana panel {i}", f"Panel {i} latency.")
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    d = await RawDaemon.spawn(env)
+    try:
+        await d.initialize()
+        d.request(1, "memory/status", {"workspaceRoot": str(workspace)})
+        assert (await d.response(1))["result"]["docCount"] == FILLERS
+        await _stop(d)  # the saved index written
+    finally:
+        await d.close()
+    hold = tmp_path / "warmup-hold"
+    d = await RawDaemon.spawn({**env, **hold_warmup(hold)}, stderr=asyncio.subprocess.PIPE)
+
+    async def log_line(words: bytes) -> bytes:
+        assert d.proc.stderr is not None
+        while True:
+            line = await asyncio.wait_for(d.proc.stderr.readline(), 60)
+            assert line, "the daemon's log ended"
+            if words in line:
+                return line
+
+    async def recalled(request_id: int, query: str) -> list[str]:
+        params = {"workspaceRoot": str(workspace), "query": query}
+        d.request(request_id, "memory/recall", params)
+        return [doc["path"] for doc in (await d.response(request_id))["result"]["docs"]]
+
+    try:
+        sid = await d.open_session(workspace)
+        await log_line(b"notes from the saved index")  # the first index, scanned ahead
+        gap = _note(
+            folder, "gap", "Rollback steps", "Undoing a bad deploy", "Revert with make rollback."
+        )
+        (folder / "filler-0.md").unlink()
+        await asyncio.to_thread(release_warmup, hold)
+        d.request(2, "agent/prompt", {"sessionId": sid, "prompt": "how do we roll back?"})
+        assert (await d.response(2, timeout=60))["result"]["stopReason"] == "end_turn"
+        line = await log_line(b"looked at again as its watcher registered")
+        assert line.rstrip().endswith(b": 2 notes new, changed or gone")
+        assert await recalled(3, "rollback") == [str(gap)]
+        assert str(folder / "filler-0.md") not in await recalled(4, "grafana panel 0")
+        d.request(5, "memory/status", {"workspaceRoot": str(workspace)})
+        assert (await d.response(5))["result"]["docCount"] == FILLERS
+    finally:
+        release_warmup_nowait(hold)
+        await d.close()

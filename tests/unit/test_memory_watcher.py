@@ -6,12 +6,15 @@ import asyncio
 import os
 import shutil
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import agentd.memory.project as project_module
+import agentd.memory.store as store_module
 import agentd.memory.watcher as watcher_module
 from agentd.memory import MemoryManager, ProjectMemory
 
@@ -292,6 +295,71 @@ async def test_a_watcher_registered_after_the_first_scan_sees_what_was_written_b
     finally:
         await mem.aclose()
     assert mem.status()["watcher"] == "stopped"
+
+
+@pytest.mark.asyncio
+async def test_the_look_after_a_late_registration_reads_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look that follows a late registration (a watch gate) reads the
+    notes new, edited or gone since the first scan, not every note again
+    (a whole scan cost about 0.5 s of CPU at 10,000 notes as the first
+    prompt was answered); a symlinked note that did not change is not read."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    mem = ProjectMemory(ws, home=tmp_path / "home", watch_gate=lambda: gate)
+    folder = mem.directory
+    folder.mkdir(parents=True)
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    for name, title in [("keep.md", "Kept"), ("edit.md", "Edited"), ("gone.md", "Removed")]:
+        path = topic(folder, name, title, f"{title} body")
+        os.utime(path, ns=(an_hour_ago, an_hour_ago))
+    (folder / "alias.md").symlink_to("keep.md")
+    os.utime(folder / "alias.md", ns=(an_hour_ago, an_hour_ago), follow_symlinks=False)
+    scans: list[bool] = []
+    real_scan = ProjectMemory._scan
+    reads: list[str] = []
+    real_read = store_module.read_topic_stat
+
+    def counted_scan(self: ProjectMemory, progress: Any) -> Any:
+        scans.append(True)
+        return real_scan(self, progress)
+
+    def counted_read(path: Path, *args: Any, **kwargs: Any) -> Any:
+        reads.append(path.name)
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(ProjectMemory, "_scan", counted_scan)
+    monkeypatch.setattr(project_module, "read_topic_stat", counted_read)
+    try:
+        await mem.start()
+        assert scans == [True] and len(mem.list_docs()) == 4
+        scans.clear()
+        reads.clear()
+        topic(folder, "edit.md", "Edited", "now about zeppelins")
+        (folder / "gone.md").unlink()
+        topic(folder, "new.md", "Fresh", "written before the watcher registered")
+        gate.set_result(None)
+        await until(
+            mem,
+            lambda: (
+                found(mem, "zeppelins") == ["edit.md"]
+                and found(mem, "fresh") == ["new.md"]
+                and found(mem, "removed") == []
+            ),
+        )
+        assert scans == []  # no whole scan
+        assert sorted(reads) == ["edit.md", "gone.md", "new.md"]
+        assert sorted(d.path.name for d in mem.list_docs()) == [
+            "alias.md",
+            "edit.md",
+            "keep.md",
+            "new.md",
+        ]
+        assert mem.status()["watcher"] == "running"
+    finally:
+        await mem.aclose()
 
 
 @pytest.mark.asyncio
