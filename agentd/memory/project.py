@@ -21,7 +21,8 @@ Invariants:
   changed entries to the saved index's delta (`agentd.memory.index_delta`);
   a whole save (after a build, or once the delta is past `FOLD_SHARE` of
   the saved index) writes the entries and the index: the live one when it
-  is a whole build, else a fresh build from the entries. The cache folder
+  is a whole build, else a fresh build from the entries (and the notes
+  that have none, a symlinked one, read for it). The cache folder
   is swept once per process (`agentd.memory.cache_sweep`), sparing the
   files a running project holds.
 """
@@ -1113,14 +1114,18 @@ class ProjectMemory:
         lines = index_snapshot.encode(self._index, identity, snapshot_id)
         if lines is None:
             # Changed since its build (watcher edits keep the old averages):
-            # the build the next start would make from the entries just written.
+            # the build the next start would make from the entries just
+            # written and the notes that have none.
             pool: dict[str, str] = {}
             tokenised: list[tuple[TopicDoc, Fields]] = []
             for folder, team in folders:
                 entries = written[team]
-                for name in sorted(entries):
-                    doc = entries[name].doc(folder / name, team=team, mtime=0.0)
-                    tokenised.append((doc, entries[name].fields(pool)))
+                by_name = {
+                    name: (entry.doc(folder / name, team=team, mtime=0.0), entry.fields(pool))
+                    for name, entry in entries.items()
+                }
+                by_name.update(_notes_without_entries(folder, team, entries))
+                tokenised.extend(by_name[name] for name in sorted(by_name))
             index = InvertedIndex.from_tokenised(tokenised)
             lines = index_snapshot.encode(index, identity, snapshot_id)
         if lines is None or not index_snapshot.save(snapshot_file, lines):
@@ -1249,6 +1254,27 @@ class ProjectMemory:
                 changed.append(path)
         if changed:
             self._changed(changed)
+
+
+def _notes_without_entries(
+    folder: Path, team: bool, entries: Collection[str]
+) -> dict[str, tuple[TopicDoc, Fields]]:
+    """Blocking. The notes of ``folder`` that have no index cache entry among
+    ``entries`` (a symlinked note, one changed just before the save), read,
+    by file name: a saved index built from the entries alone would lack
+    them, and each start would then find notes it does not have and build
+    the index again instead of taking it (`ProjectMemory._as_saved`)."""
+    real = _realpath(folder)
+    out: dict[str, tuple[TopicDoc, Fields]] = {}
+    for path in list_topics(folder).paths:
+        if path.name in entries:
+            continue
+        outcome, _ = read_topic_stat(path, real, team=team)
+        if isinstance(outcome, TopicDoc):
+            # Indexed with its head only, as a scan indexes it.
+            head = TopicDoc(outcome.info, outcome.body[:HEAD_CHARS], outcome.content_hash)
+            out[path.name] = (head, field_terms(outcome))
+    return out
 
 
 def _lstat(path: Path) -> os.stat_result | None:

@@ -690,13 +690,12 @@ async def test_a_delta_past_its_share_is_folded_into_a_whole_save(
 ) -> None:
     """Once the delta is past its share of the saved index, the next save
     writes the index cache and the saved index whole (a fresh build of the
-    folder) and removes the delta."""
+    folder) and removes the delta. The symlinked note, which has no index
+    cache entry, is in that build too (read for it): the next start takes
+    the saved index, reading that note alone."""
     monkeypatch.setattr(index_cache, "RACY_NS", 0)
     monkeypatch.setattr(project, "FOLD_MIN_BYTES", 0)
     monkeypatch.setattr(project, "FOLD_SHARE", 10**9)
-    # A rebuild from the index cache has no symlinked note (no entry): the
-    # next start would read it and miss the saved index.
-    (folder / "inside.md").unlink()
     await _started(tmp_path, folder)
     saved_id = index_snapshot.load(_snapshot_file(tmp_path)).id  # type: ignore[union-attr]
     delta = index_delta.delta_file(_snapshot_file(tmp_path))
@@ -717,7 +716,10 @@ async def test_a_delta_past_its_share_is_folded_into_a_whole_save(
     finally:
         await memory.aclose()
     loads = _Loads(monkeypatch)
+    reads = _Reads(monkeypatch)
     warm = await _started(tmp_path, folder)
     assert loads.count == 0
+    # The symlink, and the skipped file (never in an index): no other note.
+    assert sorted(reads.names) == ["binary.md", "inside.md"]
     fresh = await _started(tmp_path, folder, cache=False)
     assert _shape(warm) == _shape(fresh)
