@@ -322,9 +322,9 @@ async def test_the_look_after_a_late_registration_reads_only_what_changed(
     reads: list[str] = []
     real_read = store_module.read_topic_stat
 
-    def counted_scan(self: ProjectMemory, progress: Any) -> Any:
+    def counted_scan(self: ProjectMemory, progress: Any, **options: Any) -> Any:
         scans.append(True)
-        return real_scan(self, progress)
+        return real_scan(self, progress, **options)
 
     def counted_read(path: Path, *args: Any, **kwargs: Any) -> Any:
         reads.append(path.name)
@@ -386,9 +386,9 @@ async def test_a_project_without_memory_folders_is_indexed_without_a_scan(
     scans: list[Path] = []
     real_scan = ProjectMemory._scan
 
-    def counted(self: ProjectMemory, progress: Any) -> Any:
+    def counted(self: ProjectMemory, progress: Any, **options: Any) -> Any:
         scans.append(self.workspace_root)
-        return real_scan(self, progress)
+        return real_scan(self, progress, **options)
 
     monkeypatch.setattr(ProjectMemory, "_scan", counted)
     fresh, known = tmp_path / "fresh", tmp_path / "known"
