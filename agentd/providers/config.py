@@ -42,6 +42,11 @@ class ProviderConfig:
     replay_reasoning: bool | None = None  # compatible servers' reasoning text sent back
     # Anthropic cache_control breakpoints (OpenAI caches prefixes by itself).
     prompt_caching: bool = True
+    # Who set this endpoint when it is not agentd's settings ("the editor":
+    # ACP `providers/set`): its errors' hints name them, not AGENTD_*, and
+    # every header value is taken for a credential, since the names of a
+    # gateway's headers say nothing of what they carry.
+    set_by: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("openai", "anthropic"):
@@ -64,8 +69,18 @@ class ProviderConfig:
     def secrets(self) -> list[str]:
         """Values that must never appear in a message, a log line or a repr."""
         found = [self.api_key] if self.api_key else []
-        found += [v for k, v in self.extra_headers if _is_secret_header(k) and v]
+        for name, value in self.extra_headers:
+            if self._secret_header(name) and value:
+                found.append(value)
+                # A credential after its scheme ("Bearer TOKEN"): an error
+                # text may quote the token alone.
+                token = value.rsplit(None, 1)[-1] if value.strip() else value
+                if token != value:
+                    found.append(token)
         return found
+
+    def _secret_header(self, name: str) -> bool:
+        return bool(self.set_by) or _is_secret_header(name)
 
     def __repr__(self) -> str:
         # Written by hand so that configs can be logged: no credential is shown.
@@ -76,7 +91,7 @@ class ProviderConfig:
                 value = "***"
             elif f.name == "extra_headers":
                 value = tuple(
-                    (k, "***" if _is_secret_header(k) else v) for k, v in self.extra_headers
+                    (k, "***" if self._secret_header(k) else v) for k, v in self.extra_headers
                 )
             shown.append(f"{f.name}={value!r}")
         return f"ProviderConfig({', '.join(shown)})"

@@ -924,6 +924,12 @@ def _status_error(
 
 
 def _hint(status: int, config: ProviderConfig, body: bytes = b"", detail: str = "") -> str:
+    if config.set_by and (status in (401, 403) or status == 404 or 300 <= status < 400):
+        # The endpoint and its credentials are not the settings': naming
+        # AGENTD_* would send the user to the wrong place.
+        if status in (401, 403):
+            return f" — check the headers {config.set_by} set for the provider"
+        return f" — check the base URL {config.set_by} set for the provider, and AGENTD_MODEL"
     if status in (401, 403):
         return " — check AGENTD_API_KEY" if config.api_key else " — AGENTD_API_KEY is not set"
     if status == 404 or 300 <= status < 400:
