@@ -33,8 +33,9 @@ from agentd.errors import InvalidParams
 from agentd.mcp.manager import McpManager
 from agentd.memory import MemoryManager, ProjectMemory, agentd_home
 from agentd.messages import ToolSpec
-from agentd.providers import make_provider
-from agentd.providers.base import ModelProvider, Preconnects
+from agentd.providers import ProviderConfig, make_provider
+from agentd.providers.base import Preconnects
+from agentd.providers.routed import RoutedProvider
 from agentd.tasks import Supervisor
 from agentd.transcript import TranscriptInfo
 
@@ -57,7 +58,8 @@ ProgressFactory = Callable[[str], Progress | None]
 class App:
     settings: Settings
     supervisor: Supervisor
-    provider: ModelProvider
+    # agentd's own provider, or the endpoint a client routed requests to (`route_model`).
+    provider: RoutedProvider
     core: AgentCore
     memory: MemoryManager
     recall: MemoryRecall | None
@@ -81,6 +83,10 @@ class App:
     _listing: tuple[Path | None, float, list[TranscriptInfo]] | None = None
     # The memory watchers' thread being started (`on_loop`).
     watch_thread: asyncio.Task[None] | None = None
+    # The endpoint a client routed model requests to (`route_model`); None:
+    # the settings'. Its headers are credentials: held here only, never written.
+    routed_to: ProviderConfig | None = None
+    _routing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     def create(
@@ -95,7 +101,7 @@ class App:
         for problem in settings.problems:
             log.warning("configuration: %s", problem)
         supervisor = Supervisor()
-        provider = make_provider(settings.provider_config())
+        provider = RoutedProvider(make_provider(settings.provider_config()))
         home = agentd_home()
         memory = MemoryManager(home)
         core = AgentCore(settings, provider, supervisor, home=home)
@@ -232,6 +238,22 @@ class App:
             self.supervisor.spawn(connect, name="model-preconnect")
         except RuntimeError:
             pass  # shutting down: no prompt will need it
+
+    async def route_model(self, config: ProviderConfig | None) -> None:
+        """Send the next model request of every session (a running prompt's
+        next step included) to `config`'s endpoint, a client's (ACP
+        `providers/set`), or back to the settings' (None). A stream already
+        running finishes where it started (`RoutedProvider`). Routes are
+        applied in the order they were asked for."""
+        async with self._routing:
+            provider = None
+            if config is not None:
+                provider = make_provider(config)
+                # Its client and TLS context built off the loop, where prompts may stream.
+                await asyncio.to_thread(provider.warm)
+            self.provider.route(provider)
+            self.routed_to = config
+        self.preconnect()
 
     # --- results shared by every front end ----------------------------------------------
 

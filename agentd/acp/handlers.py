@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.acp import options
+from agentd.acp import options, providers
 from agentd.acp.rpc import RpcError
 from agentd.acp.updates import SESSION_UPDATE, Outgoing, to_acp
 from agentd.agent.modes import MODES
@@ -82,10 +82,12 @@ if TYPE_CHECKING:
         McpServer,
         NewSessionParams,
         PromptParams,
+        ProviderParams,
         RecallParams,
         SessionParams,
         SetConfigOptionParams,
         SetModeParams,
+        SetProviderParams,
         StatusParams,
         WorkspaceParams,
     )
@@ -141,7 +143,41 @@ async def dispatch(server: AcpServer, request: Request) -> Any:
 async def authenticate(
     server: AcpServer, app: App, request: Request, p: AuthenticateParams
 ) -> dict[str, Any]:
-    # No auth methods are advertised: the key comes from the environment or config file.
+    # No auth methods are advertised: the key comes from the environment or
+    # config file, and nothing is held for the connection here.
+    return {}
+
+
+async def logout(server: AcpServer, app: App, request: Request, p: Empty) -> dict[str, Any]:
+    """Forgets what this connection holds: the provider the editor set (its
+    headers) is dropped, requests go to agentd's own endpoint again
+    (`authenticate` holds nothing)."""
+    if app.routed_to is not None:
+        await app.route_model(None)
+    return {}
+
+
+# --- providers (agentd.acp.providers) ---------------------------------------------------
+
+
+async def list_providers(server: AcpServer, app: App, request: Request, p: Empty) -> dict[str, Any]:
+    return providers.provider_list(app)
+
+
+async def set_provider(
+    server: AcpServer, app: App, request: Request, p: SetProviderParams
+) -> dict[str, Any]:
+    """The next model request of every session goes to the editor's endpoint."""
+    await app.route_model(providers.routed_config(app.settings.provider_config(), p))
+    return {}
+
+
+async def disable_provider(
+    server: AcpServer, app: App, request: Request, p: ProviderParams
+) -> dict[str, Any]:
+    """Back to agentd's own endpoint; an unknown id is a success, as ACP asks."""
+    if p.provider_id == providers.PROVIDER_ID and app.routed_to is not None:
+        await app.route_model(None)
     return {}
 
 
@@ -502,6 +538,10 @@ async def _test_fail(server: AcpServer, app: App, request: Request, p: Empty) ->
 # starts the warm-up). Methods starting with `_` are ACP extension methods.
 HANDLERS: dict[str, Handler] = {
     "authenticate": authenticate,
+    "logout": logout,
+    "providers/list": list_providers,
+    "providers/set": set_provider,
+    "providers/disable": disable_provider,
     "session/new": new_session,
     "session/load": load_session,
     "session/resume": resume_session,

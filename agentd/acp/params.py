@@ -32,6 +32,24 @@ class AuthenticateParams(AcpModel):
     method_id: str
 
 
+class SetProviderParams(AcpModel):
+    """`providers/set`; `apiType` and the headers are checked by
+    `agentd.acp.providers`, which never echoes a value in its errors."""
+
+    provider_id: str
+    # A string of ACP's list or an object (a custom API): any JSON, refused
+    # unless agentd speaks it.
+    api_type: Any
+    base_url: str
+    headers: dict[str, Any] | None = None
+
+
+class ProviderParams(AcpModel):
+    """`providers/disable`."""
+
+    provider_id: str
+
+
 class NameValue(AcpModel):
     name: str
     value: str

@@ -320,6 +320,10 @@ class AcpServer:
                     # Taken by session/new, load, resume and fork; reported by session/list.
                     "additionalDirectories": {},
                 },
+                # `logout` drops what `providers/set` holds for the connection.
+                "auth": {"logout": {}} if "logout" in HANDLERS else {},
+                # The editor may route the model requests (`providers/*`).
+                **({"providers": {}} if "providers/set" in HANDLERS else {}),
                 "_meta": {
                     "agentd": {
                         "version": __version__,

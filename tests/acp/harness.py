@@ -72,9 +72,16 @@ UNSTABLE_REQUESTS = {
     "mcp/disconnect": "DisconnectMcpRequest",
 }
 UNSTABLE_NOTIFICATIONS = {"mcp/message": "MessageMcpNotification"}
+# The same for the results of the unstable `providers/*` methods.
+UNSTABLE_RESULTS = {
+    "providers/list": "ListProvidersResponse",
+    "providers/set": "SetProviderResponse",
+    "providers/disable": "DisableProviderResponse",
+}
 RESPONSE_DEFS = {
     "initialize": "InitializeResponse",
     "authenticate": "AuthenticateResponse",
+    "logout": "LogoutResponse",
     "session/new": "NewSessionResponse",
     "session/load": "LoadSessionResponse",
     "session/resume": "ResumeSessionResponse",
@@ -131,7 +138,10 @@ def check_agent_message(message: dict[str, Any], sent_methods: dict[Any, str]) -
         if request_method == "mcp/message":
             assert isinstance(message.get("result"), dict), message  # an inner MCP result
             return
-        errors = schema_errors(message.get("result"), RESPONSE_DEFS[request_method])
+        if request_method in UNSTABLE_RESULTS:
+            errors = unstable_errors(message.get("result"), UNSTABLE_RESULTS[request_method])
+        else:
+            errors = schema_errors(message.get("result"), RESPONSE_DEFS[request_method])
     assert not errors, f"{message} does not match the ACP schema: {errors}"
 
 

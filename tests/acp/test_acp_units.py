@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentd.acp.caps import ClientCaps
+from agentd.acp.providers import shown_url
 from agentd.acp.rpc import Connection, LineSplitter, RpcError, parse_message
 from agentd.acp.tools import Refused, command_result, number_lines, replace_once
 from agentd.acp.updates import to_acp, tool_kind, tool_locations, tool_title
@@ -220,3 +221,10 @@ def test_read_and_command_results_are_formatted_for_the_model() -> None:
         == "[the beginning of the output was cut by the editor]\nok\n[exit code 2]"
     )
     assert command_result({"output": ""}, {"signal": "SIGKILL"}) == "[killed by signal SIGKILL]"
+
+
+def test_a_provider_url_is_shown_without_credentials_or_query() -> None:
+    assert shown_url("https://u:p@Gateway.example:8443/v1?key=k#f") == (
+        "https://gateway.example:8443/v1"
+    )
+    assert shown_url("http://[::1]:9/v1") == "http://[::1]:9/v1"
