@@ -9,9 +9,10 @@ any compatible server) and `anthropic` (Messages).
   editor holds): its base URL, with its headers and none of agentd's
   credentials (agentd's key goes only to the host it was configured for).
   The headers are credentials: they live in the App's memory for this
-  connection only, and never reach a log, a transcript, memory, a status
-  reply or an error message (`ProviderConfig.set_by` makes every one a
-  secret to scrub).
+  connection only (an ACP connection is one daemon over stdio with one
+  App, so the App's route is the connection's), and never reach a log, a
+  transcript, memory, a status reply or an error message
+  (`ProviderConfig.set_by` makes every one a secret to scrub).
 - `providers/disable` (and `logout`) routes it back to agentd's own
   configuration. agentd cannot run without a model, so `main` is never
   off: `providers/list` then reports agentd's own endpoint as `current`

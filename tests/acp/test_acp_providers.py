@@ -15,9 +15,9 @@ import pytest
 import pytest_asyncio
 from acp import RequestError, text_block
 
-from agentd.testing.daemon import TEST_MODEL
+from agentd.testing.daemon import TEST_MODEL, daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.acp.harness import EditorClient
+from tests.acp.harness import EditorClient, connect_acp
 from tests.acp.test_acp_e2e import last_response, main_requests, new_session, start
 from tests.acp.test_acp_sessions import bad_field
 
@@ -64,12 +64,29 @@ def leaks(root: Path, secrets: list[str], skip: set[str]) -> list[str]:
 
 
 async def test_requests_go_to_the_editors_endpoint_with_its_headers_then_back(
-    daemon: Any,
     editor: EditorClient,
     workspace: Path,
     model_server: ModelServer,
     gateway: ModelServer,
     tmp_path: Path,
+) -> None:
+    # Logging at its most talkative: still no header value in the log.
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_LOG_LEVEL="debug")
+    async with connect_acp(editor, env, tmp_path / "agentd-stderr.log") as daemon:
+        await routed_and_back(daemon, editor, workspace, model_server, gateway)
+    assert editor.schema_problems == []
+    assert "DEBUG" in (tmp_path / "agentd-stderr.log").read_text()
+    # The header was a secret: nowhere in what agentd wrote or said.
+    assert GATEWAY_TOKEN not in json.dumps(editor.received)
+    assert leaks(tmp_path, [GATEWAY_TOKEN], skip={"gateway.jsonl"}) == []
+
+
+async def routed_and_back(
+    daemon: Any,
+    editor: EditorClient,
+    workspace: Path,
+    model_server: ModelServer,
+    gateway: ModelServer,
 ) -> None:
     await start(daemon)
     caps = last_response(editor, "initialize")["result"]["agentCapabilities"]
@@ -104,10 +121,6 @@ async def test_requests_go_to_the_editors_endpoint_with_its_headers_then_back(
     assert len(main_requests(model_server)) == 2 and len(main_requests(gateway)) == 1
     # An unknown provider is disabled already: a success, as ACP asks.
     assert await request(daemon, "providers/disable", {"providerId": "other"}) == {}
-
-    # The header was a secret: nowhere in what agentd wrote or said.
-    assert GATEWAY_TOKEN not in json.dumps(editor.received)
-    assert leaks(tmp_path, [GATEWAY_TOKEN], skip={"gateway.jsonl"}) == []
 
 
 async def test_anthropic_routing_and_logout_forget_the_editors_credentials(
