@@ -315,7 +315,10 @@ class ModelHTTP:
         try:
             client = self._get_client()
             async with asyncio.timeout(timeout):
-                response = await client.get(url, headers={**headers, "Accept": "application/json"})
+                # The configured headers too: a gateway may want its own on every request.
+                extra = dict(self.config.extra_headers)
+                sent = {**headers, **extra, "Accept": "application/json"}
+                response = await client.get(url, headers=sent)
                 if not response.is_success or len(response.content) > MODELS_BODY_LIMIT:
                     return None
                 return response.json()

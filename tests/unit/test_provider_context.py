@@ -218,3 +218,22 @@ async def test_openai_provider_asks_the_model_list() -> None:
 
     assert await _openai(failing).context_window("m") is None
     assert not isinstance(_provider("anthropic", broken), ReportsContextWindow)
+
+
+async def test_the_model_list_is_asked_with_the_headers_of_an_endpoint_a_client_set() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"data": [{"id": "m", "context_length": 4096}]})
+
+    config = ProviderConfig(
+        base_url="https://gateway.example/v1",
+        model="m",
+        extra_headers=(("X-Gateway-Token", "gw-1"),),
+        set_by="the editor",
+    )
+    provider = OpenAIProvider(config, transport=httpx.MockTransport(handler))
+    assert await provider.context_window("m") == 4096
+    assert seen[0].headers["x-gateway-token"] == "gw-1"
+    assert "authorization" not in seen[0].headers
