@@ -47,6 +47,8 @@ class RoutedProvider:
         # those of providers routed away from that are still streaming.
         self._open: dict[ModelProvider, int] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        # Set by `aclose`: every provider is closed (or closing) already.
+        self._closed = False
 
     @property
     def current(self) -> ModelProvider:
@@ -82,6 +84,8 @@ class RoutedProvider:
             self._stream_done(provider)
 
     def _stream_done(self, provider: ModelProvider) -> None:
+        if self._closed:
+            return
         left = self._open.get(provider, 0) - 1
         if left > 0 or provider is self.routed:
             self._open[provider] = max(left, 0)
@@ -97,9 +101,9 @@ class RoutedProvider:
         except RuntimeError:
             return  # no loop: the process is ending, and its sockets with it
         self._closing.add(task)
-        task.add_done_callback(self._closed)
+        task.add_done_callback(self._close_done)
 
-    def _closed(self, task: asyncio.Task[None]) -> None:
+    def _close_done(self, task: asyncio.Task[None]) -> None:
         self._closing.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("closing a model provider failed: %r", task.exception())
@@ -118,6 +122,7 @@ class RoutedProvider:
         return None
 
     async def aclose(self) -> None:
+        self._closed = True
         providers = [self.own, *self._open]
         self.routed = None
         self._open.clear()

@@ -69,6 +69,17 @@ async def test_a_stream_finishes_where_it_started_and_its_provider_closes_after(
     assert own.closed and other.closed
 
 
+async def test_a_stream_ending_after_the_close_closes_nothing_twice() -> None:
+    own, gateway = FakeProvider("own"), FakeProvider("gateway")
+    routed = RoutedProvider(own)
+    routed.route(gateway)
+    _, running = await first_text(routed)
+    await routed.aclose()
+    assert gateway.closed and own.closed
+    await running.aclose()
+    assert not routed._closing
+
+
 async def test_a_provider_routed_away_from_while_idle_is_closed_and_close_awaits_it() -> None:
     own, gateway = FakeProvider("own"), FakeProvider("gateway")
     routed = RoutedProvider(own)
