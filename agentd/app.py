@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd.agent.core import AgentCore
+from agentd.agent.elicitation import Elicitor
 from agentd.agent.permission import PermissionAsker
 from agentd.agent.prefetch import MemoryRecall
 from agentd.agent.session import Session
@@ -213,12 +214,15 @@ class App:
         session: Session,
         permissions: PermissionAsker | None,
         mcp_servers: dict[str, McpServerSettings] | None = None,
+        elicitor: Elicitor | None = None,
     ) -> None:
         """A new or loaded session gets its MCP servers (the configured ones
         and `mcp_servers`, the editor's for this session; started now, never
-        awaited) and the front end's way of asking the user; the model
+        awaited) and the front end's ways of asking the user (permission,
+        and the servers' own questions: `elicitor`); the model
         endpoint's connection is opened for its first prompt (`preconnect`)."""
         session.permissions = permissions
+        session.elicitor = elicitor
         self.mcp.attach(session, mcp_servers)
         self.preconnect()
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentd.agent.elicitation import Elicitor
 from agentd.agent.modes import DEFAULT_MODE
 from agentd.agent.permission import PermissionAsker
 from agentd.errors import PathOutsideWorkspace
@@ -134,6 +135,8 @@ class Session:
     extra_tools: ExtraTools | None = None
     # How to ask the user before a daemon-run tool with side effects; None: nobody can be asked.
     permissions: PermissionAsker | None = None
+    # How to show the user an MCP server's question (elicitation); None: declined.
+    elicitor: Elicitor | None = None
     # Where the history's newest date reminder was last found: (index, message,
     # part), checked by identity before use (`turn._date_reminder`), so that a
     # prompt does not walk the whole history to find it.

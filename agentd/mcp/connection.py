@@ -31,6 +31,15 @@ it is retried after the backoff), `stopped`.
   editor's connection. Its failure is a `notice` the session shows once in
   the chat.
 
+Elicitation: the client declares form and URL elicitation; a server's
+`elicitation/create` goes to the one tool call of this connection in flight
+(`agentd.mcp.elicit.CallElicitation`, which asks the session's editor).
+Nothing on the wire says which call a server's question belongs to, so with
+no call or several calls in flight (a shared server, parallel calls) the
+question is declined rather than shown to the wrong session. A URL
+question's `notifications/elicitation/complete` is passed on to the editor
+that was shown it.
+
 Connections speak the MCP handshake (`initialize`, protocol 2025-11-25),
 which servers in the field speak; its `notifications/cancelled` is how a
 cancelled or timed-out call is withdrawn.
@@ -43,7 +52,7 @@ import contextlib
 import logging
 import os
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -53,6 +62,9 @@ from agentd.config import McpServerSettings
 if TYPE_CHECKING:
     from mcp import Client
 
+    from agentd.agent.elicitation import ElicitationRequest, Elicitor
+    from agentd.agent.session import Session
+    from agentd.mcp.elicit import CallElicitation
     from agentd.mcp.tunnel import TunnelPeer
 
 log = logging.getLogger("agentd.mcp")
@@ -66,6 +78,8 @@ BACKOFF_MAX = 60.0
 STABLE_AFTER = 60.0
 STDERR_TAIL = 20
 STDERR_LINE_MAX = 2000
+# URL questions whose completion is passed on to the editor that showed them.
+URL_ELICITATIONS_KEPT = 64
 
 
 class ServerUnavailable(Exception):
@@ -106,6 +120,10 @@ class McpConnection:
         self._stop = asyncio.Event()
         self._stale = False
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        # The tool calls in flight that a server's question may belong to.
+        self._calls: set[CallElicitation] = set()
+        # elicitationId -> who showed that URL question (newest last, bounded).
+        self._url_shown: OrderedDict[str, tuple[Elicitor, Session]] = OrderedDict()
 
     # --- what sessions use ---------------------------------------------------------------
 
@@ -123,13 +141,22 @@ class McpConnection:
             await self._refetch()
         return self.tools if self.state == "ready" else []
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], questions: CallElicitation | None = None
+    ) -> Any:
         """Call a tool; the caller bounds the time (a cancel withdraws the call:
-        the SDK sends `notifications/cancelled`)."""
+        the SDK sends `notifications/cancelled`). `questions` answers the
+        server's elicitations made while it runs."""
         client = self._client
         if client is None or self.state != "ready":
             raise ServerUnavailable(self._unavailable())
-        return await client.call_tool(tool, arguments)
+        if questions is None:
+            return await client.call_tool(tool, arguments)
+        self._calls.add(questions)
+        try:
+            return await client.call_tool(tool, arguments)
+        finally:
+            self._calls.discard(questions)
 
     def _unavailable(self) -> str:
         why = f"the MCP server {self.name!r} is {self.state}"
@@ -226,6 +253,7 @@ class McpConnection:
             self._transport(closed),
             mode="legacy",
             message_handler=self._on_message,
+            elicitation_callback=self._on_elicit,
             client_info=Implementation(name="agentd", version=__version__),
             cache=None,
         )
@@ -288,10 +316,39 @@ class McpConnection:
             log.warning("MCP server %r: cannot refetch its tools: %s", self.name, exc)
             self._stale = False
 
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """The SDK's elicitation callback: always an `ElicitResult`."""
+        from mcp_types import ElicitResult
+
+        calls = list(self._calls)
+        if len(calls) != 1:
+            why = "no tool call" if not calls else f"{len(calls)} tool calls"
+            log.warning(
+                "MCP server %r asked the user during %s in flight: declined", self.name, why
+            )
+            return ElicitResult(action="decline")
+        answer = await calls[0].answer(params, self._remember_url)
+        return ElicitResult(action=answer.action, content=answer.content)
+
+    def _remember_url(
+        self, elicitor: Elicitor, session: Session, request: ElicitationRequest
+    ) -> None:
+        if request.elicitation_id is None:
+            return
+        self._url_shown[request.elicitation_id] = (elicitor, session)
+        self._url_shown.move_to_end(request.elicitation_id)
+        while len(self._url_shown) > URL_ELICITATIONS_KEPT:
+            self._url_shown.popitem(last=False)
+
     async def _on_message(self, message: Any) -> None:
         method = getattr(message, "method", None)
         if method == "notifications/tools/list_changed":
             self._stale = True
+        elif method == "notifications/elicitation/complete":
+            eid = getattr(message.params, "elicitation_id", None)
+            if isinstance(eid, str) and eid in self._url_shown:
+                elicitor, session = self._url_shown.pop(eid)
+                elicitor.complete(session, eid)
         elif isinstance(message, Exception):
             log.warning("MCP server %r sent something unreadable: %s", self.name, message)
 

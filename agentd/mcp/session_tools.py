@@ -4,7 +4,8 @@ One `SessionMcpTools` per session that uses MCP servers. It turns the
 ready servers' tools into `ToolSpec`s under their model-facing names, asks
 permission before a call (unless the tool is read-only or trusted, or the
 user allowed it for the rest of the session), runs the call with its
-timeout, and turns the result into text for the model. Failures of every
+timeout (paused while the server asks the user something: `agentd.mcp.elicit`),
+and turns the result into text for the model. Failures of every
 kind are failed results; only a cancel propagates (and withdraws the call).
 """
 
@@ -23,6 +24,7 @@ from agentd.agent.tools import truncate_result
 from agentd.config import McpServerSettings, McpSettings
 from agentd.mcp import names
 from agentd.mcp.connection import McpConnection, ServerUnavailable
+from agentd.mcp.elicit import CallElicitation
 from agentd.mcp.results import result_images, result_text
 from agentd.messages import ToolCall, ToolResultPart, ToolSpec
 
@@ -111,9 +113,14 @@ class SessionMcpTools:
                 self._always.add(call.name)
         started()
         timeout = server.config.timeout or self._settings.call_timeout
+        # The server's questions to the user during this call (elicitation).
+        questions = CallElicitation(
+            session, call.id, server.name, self._settings.permission_timeout
+        )
         try:
-            async with asyncio.timeout(timeout):
-                result = await server.connection.call(entry.tool, call.arguments)
+            async with asyncio.timeout(timeout) as deadline:
+                questions.deadline = deadline
+                result = await server.connection.call(entry.tool, call.arguments, questions)
         except TimeoutError:
             return ToolResultPart(
                 call.id,
@@ -130,6 +137,8 @@ class SessionMcpTools:
             log.info("MCP call %s on %r failed: %s", entry.tool, server.name, detail)
             what = f"The MCP tool {entry.tool!r} of server {server.name!r}"
             return ToolResultPart(call.id, f"{what} failed: {detail}", True)
+        finally:
+            questions.end()
         text, is_error = result_text(result)
         return ToolResultPart(
             call.id, truncate_result(text, limit), is_error, result_images(result)
