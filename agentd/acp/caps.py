@@ -18,15 +18,23 @@ class ClientCaps:
     read_text_file: bool = False
     write_text_file: bool = False
     terminal: bool = False
+    # `elicitation.form` / `elicitation.url`: it shows an MCP server's questions.
+    elicitation_form: bool = False
+    elicitation_url: bool = False
 
     @classmethod
     def from_json(cls, caps: Any) -> ClientCaps:
         caps = caps if isinstance(caps, dict) else {}
         fs = caps.get("fs") if isinstance(caps.get("fs"), dict) else {}
+        elicitation = caps.get("elicitation")
+        elicitation = elicitation if isinstance(elicitation, dict) else {}
         return cls(
             read_text_file=fs.get("readTextFile") is True,
             write_text_file=fs.get("writeTextFile") is True,
             terminal=caps.get("terminal") is True,
+            # ACP: `{}` says it supports the mode; omitted or null, it does not.
+            elicitation_form=isinstance(elicitation.get("form"), dict),
+            elicitation_url=isinstance(elicitation.get("url"), dict),
         )
 
     def tool_names(self) -> list[str]:

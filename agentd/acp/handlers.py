@@ -245,7 +245,7 @@ async def new_session(
     def create(app: App) -> None:
         session = app.core.new_session(root, server.runner, sid, extra)
         app.start_memory(root, server.warmup.take_memory_ahead(root))
-        app.attach_tools(session, server.runner, servers)
+        app.attach_tools(session, server.runner, servers, server.elicitor)
 
     if settings.memory.enabled:
         server.warmup.scan_memory_ahead(root)
@@ -277,7 +277,7 @@ async def load_session(
     session = await app.core.load_session(
         p.session_id, server.runner, emit, root, root_field="cwd", additional_roots=extra
     )
-    app.attach_tools(session, server.runner, servers)
+    app.attach_tools(session, server.runner, servers, server.elicitor)
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
 
@@ -297,7 +297,7 @@ async def resume_session(
         root_field="cwd",
         additional_roots=extra,
     )
-    app.attach_tools(session, server.runner, servers)
+    app.attach_tools(session, server.runner, servers, server.elicitor)
     _after(server, request, options.commands_update(session.id))
     return options.session_setup(app.core, session)
 
@@ -317,7 +317,7 @@ async def fork_session(
     servers = mcp_servers(p.mcp_servers)
     session = await app.core.fork_session(p.session_id, root, server.runner, additional_roots=extra)
     app.start_memory(root)
-    app.attach_tools(session, server.runner, servers)
+    app.attach_tools(session, server.runner, servers, server.elicitor)
     _after(server, request, options.commands_update(session.id))
     if session.title:
         info = {"sessionUpdate": "session_info_update", "title": session.title}

@@ -121,6 +121,10 @@ class Connection:
     def notify(self, method: str, params: Any) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
+    def cancel_request(self, msg_id: Any) -> None:
+        """ACP's `$/cancel_request`: agentd no longer waits for its request `msg_id`."""
+        self.notify("$/cancel_request", {"requestId": msg_id})
+
     def respond(self, msg_id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
 

@@ -56,6 +56,7 @@ from agentd.vision import peek_images
 from agentd.warmup import Warmup
 
 if TYPE_CHECKING:
+    from agentd.acp.elicitation import AcpElicitor
     from agentd.acp.tools import AcpToolRunner
     from agentd.app import App
 
@@ -116,6 +117,7 @@ class AcpServer:
         self._abandoned: dict[str, set[asyncio.Future[Any]]] = {}
         self._tasks: dict[asyncio.Task[None], Request] = {}
         self._runner: AcpToolRunner | None = None
+        self._elicitor: AcpElicitor | None = None
         # The editor's own MCP servers (`type: "acp"`), reached over this connection.
         self.tunnels = AcpTunnels(self.conn)
 
@@ -136,6 +138,14 @@ class AcpServer:
 
             self._runner = AcpToolRunner(self, self.caps)
         return self._runner
+
+    @property
+    def elicitor(self) -> AcpElicitor:
+        if self._elicitor is None:
+            from agentd.acp.elicitation import AcpElicitor
+
+            self._elicitor = AcpElicitor(self.conn, self.caps)
+        return self._elicitor
 
     # --- the channel the tool runner uses (tools.ClientChannel) ------------------------
 

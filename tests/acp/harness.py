@@ -70,8 +70,13 @@ UNSTABLE_REQUESTS = {
     "mcp/connect": "ConnectMcpRequest",
     "mcp/message": "MessageMcpRequest",
     "mcp/disconnect": "DisconnectMcpRequest",
+    "elicitation/create": "CreateElicitationRequest",
 }
-UNSTABLE_NOTIFICATIONS = {"mcp/message": "MessageMcpNotification"}
+UNSTABLE_NOTIFICATIONS = {
+    "mcp/message": "MessageMcpNotification",
+    "elicitation/complete": "CompleteElicitationNotification",
+    "$/cancel_request": "CancelRequestNotification",
+}
 # The same for the results of the unstable `providers/*` methods.
 UNSTABLE_RESULTS = {
     "providers/list": "ListProvidersResponse",
@@ -147,10 +152,11 @@ def check_agent_message(message: dict[str, Any], sent_methods: dict[Any, str]) -
 
 def unstable_errors(params: Any, model: str) -> list[str]:
     from acp import schema as acp_schema
-    from pydantic import ValidationError
+    from pydantic import TypeAdapter, ValidationError
 
     try:
-        getattr(acp_schema, model).model_validate(params, strict=True)
+        # A union of models (CreateElicitationRequest) has no model_validate.
+        TypeAdapter(getattr(acp_schema, model)).validate_python(params, strict=True)
     except ValidationError as exc:
         return [str(exc)]
     return []

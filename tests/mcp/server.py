@@ -11,6 +11,11 @@ What it does is told by its environment:
     MCP_TEST_STUBBORN      set: the server ignores SIGTERM and stays alive after
                            its stdin ends (only SIGKILL ends it)
 
+The tool `ask` asks the user through the client (MCP elicitation): `kind`
+"form" (the form `FORM`), "url" (a sign-in URL, completed at once when
+accepted), "nested" (a schema outside the restricted shapes) or "bad_url"
+(not http); it returns the answer as JSON.
+
 Every tool call and every cancelled call is also written to stderr
 (`CALL <tool>`, `CANCELLED <tool>`), which the daemon logs under the
 server's name: tests read it from the editor's `window/logMessage`.
@@ -33,6 +38,26 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, ToolAnnotations
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
+
+
+# The form `ask` sends: every restricted property shape.
+FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "account": {"type": "string", "title": "Account", "enum": ["personal", "work"]},
+        "rows": {"type": "integer", "minimum": 1, "maximum": 10},
+        "ratio": {"type": "number"},
+        "confirm": {"type": "boolean"},
+        "note": {"type": "string", "maxLength": 20},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+    },
+    "required": ["account"],
+}
+NESTED: dict[str, Any] = {
+    "type": "object",
+    "properties": {"where": {"type": "object", "properties": {"x": {"type": "string"}}}},
+}
+SIGN_IN = "https://example.com/sign-in?state=1"
 
 
 def note(text: str) -> None:
@@ -115,6 +140,22 @@ def build(name: str = "test", on_cancel: Any = None) -> MCPServer:
         """Structured output."""
         note("CALL weather")
         return {"city": city, "celsius": 21}
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def ask(kind: str, ctx: Context) -> str:
+        """Asks the user (elicitation) and returns the answer."""
+        note("CALL ask")
+        session = ctx.request_context.session
+        if kind in ("url", "bad_url"):
+            url = SIGN_IN if kind == "url" else "javascript:alert(1)"
+            result = await session.elicit_url("Sign in", url, "elic-1", ctx.request_id)
+            if result.action == "accept":
+                await session.send_elicit_complete("elic-1", ctx.request_id)
+        else:
+            schema = NESTED if kind == "nested" else FORM
+            result = await session.elicit_form("Which account?", schema, ctx.request_id)
+        note(f"ELICITED {result.action}")
+        return json.dumps({"action": result.action, "content": result.content})
 
     return server
 
