@@ -55,6 +55,10 @@ class AcpTunnel:
     def notify(self, method: str, params: dict[str, Any] | None) -> None:
         self._owner.conn.notify("mcp/message", self._params(method, params))
 
+    def withdraw(self, outer_id: Any) -> None:
+        if outer_id is not None:
+            self._owner.conn.cancel_request(outer_id)
+
     def _params(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         out: dict[str, Any] = {"connectionId": self.connection_id, "method": method}
         if params is not None:

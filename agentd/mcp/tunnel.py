@@ -15,7 +15,8 @@ asyncio and the SDK's own stream types; the wire is the front end's.
 
 Ids. The id of a request agentd's client sends never travels: the id of the
 outer `mcp/message` request stands for it (it is all the editor sees). So
-the inner `notifications/cancelled` agentd sends names the outer id, and
+the inner `notifications/cancelled` agentd sends names the outer id (and
+the outer request itself is withdrawn: ACP's `$/cancel_request`), and
 one the editor sends names the outer id of its own request; each is mapped
 to the inner id here.
 
@@ -74,6 +75,10 @@ class Tunnel(Protocol):
         ...
 
     def notify(self, method: str, params: dict[str, Any] | None) -> None: ...
+
+    def withdraw(self, outer_id: Any) -> None:
+        """agentd stopped waiting for the outer request `outer_id` (a cancelled call)."""
+        ...
 
     def disconnect(self) -> asyncio.Future[Any] | None:
         """Send `mcp/disconnect` now (once: None after the first); the future is its answer."""
@@ -187,6 +192,9 @@ class _Bridge:
                 outer_id, task = call
                 task.cancel()
                 params = {**params, "requestId": outer_id}
+                tunnel.notify(message.method, params)
+                tunnel.withdraw(outer_id)
+                return
             tunnel.notify(message.method, params)
         elif isinstance(message, JSONRPCResponse | JSONRPCError):
             entry = self._answers.pop(str(message.id), None)

@@ -114,7 +114,7 @@ async def test_a_tool_with_side_effects_asks_permission_first(
 
 
 async def test_cancel_stops_the_call_and_the_server_is_told(
-    acp: Any, bridge: EditorMcp, model_server: ModelServer, workspace: Path
+    acp: Any, editor: EditorClient, bridge: EditorMcp, model_server: ModelServer, workspace: Path
 ) -> None:
     cancelled = asyncio.Event()
     bridge.servers["srv-1"] = lambda: test_server.build("ed", lambda tool: cancelled.set())
@@ -128,6 +128,12 @@ async def test_cancel_stops_the_call_and_the_server_is_told(
     await asyncio.wait_for(cancelled.wait(), 30)
     (cancel,) = [p for m, p in bridge.notified if m == "notifications/cancelled"]
     assert isinstance(cancel["requestId"], int)
+    # And the outer request agentd stopped waiting for is withdrawn, as ACP says.
+    (call,) = [m for m in editor.requests("mcp/message") if m["params"]["method"] == "tools/call"]
+    assert call["id"] == cancel["requestId"]
+    await editor.wait_for(
+        lambda m: m.get("method") == "$/cancel_request" and m["params"] == {"requestId": call["id"]}
+    )
     # The session goes on, over the same connection.
     await acp.prompt(session_id=sid, prompt=tool("mcp__ed__add", a=1, b=2))
     assert tool_result(model_server) == "3"
