@@ -109,6 +109,13 @@ class McpServerEntry(McpServerDecl):
     name: str
 
 
+class ElicitationOptions(WireModel):
+    """`initializationOptions.elicitation`: the modes of `agent/elicit` the editor shows."""
+
+    form: bool = False
+    url: bool = False
+
+
 class InitializationOptions(WireModel):
     """`initialize.initializationOptions`. Settings keys (provider, baseUrl,
     apiKey, model, fastModel, limits, memory, mcp, mcpServers, logLevel) are
@@ -118,6 +125,9 @@ class InitializationOptions(WireModel):
     # The editor answers `agent/requestPermission`; without it, daemon-run
     # tools that need permission are refused.
     request_permission: bool = False
+    # The editor answers `agent/elicit` in these modes; without it, an MCP
+    # server's questions are declined.
+    elicitation: ElicitationOptions | None = None
     # MCP servers by name (or ACP's list shape), for every session of this daemon.
     mcp_servers: dict[str, McpServerDecl] | list[McpServerEntry] | None = None
     # startupWait, callTimeout, permissionTimeout, startupTimeout (seconds).
@@ -468,6 +478,34 @@ class RequestPermissionResult(WireModel):
     outcome: Annotated[SelectedOutcome | CancelledOutcome, Field(discriminator="outcome")]
 
 
+class ElicitParams(WireModel):
+    """`agent/elicit`: ACP's `elicitation/create` shape (form or URL mode)."""
+
+    session_id: str
+    tool_call_id: str
+    mode: Literal["form", "url"]
+    message: str
+    # The MCP server asking (its configured name).
+    server: str
+    # Form mode: a flat object schema of string, number, integer, boolean
+    # and multi-select (string array) properties.
+    requested_schema: dict[str, Any] | None = None
+    # URL mode.
+    url: str | None = None
+    elicitation_id: str | None = None
+
+
+class ElicitResult(WireModel):
+    action: Literal["accept", "decline", "cancel"]
+    # Form mode, `accept`: the values, matching `requestedSchema`.
+    content: dict[str, str | int | float | bool | list[str] | None] | None = None
+
+
+class ElicitationCompleteParams(WireModel):
+    session_id: str
+    elicitation_id: str
+
+
 class MemoryStatusResult(WireModel):
     directory: str
     doc_count: int
@@ -632,6 +670,7 @@ REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
 # Requests the daemon sends to the editor.
 SERVER_REQUESTS: dict[str, tuple[type[WireModel], type[WireModel]]] = {
     "agent/requestPermission": (RequestPermissionParams, RequestPermissionResult),
+    "agent/elicit": (ElicitParams, ElicitResult),
 }
 
 CLIENT_NOTIFICATIONS: dict[str, type[WireModel]] = {
@@ -642,6 +681,7 @@ CLIENT_NOTIFICATIONS: dict[str, type[WireModel]] = {
 SERVER_NOTIFICATIONS: dict[str, type[WireModel]] = {
     "agent/update": AgentUpdateParams,
     "memory/changed": MemoryChangedParams,
+    "agent/elicitationComplete": ElicitationCompleteParams,
 }
 
 UPDATE_KINDS = [

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from agentd.app import App
     from agentd.config import Settings
     from agentd.events import Update
+    from agentd.lsp.elicitation import LspElicitor
     from agentd.lsp.ext import (
         CompactParams,
         Empty,
@@ -145,7 +146,7 @@ async def new_session(ls: AgentdServer, settings: Settings, p: NewSessionParams)
         from agentd.agent.session import AwaitClientResult
 
         session = app.core.new_session(root, AwaitClientResult(app.client_specs), sid, extra)
-        app.attach_tools(session, _permissions(ls))
+        app.attach_tools(session, _permissions(ls), elicitor=_elicitor(ls))
         app.start_memory(root, ls.warmup.take_memory_ahead(root))
 
     if settings.memory.enabled:
@@ -185,6 +186,12 @@ def _permissions(ls: AgentdServer) -> LspPermissions | None:
     from agentd.lsp.permission import LspPermissions
 
     return LspPermissions(ls) if ls.permissions_supported else None
+
+
+def _elicitor(ls: AgentdServer) -> LspElicitor | None:
+    from agentd.lsp.elicitation import LspElicitor
+
+    return LspElicitor(ls, ls.elicitation_modes) if ls.elicitation_modes else None
 
 
 async def prompt(ls: AgentdServer, app: App, p: PromptParams | TextPrompt) -> dict[str, Any]:
@@ -252,7 +259,7 @@ async def load_session(ls: AgentdServer, app: App, p: LoadSessionParams) -> dict
     session = await app.core.load_session(
         sid, AwaitClientResult(app.client_specs), emit, root, additional_roots=extra
     )
-    app.attach_tools(session, _permissions(ls))
+    app.attach_tools(session, _permissions(ls), elicitor=_elicitor(ls))
     setup = _setup(app.settings, session.mode, app.core.model_of(session))
     return {**setup, **_roots(session), "plan": plan_to_wire(session.plan)}
 
@@ -292,7 +299,7 @@ async def fork_session(ls: AgentdServer, app: App, p: ForkSessionParams) -> dict
         model=model,
         additional_roots=extra,
     )
-    app.attach_tools(session, _permissions(ls))
+    app.attach_tools(session, _permissions(ls), elicitor=_elicitor(ls))
     app.start_memory(session.workspace_root)
     setup = _setup(app.settings, session.mode, app.core.model_of(session))
     return {"sessionId": session.id, **setup, **_roots(session), "plan": plan_to_wire(session.plan)}

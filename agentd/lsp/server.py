@@ -54,6 +54,13 @@ _CLIENT_ERRORS = (
 )
 
 
+def elicitation_modes(declared: Any) -> frozenset[str]:
+    """The modes of `initializationOptions.elicitation` set to true."""
+    if not isinstance(declared, dict):
+        return frozenset()
+    return frozenset(m for m in ("form", "url") if declared.get(m) is True)
+
+
 class ServerProtocol(AgentdProtocol):
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams) -> Any:
@@ -70,6 +77,8 @@ class ServerProtocol(AgentdProtocol):
         ][:1]
         # The editor answers `agent/requestPermission` only when it says so.
         server.permissions_supported = options.get("requestPermission") is True
+        # And `agent/elicit` in the modes it names (`elicitation: {form, url}`).
+        server.elicitation_modes = elicitation_modes(options.get("elicitation"))
         declared = options.get("clientTools") or []
         names = [
             d if isinstance(d, str) else d.get("name")
@@ -133,6 +142,7 @@ class AgentdServer(LanguageServer):
         # Workspace roots named by `initialize` (rootUri, workspaceFolders).
         self.initial_roots: list[str] = []
         self.permissions_supported = False
+        self.elicitation_modes: frozenset[str] = frozenset()
 
     @property
     def agentd_protocol(self) -> ServerProtocol:

@@ -52,6 +52,7 @@ def test_update_kinds_table_matches_the_models() -> None:
         "ToolResultParams",
         "RecallParams",
         "RequestPermissionParams",
+        "ElicitParams",
         "CompactParams",
     ],
 )
