@@ -173,3 +173,40 @@ async def test_a_cancelled_prompt_withdraws_the_question(
     model_server.enqueue(ask("form"))
     assert (await client.prompt(sid, "again"))["stopReason"] == "end_turn"
     assert server_answer(model_server)["action"] == "decline"
+
+
+async def test_questions_during_parallel_calls_of_one_server_are_declined(
+    mcp_client: StartClient, model_server: ModelServer, workspace: Path
+) -> None:
+    # Nothing on the wire says which of the two calls a question belongs to.
+    client = await mcp_client({"calc": stdio_server()}, elicitation=BOTH)
+    seen: list[dict[str, Any]] = []
+    answer_with(client, {"action": "accept", "content": {"account": "work"}}, seen)
+    calls = [
+        {"id": f"m{i}", "name": "mcp__calc__ask", "arguments": {"kind": "form"}} for i in (1, 2)
+    ]
+    model_server.enqueue({"toolCalls": calls})
+    sid = await client.new_session(workspace)
+    assert (await client.prompt(sid, "ask twice"))["stopReason"] == "end_turn"
+    messages = model_server.requests("main")[-1]["body"]["messages"]
+    answers = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+    assert answers == [{"action": "decline", "content": None}] * 2
+    assert seen == []
+
+
+async def test_the_calls_timeout_is_paused_while_the_user_is_asked(
+    mcp_client: StartClient, model_server: ModelServer, workspace: Path
+) -> None:
+    client = await mcp_client(
+        {"calc": stdio_server()}, elicitation=BOTH, mcp={"startupWait": 60, "callTimeout": 1}
+    )
+
+    async def slow_user(params: Any) -> Any:
+        await asyncio.sleep(2.5)  # the user thinks longer than the call may take
+        return {"action": "accept", "content": {"account": "work"}}
+
+    client.lsp.feature("agent/elicit")(slow_user)
+    model_server.enqueue(ask("form"))
+    sid = await client.new_session(workspace)
+    assert (await client.prompt(sid, "ask"))["stopReason"] == "end_turn"
+    assert server_answer(model_server) == {"action": "accept", "content": {"account": "work"}}
