@@ -107,7 +107,11 @@ def schema_problem(schema: Any) -> str | None:
     string, number, integer, boolean and multi-select string properties); None if it is."""
     if not isinstance(schema, dict):
         return "requestedSchema is not an object"
-    if len(json.dumps(schema, ensure_ascii=False)) > MAX_SCHEMA_BYTES:
+    try:
+        size = len(json.dumps(schema, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return "requestedSchema is not plain JSON"
+    if size > MAX_SCHEMA_BYTES:
         return "requestedSchema is too large"
     if schema.get("type", "object") != "object":
         return "requestedSchema.type is not object"

@@ -68,7 +68,10 @@ class CallElicitation:
             return _declined(self.server, f"the editor did not declare {request.mode} elicitation")
         if self._ended.done():
             return ElicitationAnswer("cancel", detail="the tool call has ended")
-        pending = elicitor.ask(self.session, request)
+        try:
+            pending = elicitor.ask(self.session, request)
+        except Exception as exc:  # the editor's connection is gone, say
+            return _declined(self.server, f"the editor could not be asked: {exc}")
         if sent is not None:
             sent(elicitor, self.session, request)
         self._pause()

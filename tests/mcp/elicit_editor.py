@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from acp import RequestError
 from acp.router import Route
 
 Decide = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -28,6 +29,10 @@ def answering(answer: Any) -> Decide:
         return answer
 
     return decide
+
+
+async def failing(params: dict[str, Any]) -> Any:
+    raise RequestError(-32603, "the dialog could not be shown")
 
 
 class EditorElicit:

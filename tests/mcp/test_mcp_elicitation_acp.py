@@ -36,7 +36,7 @@ from tests.acp.harness import CLIENT_INFO, EditorClient, connect_acp
 from tests.mcp import server as test_server
 from tests.mcp.acp_bridge import EditorMcp
 from tests.mcp.conftest import SERVER
-from tests.mcp.elicit_editor import EditorElicit, answering, never
+from tests.mcp.elicit_editor import EditorElicit, answering, failing, never
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -240,6 +240,16 @@ async def test_a_hostile_answer_is_declined_for_the_server_and_the_session_goes_
     elicit.decide = answering({"action": "accept", "content": {"account": "personal"}})
     await conn.prompt(session_id=sid, prompt=ask("form"))
     assert server_answer(model_server)["content"] == {"account": "personal"}
+
+
+async def test_an_error_reply_is_declined_for_the_server(
+    acp: Any, elicit: EditorElicit, model_server: ModelServer, workspace: Path
+) -> None:
+    elicit.decide = failing
+    sid = await session(acp, workspace)
+    assert (await acp.prompt(session_id=sid, prompt=ask("url"))).stop_reason == "end_turn"
+    assert server_answer(model_server) == {"action": "decline", "content": None}
+    assert len(elicit.asked) == 1
 
 
 @pytest.mark.parametrize("init", [{"mcp": {"permissionTimeout": 0.5}}], indirect=True)

@@ -53,6 +53,7 @@ def test_the_restricted_shapes_are_allowed(schema: dict[str, Any]) -> None:
         ({"properties": {"a": {"type": "string"}}, "required": ["b"]}, "required"),
         ({"properties": {str(i): {"type": "string"} for i in range(65)}}, "more than 64"),
         ({"properties": {"a": {"type": "string", "description": "x" * 70_000}}}, "too large"),
+        ({"properties": {"a": {"type": "number", "maximum": float("inf")}}}, "plain JSON"),
     ],
 )
 def test_other_shapes_are_refused_saying_why(schema: Any, why: str) -> None:
@@ -76,6 +77,14 @@ def test_other_shapes_are_refused_saying_why(schema: Any, why: str) -> None:
 )
 def test_only_http_urls_are_shown(url: Any) -> None:
     assert url_problem(url) is not None
+
+
+def test_a_schema_too_deep_to_serialize_is_refused() -> None:
+    deep: Any = "x"
+    for _ in range(100_000):
+        deep = [deep]
+    problem = schema_problem({"properties": {"a": {"type": "string", "description": deep}}})
+    assert problem == "requestedSchema is not plain JSON"
 
 
 def test_an_https_url_is_shown() -> None:
