@@ -140,26 +140,50 @@ def _property_problem(prop: Any) -> str | None:
     kind = prop.get("type")
     if kind == "array":
         items = prop.get("items")
-        if _choices(items) is None:
+        if _choices(items) is None or not _titled(items, "anyOf"):
             return "an array must be a multi-select of strings (items.enum or items.anyOf)"
-        return _bounds_problem(prop, "minItems", "maxItems", int)
+        return _bounds_problem(prop, ("minItems", "maxItems"), integer=True, least=0)
     if kind not in _PRIMITIVES:
         return f"type {kind!r} is not one of {', '.join(_PRIMITIVES)} or a string array"
     if kind == "string":
-        if ("enum" in prop or "oneOf" in prop) and _choices(prop) is None:
-            return "enum / oneOf must list strings"
-        return _bounds_problem(prop, "minLength", "maxLength", int)
+        if ("enum" in prop or "oneOf" in prop) and (
+            _choices(prop) is None or not _titled(prop, "oneOf")
+        ):
+            return "enum must list strings, oneOf options {const, title} strings"
+        if not isinstance(prop.get("format", ""), str):
+            return "format must be a string"
+        return _bounds_problem(prop, ("minLength", "maxLength"), integer=True, least=0)
     if kind in ("number", "integer"):
-        return _bounds_problem(prop, "minimum", "maximum", float)
+        return _bounds_problem(prop, ("minimum", "maximum"), integer=kind == "integer")
     return None
 
 
-def _bounds_problem(prop: Mapping[str, Any], low: str, high: str, kind: type) -> str | None:
-    for key in (low, high):
+def _bounds_problem(
+    prop: Mapping[str, Any], keys: tuple[str, str], integer: bool, least: float | None = None
+) -> str | None:
+    # ACP's models type these strictly (an integer's bounds are integers,
+    # lengths and counts are not negative): a client reading one would fail.
+    for key in keys:
         value = prop.get(key)
-        if value is not None and not _is_number(value, integer=kind is int):
-            return f"{key} must be a number"
+        if value is None:
+            continue
+        if not _is_number(value, integer=integer) or (integer and isinstance(value, float)):
+            return f"{key} must be {'an integer' if integer else 'a number'}"
+        if least is not None and value < least:
+            return f"{key} must not be below {least:g}"
     return None
+
+
+def _titled(spec: Any, key: str) -> bool:
+    """Whether the options under `key` (when there are) each have a string title, as ACP wants."""
+    if not isinstance(spec, dict):
+        return False
+    options = spec.get(key)
+    if options is None or "enum" in spec:
+        return True
+    return isinstance(options, list) and all(
+        isinstance(o, dict) and isinstance(o.get("title"), str) for o in options
+    )
 
 
 def _choices(spec: Any) -> list[str] | None:

@@ -31,7 +31,13 @@ def form(schema: dict[str, Any] = FORM) -> ElicitationRequest:
         {
             "type": "object",
             "properties": {
-                "many": {"type": "array", "items": {"anyOf": [{"const": "x"}, {"const": "y"}]}}
+                "many": {
+                    "type": "array",
+                    "items": {
+                        "anyOf": [{"const": "x", "title": "X"}, {"const": "y", "title": "Y"}]
+                    },
+                    "minItems": 1,
+                }
             },
         },
     ],
@@ -50,6 +56,10 @@ def test_the_restricted_shapes_are_allowed(schema: dict[str, Any]) -> None:
         ({"properties": {"a": {"type": "array", "items": {"type": "integer"}}}}, "multi-select"),
         ({"properties": {"a": {"type": "string", "enum": [1, 2]}}}, "enum"),
         ({"properties": {"a": {"type": "integer", "minimum": "1"}}}, "minimum"),
+        ({"properties": {"a": {"type": "integer", "maximum": 1.5}}}, "maximum"),
+        ({"properties": {"a": {"type": "string", "minLength": -1}}}, "minLength"),
+        ({"properties": {"a": {"type": "string", "oneOf": [{"const": "x"}]}}}, "oneOf"),
+        ({"properties": {"a": {"type": "string", "format": 5}}}, "format"),
         ({"properties": {"a": {"type": "string"}}, "required": ["b"]}, "required"),
         ({"properties": {str(i): {"type": "string"} for i in range(65)}}, "more than 64"),
         ({"properties": {"a": {"type": "string", "description": "x" * 70_000}}}, "too large"),
