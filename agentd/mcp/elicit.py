@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentd.agent.elicitation import (
@@ -28,6 +29,7 @@ from agentd.agent.elicitation import (
     MAX_MESSAGE,
     ElicitationAnswer,
     ElicitationRequest,
+    Elicitor,
     read_answer,
     schema_problem,
     url_problem,
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from agentd.agent.session import Session
 
 log = logging.getLogger("agentd.mcp")
+
+# Told of each question sent to the editor (the connection keeps URL ones).
+Sent = Callable[[Elicitor, "Session", ElicitationRequest], None]
 
 
 class CallElicitation:
@@ -57,7 +62,7 @@ class CallElicitation:
         if not self._ended.done():
             self._ended.set_result(None)
 
-    async def answer(self, params: Any, sent: Any = None) -> ElicitationAnswer:
+    async def answer(self, params: Any, sent: Sent | None = None) -> ElicitationAnswer:
         """The answer for the server's `elicitation/create` params (the SDK's
         model); `sent(elicitor, session, request)` is told of each question sent."""
         elicitor = self.session.elicitor
