@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from agentd.files import read_config_file
 from agentd.layout import user_config_dir
 from agentd.providers.config import ProviderConfig
 from agentd.vision import choices, default_model
@@ -293,11 +294,10 @@ ENV_FIELDS = {
 
 def _read_config_file(path: Path, problems: list[str]) -> dict[str, Any]:
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(read_config_file(path).decode("utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         problems.append(f"{path}: {exc}")
         return {}
 

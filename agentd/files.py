@@ -123,6 +123,24 @@ def read_regular_or_none(
         return None
 
 
+# The user's config file is a few kilobytes: one past this is no config file
+# (a symlink to /dev/zero passes the regular-file check of none, a huge file
+# would be parsed on the way to every session).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_config_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the user's config file at `path`, a symlink followed
+    (dotfiles are often linked from a repository). `FileNotFoundError` when
+    there is none; `OSError` for a FIFO, device, socket or directory (opened
+    without blocking: a FIFO there used to hang the start for ever) and for
+    a file over `MAX_CONFIG_BYTES`."""
+    data = read_regular(path, MAX_CONFIG_BYTES + 1, follow=True)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_CONFIG_BYTES} bytes", str(path))
+    return data
+
+
 def size_of(path: Path) -> int:
     """The size of the regular file at `path` (0 when it is gone)."""
     try:

@@ -136,7 +136,7 @@ from agentd.events import (
     PromptEnded,
     UsageReport,
 )
-from agentd.files import open_regular, reserve_first_block
+from agentd.files import open_regular, read_regular, reserve_first_block
 from agentd.jsonenc import compact_utf8
 from agentd.layout import agentd_home, project_slug
 from agentd.messages import (
@@ -2094,9 +2094,22 @@ class SessionCatalog:
         return info
 
 
+# A meta file holds a title, the workspace and at most 64 more roots: far
+# below this. One past it is not the writer's (read whole, it would be parsed
+# on every listing).
+MAX_META_BYTES = 1 << 20
+
+
 def _read_meta(path: Path) -> TranscriptInfo | None:
+    """What the meta file at `path` says; None when it is unreadable, which
+    a FIFO, a device or a symlink in its place is (opened without blocking
+    and never followed: a FIFO there used to hang `session/list`, and the
+    exit behind it; `/dev/zero` read without end)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_regular(path, MAX_META_BYTES + 1)
+        if len(raw) > MAX_META_BYTES:
+            return None
+        data = json.loads(raw.decode("utf-8"))
         return TranscriptInfo(
             str(data["sessionId"]),
             Path(data["workspaceRoot"]),

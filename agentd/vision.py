@@ -133,9 +133,10 @@ def _config_file(env: Mapping[str, str]) -> Path:
 def _read_toml(path: Path) -> dict[str, Any]:
     import tomllib  # only when there is a file: its import is most of the cost
 
+    from agentd.files import read_config_file
+
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(read_config_file(path).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return {}  # load_settings reports it
     return {_camel(k): v for k, v in data.items()}

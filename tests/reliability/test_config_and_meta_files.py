@@ -1,0 +1,114 @@
+"""Files agentd reads that are not its own markdown: the user's config file
+and the sessions folder's meta files, replaced by a FIFO, a device or a
+file too large to be one.
+
+`config.toml` was opened with a plain `open()`: a FIFO there held the
+settings (and every session behind them) for ever, and a symlink to
+`/dev/zero` read until memory ran out (7 GB in a few seconds). A
+`<session>.meta.json` that was a FIFO held `session/list`, and the exit
+behind the worker thread stuck in it; `/dev/zero` there read without end.
+The real daemon over stdio, both front ends: each is reported or passed
+over, the prompt reaches the model, the listing is answered (from the
+transcript) and the daemon exits cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.files import MAX_CONFIG_BYTES
+from agentd.testing.daemon import agentd_home, daemon_env
+from agentd.testing.model_server import ModelServer
+from agentd.testing.raw_client import RawDaemon
+from agentd.transcript import sessions_dir
+
+pytestmark = pytest.mark.e2e
+
+KINDS = ["fifo", "dev-zero", "too-large"]
+
+
+def _plant(path: Path, kind: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        with path.open("wb") as f:  # sparse: costs the disk nothing
+            f.truncate(MAX_CONFIG_BYTES + 1)
+
+
+async def _prompt(d: RawDaemon, msg_id: int, sid: str) -> dict[str, Any]:
+    if d.framing == "acp":
+        blocks = [{"type": "text", "text": "hello"}]
+        d.request(msg_id, "session/prompt", {"sessionId": sid, "prompt": blocks})
+    else:
+        d.request(msg_id, "agent/prompt", {"sessionId": sid, "prompt": "hello"})
+    return await d.response(msg_id)
+
+
+async def _stop(d: RawDaemon) -> int:
+    if d.framing == "acp":
+        assert d.proc.stdin is not None
+        d.proc.stdin.close()
+    else:
+        d.request("bye", "shutdown")
+        await d.response("bye")
+        d.notify("exit")
+    return await d.wait_exit(30)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_config_file_that_is_no_file_is_reported_and_the_daemon_serves(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool, kind: str
+) -> None:
+    _plant(tmp_path / "agentd-config" / "config.toml", kind)
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    log = tmp_path / "agentd-stderr.log"
+    with log.open("wb") as stderr:
+        d = await RawDaemon.spawn(env, acp=acp, stderr=stderr)
+    try:
+        sid = await d.open_session(workspace)
+        reply = await _prompt(d, 10, sid)
+        assert reply["result"]["stopReason"] == "end_turn", reply
+        assert model_server.requests("main")
+        assert await _stop(d) == 0
+    finally:
+        await d.close()
+    said = [line for line in log.read_text().splitlines() if "configuration:" in line]
+    why = "larger than" if kind == "too-large" else "not a regular file"
+    assert any("config.toml" in line and why in line for line in said), said
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_meta_file_that_is_no_file_is_passed_over_by_the_listing(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool, kind: str
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        assert (await _prompt(d, 10, sid))["result"]["stopReason"] == "end_turn"
+        folder = sessions_dir(workspace, agentd_home(tmp_path))
+        # Another session of this workspace (a copy, under its own name)
+        # whose meta file is no file.
+        other = "0" * 32
+        (folder / f"{other}.jsonl").write_bytes(
+            (folder / f"{sid}.jsonl").read_bytes().replace(sid.encode(), other.encode())
+        )
+        _plant(folder / f"{other}.meta.json", kind)
+        method = "session/list" if acp else "agent/listSessions"
+        d.request(11, method, {"cwd": str(workspace), "workspaceRoot": str(workspace)})
+        listed = (await d.response(11))["result"]["sessions"]
+        # Read from its transcript instead: listed with its title.
+        assert {s["sessionId"]: s["title"] for s in listed} == {sid: "hello", other: "hello"}
+        assert await _stop(d) == 0
+    finally:
+        await d.close()
+    assert (folder / f"{other}.meta.json").is_symlink() or kind == "fifo"
