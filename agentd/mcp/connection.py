@@ -118,6 +118,9 @@ class McpConnection:
         # Set when the current attempt to connect has ended, either way.
         self._attempt_done = asyncio.Event()
         self._stop = asyncio.Event()
+        # The deadline of the start under way, None outside one: `stop` brings
+        # it to now.
+        self._start_deadline: asyncio.Timeout | None = None
         self._stale = False
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         # The tool calls in flight that a server's question may belong to.
@@ -164,6 +167,14 @@ class McpConnection:
 
     def stop(self) -> None:
         self._stop.set()
+        # A server still starting (one that never answers `initialize`) is
+        # given up on now, not at the end of its startup timeout: the SDK then
+        # closes its stdin, terminates and kills it within the shutdown's
+        # grace. Left to the timeout, shutdown cancelled the task first and
+        # abandoned the SDK's shielded cleanup half-way: the server lived on
+        # after the daemon (and the exit waited the whole grace).
+        if self._start_deadline is not None:
+            self._start_deadline.reschedule(asyncio.get_running_loop().time())
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -260,9 +271,13 @@ class McpConnection:
         async with contextlib.AsyncExitStack() as stack:
             # asyncio's timeout, not anyio's: an anyio scope must not enclose the
             # client's task groups, which outlive the start.
-            async with asyncio.timeout(self._startup_timeout):
-                await stack.enter_async_context(client)
-                tools = await self._list_tools(client)
+            async with asyncio.timeout(self._startup_timeout) as deadline:
+                self._start_deadline = deadline
+                try:
+                    await stack.enter_async_context(client)
+                    tools = await self._list_tools(client)
+                finally:
+                    self._start_deadline = None
             self.protocol_version = client.protocol_version
             self._set_tools(tools)
             self._client = client
