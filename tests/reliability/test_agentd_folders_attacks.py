@@ -268,3 +268,70 @@ async def test_run_command_is_refused_a_cwd_in_agentd_s_folders_before_it_is_ask
             assert len(asked) == 1, (args, asked)
     finally:
         await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_paths_that_read_two_ways_or_hold_a_lone_surrogate_reach_none_of_them(
+    model_server: ModelServer, home_folder: Path, acp: bool
+) -> None:
+    """`lnk/../agentd-home/...` is the transcript to an editor that takes
+    `..` away before it follows symlinks (VS Code's client) and nothing
+    under the link's target to the kernel: the LSP editor used to be asked
+    to read and write it. A lone surrogate (`\\ud83d/..`, `\\udc80/..`) in
+    any tool's path or `cwd`, sent by the model, never leads into the
+    folders either (the arguments are cleaned before the tools see them, and
+    the fence refuses one that is not)."""
+    root = home_folder
+    home = agentd_home(root)
+    transcript = next(home.glob("projects/*/sessions/old.jsonl"))
+    below = transcript.relative_to(home)
+    (root / "deep" / "er").mkdir(parents=True)
+    (root / "lnk").symlink_to(root / "deep" / "er", target_is_directory=True)
+    env = daemon_env(model_server.openai_base_url, root, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        if acp:
+            caps = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+            d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+            await d.response(0)
+            d.request(1, "session/new", {"cwd": str(root), "mcpServers": []})
+        else:
+            tools = ["read_file", "write_file", "edit_file", "run_command"]
+            await d.initialize({"clientTools": tools})
+            d.request(1, "agent/newSession", {"workspaceRoot": str(root)})
+        sid = (await d.response(1))["result"]["sessionId"]
+        paths = [f"lnk/../agentd-home/{below}"]
+        for half in ("\\ud83d", "\\udc80"):
+            # The escape as text in the prompt: the model server decodes it
+            # into a lone surrogate in the tool call's arguments.
+            paths += [f"agentd-home/{half}/../{below}", f"{home}/{half}/../{below}"]
+        n = iter(range(10, 200))
+        for path in paths:
+            folder = path.rsplit("/", 1)[0]
+            editor_calls: tuple[tuple[str, dict[str, Any]], ...] = (
+                ("read_file", {"path": path}),
+                ("write_file", {"path": path, "content": "x"}),
+                ("edit_file", {"path": path, "old_text": "a", "new_text": "b"}),
+                ("run_command", {"command": "cat *", "cwd": folder}),
+            )
+            for tool, args in editor_calls:
+                msg_id = next(n)
+                text = json.dumps(args, ensure_ascii=False).replace("\\\\u", "\\u")
+                _prompt(d, msg_id, sid, f"!tool {tool} {text}")
+                reply, asked = await _answer_editor(d, msg_id)
+                assert reply["result"]["stopReason"] == "end_turn", reply
+                assert asked == [], (tool, path, asked)
+                said = _tool_result(model_server)
+                assert "agentd's own data folder" in said and SECRET not in said, (path, said)
+            # The daemon's own tools, started there or reading it.
+            daemon_calls: tuple[tuple[str, dict[str, Any]], ...] = (
+                ("search", {"query": "k", "path": folder, "hidden": True, "no_ignore": True}),
+                ("glob", {"pattern": "*", "path": folder}),
+                ("list_dir", {"path": folder}),
+            )
+            for tool, args in daemon_calls:
+                said = await _run_tool(d, model_server, next(n), sid, tool, **args)
+                assert SECRET not in said and "old.jsonl" not in said, (tool, path, said)
+        assert transcript.read_text() == json.dumps({"type": "session", "k": SECRET}) + "\n"
+    finally:
+        await d.close()

@@ -25,7 +25,10 @@ follow a symlink, so a link inside the root that points into these folders
 leads nowhere, and `read_file` resolves a path before this check. `list_dir`
 shows such a link without its target (`Fence.link_fenced`). An editor's
 `run_command` is refused a `cwd` in any of these folders, the notes' too, as
-a write is (a command may write where it runs: `path_refusal`).
+a write is (a command may write where it runs: `path_refusal`). The
+editor's tools are judged on the path as the editor may read it too (`..`
+taken away before symlinks are followed), and refused a path with a lone
+surrogate.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 
 from agentd.errors import PathOutsideWorkspace
 from agentd.layout import MEMORY_FOLDER, PROJECTS_FOLDER, TOPIC_SUFFIX, agentd_folders
+from agentd.messages import clean_text
 from agentd.paths import is_within, refuse_agentd_state
 
 # `agentd_folders()`'s name of the folder whose memory notes stay readable.
@@ -176,22 +180,38 @@ class Fence:
 def path_refusal(path: str, root: Path, *, write: bool) -> str | None:
     """Why an editor-run tool must not touch `path` (relative to `root`, or
     absolute): inside agentd's own folders (`write`: anywhere there; a read:
-    what `Fence` refuses); None when it may, or when the path is no usable
-    path (the tool's own checks say so)."""
+    what `Fence` refuses), or not valid Unicode; None when it may, or when
+    the path is no usable path (the tool's own checks say so).
+
+    The editor resolves the path itself, and not as the kernel does: VS
+    Code's client (Node's `path.resolve`) takes `..` away before it follows
+    symlinks, so `link/../x` is `x` beside the link to it, while the real
+    path is `x` beside the link's target. Both readings are judged: the
+    lexical one used to pass here and lead the editor into a transcript.
+    A lone surrogate is refused outright (the model's arguments are cleaned
+    of them before they get here; this holds whatever the caller): the
+    editor would decode it into another name (U+FFFD) than the file
+    checked, and `\\ud83d/..` would fold away in its hands."""
     if not path or "\x00" in path:
         return None
-    try:
-        real = Path(os.path.realpath(os.path.join(root, path)))
-    except (OSError, ValueError):
-        return None
+    if clean_text(path) != path:
+        return f"{path!r} is not valid Unicode (a lone surrogate): not passed to the editor"
+    joined = os.path.join(root, path)
     own = agentd_folders()
-    if write:
+    for named in (joined, os.path.normpath(joined)):
         try:
-            refuse_agentd_state(real, own)
-        except PathOutsideWorkspace as exc:
-            return str(exc)  # word for word as ACP's own check says it
-    i = _owner(real, own)
-    return None if i is None else _refusal(_Fenced(*own[i], (), ()), str(real))
+            real = Path(os.path.realpath(named))
+        except (OSError, ValueError):
+            continue
+        if write:
+            try:
+                refuse_agentd_state(real, own)
+            except PathOutsideWorkspace as exc:
+                return str(exc)  # word for word as ACP's own check says it
+        i = _owner(real, own)
+        if i is not None:
+            return _refusal(_Fenced(*own[i], (), ()), str(real))
+    return None
 
 
 def _owner(real: Path, own: Sequence[tuple[Path, str]]) -> int | None:
