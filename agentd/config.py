@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from agentd.files import read_config_file
 from agentd.layout import user_config_dir
+from agentd.messages import clean_text
 from agentd.providers.config import ProviderConfig
 from agentd.vision import choices, default_model
 
@@ -147,6 +148,7 @@ class McpServerSettings(_Model):
 
     @model_validator(mode="after")
     def _transport(self) -> McpServerSettings:
+        _refuse_lone_surrogates(self)
         if self.type == "acp":
             if self.server_id and not self.command and not self.url:
                 return self
@@ -168,6 +170,25 @@ class McpServerSettings(_Model):
         if self.command:
             return "stdio"
         return "sse" if self.type == "sse" else "http"
+
+
+def _refuse_lone_surrogates(server: McpServerSettings) -> None:
+    """A lone surrogate (a JSON `\\ud83d` from the editor) in what starts or
+    reaches a server cannot be passed on: the command, its arguments and
+    environment cannot be encoded for `exec`, a URL or header not for the
+    request. Refused here, naming the field, instead of a server that fails
+    at every start (its backoff restarting it for ever)."""
+    texts: dict[str, list[str]] = {
+        "command": [server.command or ""],
+        "args": server.args,
+        "env": [*server.env, *server.env.values()],
+        "cwd": [server.cwd or ""],
+        "url": [server.url or ""],
+        "headers": [*server.headers, *server.headers.values()],
+    }
+    for name, values in texts.items():
+        if any(clean_text(v) != v for v in values):
+            raise ValueError(f"{name}: not valid Unicode (a lone surrogate)")
 
 
 class McpSettings(_Model):
