@@ -65,6 +65,12 @@ def agentd_converter() -> Any:
     return converter
 
 
+def _cancels_an_id(params: Any) -> bool:
+    """Whether `$/cancelRequest`'s params name an id a request can have."""
+    msg_id = params.get("id") if isinstance(params, dict) else None
+    return isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
+
+
 class AgentdProtocol(LanguageServerProtocol):
     def __init__(self, server: Any, converter: Any) -> None:
         super().__init__(server, converter)
@@ -141,6 +147,12 @@ class AgentdProtocol(LanguageServerProtocol):
             return
         elif not self.initialized and method not in (types.EXIT, types.INITIALIZED):
             # LSP: notifications before initialize are dropped (exit excepted).
+            return
+        elif method == types.CANCEL_REQUEST and not _cancels_an_id(params):
+            # No request has such an id (they are checked above): nothing to
+            # cancel. pygls would look an object or array up in its table of
+            # requests and fail the dispatch with a traceback.
+            log.warning("$/cancelRequest ignored: id must be a string or an integer")
             return
         if has_id:
             direct = self.direct_requests.get(method)

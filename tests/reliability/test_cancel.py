@@ -142,3 +142,33 @@ async def test_exactly_one_reply_per_request_under_cancel(
     raw.request("barrier", "agent/listSessions", {"workspaceRoot": str(workspace)})
     seen = await read_until_reply(raw, "barrier")
     assert [m for m in seen if "id" in m and m["id"] != "barrier" and "method" not in m] == []
+
+
+async def test_a_cancel_request_whose_id_no_request_can_have_is_ignored(
+    model_server: ModelServer, tmp_path: Path, workspace: Path
+) -> None:
+    """`$/cancelRequest` with an object, an array, a fraction, a boolean or
+    null as its id: pygls looked an object or array up in its table of
+    requests and failed the dispatch with a traceback. Each is ignored
+    (logged) now; the prompt running meanwhile is not cancelled."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    log = tmp_path / "agentd-stderr.log"
+    with log.open("wb") as stderr:
+        raw = await RawDaemon.spawn(env, stderr=stderr)
+    try:
+        await raw.initialize()
+        sid = await new_session(raw, workspace)
+        raw.request(1, "agent/prompt", {"sessionId": sid, "prompt": "!delay 0.5\nslow"})
+        for hostile in ({"id": 1}, [1], 1.5, True, None):
+            raw.notify("$/cancelRequest", {"id": hostile})
+        raw.notify("$/cancelRequest", [1])
+        assert (await raw.response(1))["result"]["stopReason"] == "end_turn"
+        raw.request(2, "shutdown")
+        await raw.response(2)
+        raw.notify("exit")
+        assert await raw.wait_exit(30) == 0
+    finally:
+        await raw.close()
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    assert text.count("$/cancelRequest ignored") == 6, text
