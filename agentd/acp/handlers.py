@@ -190,7 +190,9 @@ def mcp_servers(entries: list[McpServer]) -> dict[str, McpServerSettings]:
     out: dict[str, McpServerSettings] = {}
     for i, entry in enumerate(entries):
         if entry.type not in (None, "stdio", "http", "sse", "acp"):
-            log.warning("MCP server %r of type %r skipped: not supported", entry.name, entry.type)
+            log.warning(
+                "MCP server %.200r of type %.200r skipped: not supported", entry.name, entry.type
+            )
             continue
         if entry.type == "acp":
             out[entry.name] = _acp_server(i, entry)

@@ -162,7 +162,7 @@ class Connection:
         msg_id = message.get("id")
         fut = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
         if fut is None:
-            log.info("response for unknown request id %r ignored", msg_id)
+            log.info("response for unknown request id %.200r ignored", msg_id)
             return
         if fut.done():
             return

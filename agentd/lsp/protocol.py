@@ -193,7 +193,7 @@ class AgentdProtocol(LanguageServerProtocol):
         try:
             message = self.structure_message(data)
         except JsonRpcException:
-            log.warning("unreadable response to request %r", data.get("id"))
+            log.warning("unreadable response to request %.200r", data.get("id"))
             return
         self.handle_message(message)
 

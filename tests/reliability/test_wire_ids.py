@@ -7,6 +7,7 @@ refused with the request's id, not a crash or silence."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,32 @@ async def test_meta_nested_deeper_than_read_is_refused_with_the_request_s_id(
         assert (await d.response(2))["result"]["stopReason"] == "end_turn"
     finally:
         await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_huge_id_the_daemon_only_logs_is_logged_short(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """Responses to requests agentd never sent, with a 10 MB id (and, over
+    ACP, an MCP server entry whose name and type are 10 MB): the log named
+    the id, or the entry, whole on one line. Each is quoted short now."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    huge = "x" * 10_000_000
+    log = tmp_path / "agentd-stderr.log"
+    with log.open("wb") as stderr:
+        d = await RawDaemon.spawn(env, acp=acp, stderr=stderr)
+    try:
+        await d.open_session(workspace)
+        d.send({"jsonrpc": "2.0", "id": huge, "result": {}})
+        d.send({"jsonrpc": "2.0", "id": huge, "error": "not an error object"})
+        if acp:
+            entry = {"type": huge, "name": huge, "command": "x", "args": [], "env": []}
+            d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": [entry]})
+        else:
+            d.request(2, "agent/listSessions", {"workspaceRoot": str(workspace)})
+        assert "result" in await d.response(2)
+        d.proc.send_signal(signal.SIGTERM)
+        assert await d.wait_exit(30) == 0
+    finally:
+        await d.close()
+    assert log.stat().st_size < 1_000_000, max(map(len, log.read_text().splitlines()))
