@@ -136,7 +136,7 @@ from agentd.events import (
     PromptEnded,
     UsageReport,
 )
-from agentd.files import open_regular, read_regular, reserve_first_block
+from agentd.files import open_regular, read_fd, read_regular, reserve_first_block
 from agentd.jsonenc import compact_utf8
 from agentd.layout import agentd_home, project_slug
 from agentd.messages import (
@@ -1880,11 +1880,18 @@ def _str_list(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str) and v]
 
 
+# No stored image is larger: none a model's API takes is (OpenAI's limit is
+# 20 MB, Anthropic's 5 MB). A file past it in the images folder is not the
+# one stored (a 2 GB file there was read whole, then base64'd, at a load).
+MAX_STORED_IMAGE_BYTES = 64 << 20
+
+
 def _read_images(path: Path, msg: Message) -> None:
     """Give a loaded message's images their bytes again (from their files,
     reached by descriptors: an images folder or an image that is a symlink
-    is not followed, and a FIFO planted there must not hang a load; such
-    an image shows as missing)."""
+    is not followed, a FIFO planted there must not hang a load, and a file
+    past `MAX_STORED_IMAGE_BYTES` is not read; such an image shows as
+    missing)."""
     folder = -1
     try:
         for i, part in enumerate(msg.parts):
@@ -1895,8 +1902,13 @@ def _read_images(path: Path, msg: Message) -> None:
                     raise FileNotFoundError(part.sha256)
                 if folder < 0:
                     folder = _images_folder(path, create=False)
-                with os.fdopen(open_regular(part.sha256, dir_fd=folder), "rb") as f:
-                    raw = f.read()
+                fd = open_regular(part.sha256, dir_fd=folder)
+                try:
+                    raw = read_fd(fd, MAX_STORED_IMAGE_BYTES + 1)
+                finally:
+                    os.close(fd)
+                if len(raw) > MAX_STORED_IMAGE_BYTES:
+                    raise FileNotFoundError(part.sha256)  # not what was stored
             except OSError:
                 msg.parts[i] = TextPart(MISSING_IMAGE)
                 continue

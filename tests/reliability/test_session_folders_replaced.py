@@ -19,7 +19,7 @@ import pytest
 from agentd.testing.daemon import agentd_home, daemon_env
 from agentd.testing.model_server import ModelServer
 from agentd.testing.raw_client import RawDaemon
-from agentd.transcript import sessions_dir
+from agentd.transcript import MAX_STORED_IMAGE_BYTES, sessions_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -235,5 +235,47 @@ async def test_a_new_sessions_folder_replaced_before_its_meta_file_is_not_follow
         warned = [c for c in _chunks(d.notifications) if WARNING in c]
         assert len(warned) == 1 and "replaced by a symlink" in warned[0], d.notifications
         assert list(elsewhere.iterdir()) == []
+    finally:
+        await d.close()
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_stored_image_replaced_by_a_huge_file_is_not_read_at_a_load(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A stored image's file replaced, while no daemon runs, by a file
+    larger than any image stored (sparse: it costs the disk nothing): a
+    load read it whole and replayed it base64'd. It shows as missing now,
+    and the session goes on."""
+    (tmp_path / "agentd-config").mkdir()
+    (tmp_path / "agentd-config" / "config.toml").write_text("supports_images = true\n")
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        _prompt(d, 3, sid, [*_text("with an image"), _image(IMAGES[0])])
+        assert (await d.response(3))["result"]["stopReason"] == "end_turn"
+    finally:
+        await d.close()
+    stored = sessions_dir(workspace, agentd_home(tmp_path)) / f"{sid}.images"
+    stored /= hashlib.sha256(IMAGES[0]).hexdigest()
+    with stored.open("r+b") as f:
+        f.truncate(MAX_STORED_IMAGE_BYTES + 1)
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        if acp:
+            d.request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await d.response(0)
+            load = {"sessionId": sid, "cwd": str(workspace), "mcpServers": []}
+            d.request(1, "session/load", load)
+        else:
+            await d.initialize()
+            d.request(1, "agent/loadSession", {"sessionId": sid})
+        assert "result" in await d.response(1)
+        shown = json.dumps(d.notifications)
+        assert "with an image" in shown and "its stored copy is missing" in shown, shown[:2000]
+        assert len(shown) < MAX_STORED_IMAGE_BYTES // 4
+        _prompt(d, 2, sid, _text("after"))
+        assert (await d.response(2))["result"]["stopReason"] == "end_turn"
     finally:
         await d.close()
