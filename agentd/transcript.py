@@ -1581,6 +1581,32 @@ def note_from_json(data: dict[str, Any]) -> Note:
     raise ValueError(f"unknown note kind {kind!r}")
 
 
+# A header line holds a session id, a workspace path and a time: far below
+# this. A first line past it is no transcript's.
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def _starts_with_header(path: Path) -> bool:
+    """Whether the file at `path` begins with a session header line, read
+    within `MAX_HEADER_BYTES`. Checked before the lines are read: a file of
+    2 GB without a newline (zeros, a sparse file) in the sessions folder was
+    read whole as one line, by every listing and load, to be refused after."""
+    try:
+        fd = open_regular(path)
+    except OSError:
+        return False
+    try:
+        head = read_fd(fd, MAX_HEADER_BYTES)
+    finally:
+        os.close(fd)
+    line, newline, _ = head.partition(b"\n")
+    try:
+        record = json.loads(line) if newline else None
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("type") == "session"
+
+
 def load(
     path: Path,
     images: bool = True,
@@ -1594,6 +1620,8 @@ def load(
     With `unextracted_from` (the workspace root -> the offset where memory
     extraction's cursor of this session stands), the message lines from that
     offset on are kept (`LoadedTranscript.unextracted`)."""
+    if not _starts_with_header(path):
+        return None
     tail = _Tail()
     records = _records(path, tail)
     if not records or records[0].get("type") != "session":

@@ -112,3 +112,37 @@ async def test_a_meta_file_that_is_no_file_is_passed_over_by_the_listing(
     finally:
         await d.close()
     assert (folder / f"{other}.meta.json").is_symlink() or kind == "fifo"
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_huge_file_without_a_header_among_the_transcripts_is_not_read(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A 2 GB file of zeros (sparse) named as a transcript: every listing
+    and load read it whole as one line (27 s and 2.3 GB of memory here) to
+    refuse it after. Its first line is looked at first now: the listing
+    leaves it out, a load of it is an unknown session, and the session
+    beside it is listed."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        sid = await d.open_session(workspace)
+        assert (await _prompt(d, 10, sid))["result"]["stopReason"] == "end_turn"
+        other = "1" * 32
+        folder = sessions_dir(workspace, agentd_home(tmp_path))
+        with (folder / f"{other}.jsonl").open("wb") as f:
+            f.truncate(2 << 30)
+        method = "session/list" if acp else "agent/listSessions"
+        d.request(11, method, {"cwd": str(workspace), "workspaceRoot": str(workspace)})
+        listed = (await d.response(11))["result"]["sessions"]
+        assert [s["sessionId"] for s in listed] == [sid]
+        if acp:
+            load = {"sessionId": other, "cwd": str(workspace), "mcpServers": []}
+            d.request(12, "session/load", load)
+        else:
+            d.request(12, "agent/loadSession", {"sessionId": other})
+        error = (await d.response(12))["error"]
+        assert "no stored session" in error["message"], error
+        assert await _stop(d) == 0
+    finally:
+        await d.close()
