@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentd.files import open_regular, read_fd
 from agentd.lsp.transport import MAX_HEADER, PipeWriter
 from agentd.stdio import read_pump
 
@@ -64,6 +65,10 @@ def default_token_file() -> Path:
     return user_config_dir() / "tcp-token"
 
 
+# A token is a line of a few dozen characters.
+MAX_TOKEN_BYTES = 4096
+
+
 def load_token(path: Path) -> str:
     """The token in `path`; a new random one (file mode 0600) if it does not exist."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -74,12 +79,25 @@ def load_token(path: Path) -> str:
     else:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
-    st = path.stat()
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise TcpConfigError(
-            f"{path} is accessible by other users (mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
-        )
-    token = path.read_text().strip()
+    # Opened without blocking and read within a bound: a FIFO there held the
+    # start for ever, a link to /dev/zero read without end.
+    try:
+        fd = open_regular(path, follow=True)
+    except OSError as exc:
+        raise TcpConfigError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            mode = stat.S_IMODE(st.st_mode)
+            raise TcpConfigError(
+                f"{path} is accessible by other users (mode {mode:o}); chmod 600 it"
+            )
+        raw = read_fd(fd, MAX_TOKEN_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_TOKEN_BYTES:
+        raise TcpConfigError(f"{path}: longer than {MAX_TOKEN_BYTES} bytes: not a token")
+    token = raw.decode("utf-8", "replace").strip()
     if len(token) < 16:
         raise TcpConfigError(f"{path}: the token must be at least 16 characters")
     return token

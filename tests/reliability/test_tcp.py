@@ -4,6 +4,7 @@ Origin refused, oversized frames refused; the protocol itself as over stdio."""
 from __future__ import annotations
 
 import asyncio
+import os
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -97,6 +98,25 @@ def test_the_token_file_is_created_private_and_a_readable_one_refused(tmp_path: 
         timeout=30,
     )
     assert out.returncode == 2 and "chmod 600" in out.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_token_file_that_is_no_file_is_refused_not_waited_on(tmp_path: Path, kind: str) -> None:
+    """A FIFO as the token file (mode 0600, so the mode check passed) held
+    the start for ever in its read; a symlink to /dev/zero read without end."""
+    path = tmp_path / "token"
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        path.symlink_to("/dev/zero")
+    out = subprocess.run(
+        daemon_command("--tcp", "--port", "0", "--token-file", str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert f"{path}: not a regular file" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
