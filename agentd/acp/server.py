@@ -278,7 +278,7 @@ class AcpServer:
         elif method.startswith("_"):
             log.debug("extension notification %s ignored", method)
         else:
-            log.info("unknown notification %s ignored", method)
+            log.info("unknown notification %.200r ignored", method)
 
     def cancel(self, params: Any) -> None:
         sid = params.get("sessionId") if isinstance(params, dict) else None

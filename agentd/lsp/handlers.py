@@ -121,7 +121,7 @@ def _notification(server: AgentdServer, method: str, impl: Handler) -> None:
             await impl(ls, app, _validate(method, impl, params))
         except Exception as exc:
             # A notification has no reply; say what was wrong in the log.
-            log.warning("%s ignored: %s", method, getattr(exc, "message", exc))
+            log.warning("%s ignored: %.300s", method, getattr(exc, "message", exc))
 
     server.feature(method)(handler)
 
@@ -358,7 +358,7 @@ async def cancel(ls: AgentdServer, app: App, p: SessionParams) -> None:
 async def tool_result(ls: AgentdServer, app: App, p: ToolResultParams) -> None:
     content = p.content if isinstance(p.content, str) else "".join(b.text for b in p.content)
     if not app.core.tool_result(p.session_id, p.tool_call_id, content, p.is_error):
-        log.info("late or unknown tool result %s ignored", p.tool_call_id)
+        log.info("late or unknown tool result %.200r ignored", p.tool_call_id)
 
 
 # --- memory/* ---------------------------------------------------------------------------

@@ -117,18 +117,24 @@ async def test_meta_nested_deeper_than_read_is_refused_with_the_request_s_id(
 async def test_a_huge_id_the_daemon_only_logs_is_logged_short(
     model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
 ) -> None:
-    """Responses to requests agentd never sent, with a 10 MB id (and, over
-    ACP, an MCP server entry whose name and type are 10 MB): the log named
-    the id, or the entry, whole on one line. Each is quoted short now."""
+    """Responses to requests agentd never sent, with a 10 MB id, a
+    notification whose method is 10 MB, an LSP tool result naming a 10 MB
+    session or tool call, an ACP MCP server entry whose name and type are
+    10 MB: the log named each whole on one line. Each is quoted short now."""
     env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
     huge = "x" * 10_000_000
     log = tmp_path / "agentd-stderr.log"
     with log.open("wb") as stderr:
         d = await RawDaemon.spawn(env, acp=acp, stderr=stderr)
     try:
-        await d.open_session(workspace)
+        sid = await d.open_session(workspace)
         d.send({"jsonrpc": "2.0", "id": huge, "result": {}})
         d.send({"jsonrpc": "2.0", "id": huge, "error": "not an error object"})
+        d.notify(huge, {})
+        if not acp:
+            result = {"sessionId": huge, "toolCallId": huge, "content": "x"}
+            d.notify("agent/toolResult", result)
+            d.notify("agent/toolResult", {**result, "sessionId": sid})
         if acp:
             entry = {"type": huge, "name": huge, "command": "x", "args": [], "env": []}
             d.request(2, "session/new", {"cwd": str(workspace), "mcpServers": [entry]})
