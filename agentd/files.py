@@ -124,8 +124,7 @@ def read_regular_or_none(
 
 
 # The user's config file is a few kilobytes: one past this is no config file
-# (a symlink to /dev/zero passes the regular-file check of none, a huge file
-# would be parsed on the way to every session).
+# (read and parsed whole, it would hold up the settings of every session).
 MAX_CONFIG_BYTES = 1 << 20
 
 
