@@ -20,7 +20,9 @@ memory and written at exit to `$TRACE_DIR/<pid>.json`:
   connection pool and HTTP/1.1 connection entered;
 - `$TRACE_MARKS`: more functions, `module:Qualified.name` separated by commas,
   each marked on entry (and a synchronous one on return, `name/end`); a
-  module the wrapped program does not have is skipped.
+  module the wrapped program does not have is skipped, as are agentd's in a
+  bare baseline and `_bare_model`'s in agentd (a library's, httpcore's or
+  h11's, is marked in both).
 
 The marks patch asyncio's private transport classes: a measuring tool, never
 imported by agentd. Each costs about a microsecond.
@@ -176,8 +178,10 @@ def main() -> None:
     if script is not None and script.endswith("bare_pygls_server.py"):
         _patch_pygls()
     wanted = [s for s in os.environ.get("TRACE_MARKS", "").split(",") if s]
-    ours = "_bare_model" if script is not None else "agentd"
-    _patch_marks([s for s in wanted if s.startswith(ours)])
+    # The other program's own functions are left; libraries' (httpcore's,
+    # h11's) are marked in whichever program has them.
+    theirs = "agentd" if script is not None else "_bare_model"
+    _patch_marks([s for s in wanted if not s.startswith(theirs)])
     atexit.register(_dump)
     if script is None:
         sys.argv = [args[1], *args[2:]]
