@@ -76,6 +76,7 @@ from agentd.messages import ToolSpec
 from agentd.providers.base import Purpose, StreamEvent
 from agentd.providers.body import RequestBody
 from agentd.providers.config import ProviderConfig
+from agentd.providers.head import PlainHead
 from agentd.providers.network import model_pool, model_transport
 from agentd.providers.overflow import is_context_overflow, overflow_limit
 from agentd.providers.pool import ModelPool
@@ -153,9 +154,10 @@ class ModelHTTP:
         self._via = ""
         # `_core_request`'s kept parts: the URL as httpcore takes it and the
         # head's raw headers but the Content-Length, by URL and request headers.
+        # With them the head made once by h11 (`PlainHead`; None if not plain).
         self._core_heads: dict[
             tuple[str, tuple[tuple[str, str], ...]],
-            tuple[httpcore.URL, list[tuple[bytes, bytes]]] | None,
+            tuple[httpcore.URL, list[tuple[bytes, bytes]], PlainHead | None] | None,
         ] = {}
         # A response set a cookie (httpx's client keeps it): requests then
         # look in the client's jar, and go through the client if it holds one.
@@ -474,7 +476,7 @@ class ModelHTTP:
         `_request` keeps its `httpx.Headers`), the Content-Length last; None
         for a URL with credentials (httpx's client makes them Basic auth)."""
 
-        def make() -> tuple[httpcore.URL, list[tuple[bytes, bytes]]] | None:
+        def make() -> tuple[httpcore.URL, list[tuple[bytes, bytes]], PlainHead | None] | None:
             parsed = self._parsed(url)
             if parsed.userinfo:
                 return None
@@ -484,19 +486,22 @@ class ModelHTTP:
                 port=parsed.port,
                 target=parsed.raw_path,
             )
-            return (target, self._head(client, url, parsed, headers).raw)
+            raw = self._head(client, url, parsed, headers).raw
+            return (target, raw, PlainHead.of(target.target, raw))
 
         kept = _kept(self._core_heads, (url, tuple(headers.items())), make)
         if kept is None:
             return None
-        target, head = kept
+        target, head, plain = kept
         length, body = _body_stream(content)
+        digits = str(length).encode()
         timeout = self._timeouts(client)
         return _CoreRequest(
             target,
-            [*head, (b"Content-Length", str(length).encode())],
+            [*head, (b"Content-Length", digits)],
             body,
             {"timeout": timeout, **extensions} if extensions else {"timeout": timeout},
+            (plain, digits) if plain is not None else None,
         )
 
     def _head(
@@ -793,12 +798,16 @@ class _CoreRequest(httpcore.Request):
         headers: list[tuple[bytes, bytes]],
         stream: AsyncIterable[bytes],
         extensions: dict[str, Any],
+        kept_head: tuple[PlainHead, bytes] | None = None,
     ) -> None:
         self.method = b"POST"
         self.url = url
         self.headers = headers
         self.stream = stream
         self.extensions = extensions
+        # The head as `pool.ModelPool`'s connections write it (`head.py`),
+        # and the Content-Length's digits: the same bytes as `headers` make.
+        self.kept_head = kept_head
 
 
 class _AnswerStream(httpx.AsyncByteStream):

@@ -21,7 +21,8 @@ timeout). A request whose kept-alive connection dies before any byte of the
 answer is sent once more on a new connection (`_resend`). The HTTP/1.1
 connection's own `anyio.Lock` (`_state_lock`) yields to the loop too; where
 httpcore keeps it so, it is swapped for an asyncio lock, which does not
-yield when free (`_quick_state_lock`).
+yield when free (`_quick_state_lock`). The connections are `head.HeadConnection`s:
+a model stream request's head is written from kept bytes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
 import httpcore
+
+from agentd.providers.head import HeadConnection
 
 
 class ModelPool:
@@ -220,7 +223,7 @@ class ModelPool:
             self._wake()
             raise
         self._opening -= 1
-        connection = httpcore.AsyncHTTP11Connection(
+        connection = HeadConnection(
             origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry
         )
         _quick_state_lock(connection)

@@ -1,0 +1,237 @@
+"""A model stream request's head made once (`agentd.providers.head`): the
+kept bytes are h11's own for the whole request, h11 is left where the whole
+head leaves it (the body's framing, keep-alive, the answer's parse), a head
+h11 would read more of or refuses goes httpcore's own way, and over real
+loopback the kept head follows the URL and the headers it was made for."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h11
+import httpcore
+import pytest
+
+from agentd.providers import ProviderConfig
+from agentd.providers.head import PlainHead
+from agentd.providers.http import ModelHTTP
+
+TARGET = b"/v1/chat/completions"
+HOST = (b"Host", b"127.0.0.1:8080")
+USUAL = [
+    HOST,
+    (b"Accept-Encoding", b"gzip, deflate"),
+    (b"Connection", b"keep-alive"),
+    (b"User-Agent", b"agentd/0.1.0"),
+    (b"Authorization", b"Bearer sk-x"),
+    (b"Accept", b"text/event-stream"),
+    (b"Content-Type", b"application/json"),
+    (b"X-Agentd-Purpose", b"main"),
+]
+ANSWER = b"data: x\n\n"
+
+
+def whole_event(headers: list[tuple[bytes, bytes]], length: int) -> h11.Request:
+    return h11.Request(
+        method=b"POST", target=TARGET, headers=[*headers, (b"Content-Length", b"%d" % length)]
+    )
+
+
+def cycle(connection: h11.Connection, head: h11.Request, body: bytes) -> list[Any]:
+    """Send `head` and `body` on `connection`, then read an answer; what it
+    wrote for the body and what it read, with its states on the way."""
+    seen: list[Any] = []
+    connection.send(head)
+    seen.append((connection.our_state, connection.their_state))
+    seen.append(connection.send(h11.Data(data=body)))
+    seen.append(connection.send(h11.EndOfMessage()))
+    seen.append((connection.our_state, connection.their_state))
+    connection.receive_data(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER)
+    )
+    while True:
+        event = connection.next_event()
+        seen.append(event)
+        if type(event) is h11.EndOfMessage or event is h11.NEED_DATA:
+            break
+    seen.append((connection.our_state, connection.their_state))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        USUAL,
+        [HOST],
+        [(b"host", b"example.test"), (b"Authorization", b"Bearer k")],
+        [HOST, (b"Connection", b"close")],
+        [HOST, (b"CONNECTION", b"keep-alive, close")],
+        [HOST, (b"X-Odd", b"a\tb  c")],
+    ],
+)
+@pytest.mark.parametrize("length", [0, 7, 123456])
+def test_a_plain_head_is_h11_s_bytes_and_leaves_h11_where_the_whole_head_does(
+    headers: list[tuple[bytes, bytes]], length: int
+) -> None:
+    head = PlainHead.of(TARGET, headers)
+    assert head is not None
+    digits = b"%d" % length
+    assert head.data(digits) == h11.Connection(h11.CLIENT).send(whole_event(headers, length))
+    body = b"x" * length
+    theirs, ours = h11.Connection(h11.CLIENT), h11.Connection(h11.CLIENT)
+    assert cycle(ours, head.event(digits), body) == cycle(
+        theirs, whole_event(headers, length), body
+    )
+    # Keep-alive as the whole head says: the next request or none.
+    closes = any(n.lower() == b"connection" and b"close" in v for n, v in headers)
+    for connection in (ours, theirs):
+        assert connection.our_state is (h11.MUST_CLOSE if closes else h11.DONE)
+    # The body's framing: a byte past the Content-Length is refused by both.
+    theirs, ours = h11.Connection(h11.CLIENT), h11.Connection(h11.CLIENT)
+    theirs.send(whole_event(headers, length))
+    ours.send(head.event(digits))
+    for connection in (ours, theirs):
+        with pytest.raises(h11.LocalProtocolError):
+            connection.send(h11.Data(data=body + b"!"))
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [HOST, (b"Content-Length", b"5")],
+        [HOST, (b"Transfer-Encoding", b"chunked")],
+        [HOST, (b"Upgrade", b"h2c")],
+        [HOST, (b"expect", b"100-continue")],
+        [HOST, (b"X-Bad", b"a\r\nb")],
+        [HOST, (b"Bad Name", b"v")],
+        [HOST, HOST],
+        [(b"Accept", b"*/*"), HOST],
+        [],
+    ],
+)
+def test_a_head_h11_would_read_more_of_or_refuses_is_not_kept(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    assert PlainHead.of(TARGET, headers) is None
+
+
+class Recorder:
+    """A loopback HTTP/1.1 server keeping each request's head as it came."""
+
+    def __init__(self) -> None:
+        self.heads: list[bytes] = []
+        self.accepted = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Recorder:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def base(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                self.heads.append(head)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def send(http: ModelHTTP, url: str, body: bytes, headers: dict[str, str]) -> None:
+    response = await http._send(http._get_client(), url, body, headers, None)
+    try:
+        assert response.status_code == 200
+        assert b"".join([c async for c in response.aiter_bytes()]) == ANSWER
+    finally:
+        await response.aclose()
+
+
+async def test_the_kept_head_follows_the_url_and_the_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests on one kept-alive connection through the kept heads only
+    (httpcore's own head making fails the test): each one's head is the one
+    httpx makes for its URL and headers, changed with either of them."""
+
+    async def not_kept(self: Any, request: Any) -> None:
+        raise AssertionError("httpcore's own head was made")
+
+    monkeypatch.setattr(httpcore.AsyncHTTP11Connection, "_send_request_headers", not_kept)
+    async with Recorder() as server:
+        http = ModelHTTP(ProviderConfig(base_url=f"{server.base}/v1", model="m"))
+        client = http._get_client()
+        first = {"Authorization": "Bearer a", "X-Agentd-Purpose": "main"}
+        sends = [
+            (f"{server.base}/v1/chat/completions", first, b'{"a":1}'),
+            (f"{server.base}/v1/chat/completions", first, b'{"a":12}'),
+            (f"{server.base}/v1/chat/completions", {**first, "X-Agentd-Purpose": "recall"}, b"{}"),
+            (f"{server.base}/v1/chat/completions", {**first, "Authorization": "Bearer b"}, b"{}"),
+            (f"{server.base}/v1/messages", first, b'{"b":2}'),
+            (f"{server.base}/v1/chat/completions?x=1", first, b"{}"),
+            (f"{server.base}/v1/chat/completions", first, b'{"a":123}'),
+        ]
+        try:
+            for url, headers, body in sends:
+                await send(http, url, body, headers)
+                expected = client.build_request("POST", url, content=body, headers=headers)
+                target = expected.url.raw_path
+                lines = [b"POST " + target + b" HTTP/1.1"]
+                lines += [b"%s: %s" % (name, value) for name, value in expected.headers.raw]
+                assert server.heads[-1] == b"\r\n".join(lines) + b"\r\n\r\n"
+            assert server.accepted == 1
+        finally:
+            await http.aclose()
+
+
+async def test_a_head_that_is_not_plain_goes_httpcore_s_way() -> None:
+    """An Expect header among the configured ones: no kept head, httpcore
+    makes it (and the server has it)."""
+    made: list[bytes] = []
+    send_head = httpcore.AsyncHTTP11Connection._send_request_headers
+
+    async def recorded(self: Any, request: httpcore.Request) -> None:
+        made.append(request.url.target)
+        await send_head(self, request)
+
+    async with Recorder() as server:
+        config = ProviderConfig(
+            base_url=f"{server.base}/v1", model="m", extra_headers=(("Expect", "100-continue"),)
+        )
+        http = ModelHTTP(config)
+        client = http._get_client()
+        url = f"{server.base}/v1/chat/completions"
+        headers = {"X-Agentd-Purpose": "main", **dict(config.extra_headers)}
+        core = http._core_request(client, url, b"{}", headers, None)
+        assert core is not None and getattr(core, "kept_head", None) is None
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(httpcore.AsyncHTTP11Connection, "_send_request_headers", recorded)
+            try:
+                await send(http, url, b"{}", headers)
+            finally:
+                await http.aclose()
+        assert made == [b"/v1/chat/completions"]
+        assert b"\r\nExpect: 100-continue\r\n" in server.heads[-1]
