@@ -152,13 +152,8 @@ class ModelHTTP:
         # " through the proxy HOST:PORT set in the environment" when requests
         # go through one: said in errors, where the proxy may be what failed.
         self._via = ""
-        # `_core_request`'s kept parts: the URL as httpcore takes it and the
-        # head's raw headers but the Content-Length, by URL and request headers.
-        # With them the head made once by h11 (`PlainHead`; None if not plain).
-        self._core_heads: dict[
-            tuple[str, tuple[tuple[str, str], ...]],
-            tuple[httpcore.URL, list[tuple[bytes, bytes]], PlainHead | None] | None,
-        ] = {}
+        # `_core_request`'s kept parts (`_CoreHead`), by URL and request headers.
+        self._core_heads: dict[tuple[str, tuple[tuple[str, str], ...]], _CoreHead | None] = {}
         # A response set a cookie (httpx's client keeps it): requests then
         # look in the client's jar, and go through the client if it holds one.
         self._cookies_set = False
@@ -476,7 +471,7 @@ class ModelHTTP:
         `_request` keeps its `httpx.Headers`), the Content-Length last; None
         for a URL with credentials (httpx's client makes them Basic auth)."""
 
-        def make() -> tuple[httpcore.URL, list[tuple[bytes, bytes]], PlainHead | None] | None:
+        def make() -> _CoreHead | None:
             parsed = self._parsed(url)
             if parsed.userinfo:
                 return None
@@ -486,19 +481,24 @@ class ModelHTTP:
                 port=parsed.port,
                 target=parsed.raw_path,
             )
-            raw = self._head(client, url, parsed, headers).raw
-            return (target, raw, PlainHead.of(target.target, raw))
+            return _CoreHead(target, self._head(client, url, parsed, headers).raw)
 
         kept = _kept(self._core_heads, (url, tuple(headers.items())), make)
         if kept is None:
             return None
-        target, head, plain = kept
+        plain = kept.plain
+        if plain is None and kept.plain_due:
+            kept.plain_due = False
+            # Made once this request is out (the loop's next turn): h11's
+            # first check of a head, the first run of that code in the
+            # process, took 0.2 ms of a cold first prompt's way.
+            asyncio.get_running_loop().call_soon(kept.make_plain)
         length, body = _body_stream(content)
         digits = str(length).encode()
         timeout = self._timeouts(client)
         return _CoreRequest(
-            target,
-            [*head, (b"Content-Length", digits)],
+            kept.url,
+            [*kept.head, (b"Content-Length", digits)],
             body,
             {"timeout": timeout, **extensions} if extensions else {"timeout": timeout},
             (plain, digits) if plain is not None else None,
@@ -782,6 +782,24 @@ def _as_httpx(exc: Exception) -> Exception:
         if mapped is not None:
             return mapped(str(exc))
     return exc
+
+
+class _CoreHead:
+    """A direct request's kept parts (`ModelHTTP._core_request`): the URL as
+    httpcore takes it, the head's raw headers but the Content-Length, and
+    the head made once by h11 for the pool's connections (`PlainHead`; None
+    until `make_plain` ran, or when the head is not plain)."""
+
+    __slots__ = ("head", "plain", "plain_due", "url")
+
+    def __init__(self, url: httpcore.URL, head: list[tuple[bytes, bytes]]) -> None:
+        self.url = url
+        self.head = head
+        self.plain: PlainHead | None = None
+        self.plain_due = True
+
+    def make_plain(self) -> None:
+        self.plain = PlainHead.of(self.url.target, self.head)
 
 
 class _CoreRequest(httpcore.Request):
