@@ -8,6 +8,7 @@ loopback the kept head follows the URL and the headers it was made for
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterable
 from typing import Any
 
 import h11
@@ -15,7 +16,7 @@ import httpcore
 import pytest
 
 from agentd.providers import ProviderConfig
-from agentd.providers.head import PlainHead
+from agentd.providers.head import HeadConnection, PlainHead
 from agentd.providers.http import ModelHTTP
 
 TARGET = b"/v1/chat/completions"
@@ -250,3 +251,119 @@ async def test_a_head_that_is_not_plain_goes_httpcore_s_way() -> None:
                 await http.aclose()
         assert made == [b"/v1/chat/completions"]
         assert b"\r\nExpect: 100-continue\r\n" in server.heads[-1]
+
+
+class Wire(httpcore.AsyncNetworkStream):
+    """A network stream that keeps what is written (or fails the write
+    numbered `fail_at` with a `WriteError`) and reads back `answer`; each
+    write and each h11 call of its connection noted in `log`."""
+
+    def __init__(self, log: list[str], answer: bytes, fail_at: int | None = None) -> None:
+        self.log = log
+        self.written: list[bytes] = []
+        self.answer = answer
+        self.fail_at = fail_at
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data, self.answer = self.answer[:max_bytes], self.answer[max_bytes:]
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if len(self.written) == self.fail_at:
+            self.log.append("write failed")
+            raise httpcore.WriteError("the server closed its end")
+        self.log.append("write")
+        self.written.append(buffer)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def h11_noted(connection: httpcore.AsyncHTTP11Connection, log: list[str]) -> None:
+    """Each event handed to the connection's h11 noted (`send` goes through
+    `send_with_data_passthrough`)."""
+    h11_state = connection._h11_state
+    passthrough = h11_state.send_with_data_passthrough
+
+    def noted(event: Any) -> Any:
+        log.append(f"h11 {type(event).__name__}")
+        return passthrough(event)
+
+    h11_state.send_with_data_passthrough = noted  # type: ignore[method-assign]
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+def core_request(parts: list[bytes], kept: bool) -> httpcore.Request:
+    """A request as `ModelHTTP._core_request` makes it, with its kept head or not."""
+    from agentd.providers.http import _CoreRequest
+
+    length = b"%d" % sum(map(len, parts))
+    head = PlainHead.of(TARGET, USUAL)
+    assert head is not None
+
+    async def body() -> Any:
+        for part in parts:
+            yield part
+
+    url = httpcore.URL(scheme=b"http", host=b"127.0.0.1", port=8080, target=TARGET)
+    return _CoreRequest(
+        url,
+        [*USUAL, (b"Content-Length", length)],
+        body(),
+        {"timeout": {}},
+        (head, length) if kept else None,
+    )
+
+
+async def exchange(
+    parts: list[bytes], kept: bool, fail_at: int | None = None
+) -> tuple[list[str], Wire, bytes, bool]:
+    """One request on a `HeadConnection` over a `Wire`: what happened in
+    order, the wire, the answer's body, whether the connection is kept."""
+    log: list[str] = []
+    wire = Wire(log, OK, fail_at)
+    origin = httpcore.Origin(b"http", b"127.0.0.1", 8080)
+    connection = HeadConnection(origin, wire)
+    h11_noted(connection, log)
+    response = await connection.handle_async_request(core_request(parts, kept))
+    assert response.status == 200
+    assert isinstance(response.stream, AsyncIterable)
+    body = b"".join([part async for part in response.stream])
+    await response.aclose()
+    return log, wire, body, connection.is_idle()
+
+
+async def test_a_kept_request_is_written_whole_before_h11_is_told() -> None:
+    """Head and body out first, h11 told after (the request, the parts, the
+    end); the bytes are those httpcore writes, and the connection is kept
+    alive after the answer as after httpcore's own way."""
+    parts = [b'{"a":', b"[1,2]}"]
+    kept_log, kept_wire, kept_body, kept_idle = await exchange(parts, kept=True)
+    own_log, own_wire, own_body, own_idle = await exchange(parts, kept=False)
+    assert kept_log == [
+        "write",
+        "write",
+        "write",
+        "h11 Request",
+        "h11 Data",
+        "h11 Data",
+        "h11 EndOfMessage",
+    ]
+    assert own_log[:2] == ["h11 Request", "write"]  # httpcore's: h11 first
+    assert b"".join(kept_wire.written) == b"".join(own_wire.written)
+    assert (kept_body, kept_idle) == (own_body, own_idle) == (b"ok", True)
+
+
+@pytest.mark.parametrize("fail_at", [0, 1, 2])
+async def test_a_failed_write_of_a_kept_request_ends_as_httpcore_s_own(fail_at: int) -> None:
+    """A write refused (the server closed its end) at the head or in the
+    body: the answer is read all the same, as httpcore does, and the
+    connection is not kept (its request was never whole), as with
+    httpcore's own way; h11 is told the request, and its body only whole."""
+    parts = [b'{"a":', b"[1,2]}"]
+    kept_log, _, kept_body, kept_idle = await exchange(parts, kept=True, fail_at=fail_at)
+    _, _, own_body, own_idle = await exchange(parts, kept=False, fail_at=fail_at)
+    assert (kept_body, kept_idle) == (own_body, own_idle) == (b"ok", False)
+    assert kept_log[-2:] == ["write failed", "h11 Request"]
