@@ -138,13 +138,6 @@ class RecallStats:
         return dict(sorted(self.counts.items()))
 
 
-def _read_instructions(root: Path, config_dir: Path) -> InstructionFiles:
-    """Blocking: the root's instruction files found and read."""
-    files = InstructionFiles(root, config_dir)
-    files.render()
-    return files
-
-
 class MemoryRecall:
     """The `MemoryHooks` of a daemon with memory on."""
 
@@ -356,22 +349,21 @@ class MemoryRecall:
         if root in self._instructions:
             return None
         if root not in self._preparing:
-            # Handed to the thread now, not by the task's first step a loop
-            # turn later: that came after a new session's reply and its
-            # after-reply work, and the read (0.25-0.4 ms, holding the GIL
-            # between its system calls) then ran as the first prompt, sent
-            # the instant the reply came, was being read.
-            reading = asyncio.get_running_loop().run_in_executor(
-                None, _read_instructions, root, self.config_dir or user_config_dir()
-            )
             self._preparing[root] = self.supervisor.spawn(
-                self._prepare(root, reading), name=f"instructions:{root.name}"
+                self._prepare(root), name=f"instructions:{root.name}"
             )
         return self._preparing[root]
 
-    async def _prepare(self, root: Path, reading: asyncio.Future[InstructionFiles]) -> None:
+    async def _prepare(self, root: Path) -> None:
+        config_dir = self.config_dir or user_config_dir()
+
+        def read() -> InstructionFiles:
+            files = InstructionFiles(root, config_dir)
+            files.render()
+            return files
+
         try:
-            files = await reading
+            files = await asyncio.to_thread(read)
             # A prompt that did not wait for this one may have made its own.
             self._instructions.setdefault(root, files)
         finally:

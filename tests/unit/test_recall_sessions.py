@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -229,34 +228,6 @@ async def test_instruction_files_are_read_ahead_of_the_first_prompt(
         assert "Run make check before committing." in text
         (workspace / "AGENTS.md").write_text("Run make lint first.\n")
         assert "Run make lint first." in await recall.system_context(session)
-
-
-async def test_the_instruction_files_read_is_in_its_thread_before_the_loop_turns(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`prepare` hands the read to its thread itself: started a loop turn
-    later (by its task), it ran after a new session's reply and its
-    after-reply work, as the first prompt sent on that reply came in, and
-    that prompt's read waited for the GIL."""
-    import agentd.agent.prefetch as prefetch
-
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    started = threading.Event()
-    read = prefetch._read_instructions
-
-    def reading(root: Path, config_dir: Path) -> Any:
-        started.set()
-        return read(root, config_dir)
-
-    monkeypatch.setattr(prefetch, "_read_instructions", reading)
-    async with recall_for(tmp_path / "home", config_dir=tmp_path / "config") as (_manager, recall):
-        task = recall.prepare(workspace)
-        assert task is not None
-        # The loop blocked here: only a thread started by `prepare` can set it.
-        assert started.wait(30)  # a hang guard, not a measurement
-        await task
-        assert recall.prepare(workspace) is None
 
 
 async def test_a_starting_projects_watcher_registers_once_a_prompts_request_is_out(
