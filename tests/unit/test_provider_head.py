@@ -7,7 +7,6 @@ loopback the kept head follows the URL and the headers it was made for
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterable
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from agentd.providers import ProviderConfig
 from agentd.providers.head import HeadConnection, PlainHead
 from agentd.providers.http import ModelHTTP
+from tests.unit.http_recorder import Recorder
 
 TARGET = b"/v1/chat/completions"
 HOST = (b"Host", b"127.0.0.1:8080")
@@ -119,50 +119,6 @@ def test_a_head_h11_would_read_more_of_or_refuses_is_not_kept(
     assert PlainHead.of(TARGET, headers) is None
 
 
-class Recorder:
-    """A loopback HTTP/1.1 server keeping each request's head as it came."""
-
-    def __init__(self) -> None:
-        self.heads: list[bytes] = []
-        self.accepted = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Recorder:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def base(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                self.heads.append(head)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
 async def send(http: ModelHTTP, url: str, body: bytes, headers: dict[str, str]) -> None:
     response = await http._send(http._get_client(), url, body, headers, None)
     try:
@@ -189,10 +145,10 @@ async def test_the_kept_head_follows_the_url_and_the_headers(
         await send_head(self, request)
 
     monkeypatch.setattr(httpcore.AsyncHTTP11Connection, "_send_request_headers", recorded)
-    async with Recorder() as server:
-        http = ModelHTTP(ProviderConfig(base_url=f"{server.base}/v1", model="m"))
+    async with Recorder(ANSWER) as server:
+        http = ModelHTTP(ProviderConfig(base_url=server.base, model="m"))
         client = http._get_client()
-        chat = f"{server.base}/v1/chat/completions"
+        chat = f"{server.base}/chat/completions"
         first = {"Authorization": "Bearer a", "X-Agentd-Purpose": "main"}
         sends = [
             (chat, first, b'{"a":1}'),
@@ -201,8 +157,8 @@ async def test_the_kept_head_follows_the_url_and_the_headers(
             (chat, {**first, "X-Agentd-Purpose": "recall"}, b"{1}"),
             (chat, {**first, "Authorization": "Bearer b"}, b"{}"),
             (chat, {**first, "Authorization": "Bearer b"}, b"{}"),
-            (f"{server.base}/v1/messages", first, b'{"b":2}'),
-            (f"{server.base}/v1/messages", first, b'{"b":23}'),
+            (f"{server.base}/messages", first, b'{"b":2}'),
+            (f"{server.base}/messages", first, b'{"b":23}'),
             (f"{chat}?x=1", first, b"{}"),
             (f"{chat}?x=1", first, b"{}"),
             (chat, first, b'{"a":123}'),
@@ -233,13 +189,13 @@ async def test_a_head_that_is_not_plain_goes_httpcore_s_way() -> None:
         made.append(request.url.target)
         await send_head(self, request)
 
-    async with Recorder() as server:
+    async with Recorder(ANSWER) as server:
         config = ProviderConfig(
-            base_url=f"{server.base}/v1", model="m", extra_headers=(("Expect", "100-continue"),)
+            base_url=server.base, model="m", extra_headers=(("Expect", "100-continue"),)
         )
         http = ModelHTTP(config)
         client = http._get_client()
-        url = f"{server.base}/v1/chat/completions"
+        url = f"{server.base}/chat/completions"
         headers = {"X-Agentd-Purpose": "main", **dict(config.extra_headers)}
         core = http._core_request(client, url, b"{}", headers, None)
         assert core is not None and getattr(core, "kept_head", None) is None

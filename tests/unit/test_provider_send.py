@@ -24,6 +24,7 @@ from agentd.providers.body import RequestBody
 from agentd.providers.http import ModelHTTP, _as_httpx
 from agentd.providers.openai import OpenAIProvider
 from agentd.testing.model_server import ModelServer
+from tests.unit.http_recorder import Recorder
 
 HEADERS = {
     "Authorization": "Bearer sk-x",
@@ -32,56 +33,6 @@ HEADERS = {
     "X-Agentd-Purpose": "main",
 }
 ANSWER = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
-
-
-class Recorder:
-    """A loopback HTTP/1.1 server that keeps each request's bytes as they
-    came (head and body) and answers each with `answer` (its extra header
-    lines first)."""
-
-    def __init__(self, extra: bytes = b"") -> None:
-        self.requests: list[bytes] = []
-        self.accepted = 0
-        self.extra = extra
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Recorder:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def base(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                self.requests.append(head + await reader.readexactly(length))
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    + self.extra
-                    + b"content-length: "
-                    + str(len(ANSWER)).encode()
-                    + b"\r\n\r\n"
-                    + ANSWER
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
 
 def header(raw: bytes, name: bytes) -> bytes | None:
@@ -104,7 +55,7 @@ async def test_the_direct_request_is_the_one_httpx_sends() -> None:
     through `_send` (straight to the pool) equals what `client.send` of
     `client.build_request`'s request sends, byte for byte, and through
     the one kept-alive connection."""
-    async with Recorder() as server:
+    async with Recorder(ANSWER) as server:
         http = ModelHTTP(ProviderConfig(base_url=server.base, api_key="sk-x", model="m"))
         client = http._get_client()
         assert http._pool is not None
@@ -200,7 +151,7 @@ async def test_the_core_request_is_the_one_httpx_s_transport_hands_its_pool() ->
 
 
 async def test_a_cookie_the_server_sets_is_kept_and_sent_through_the_client() -> None:
-    async with Recorder(extra=b"set-cookie: lb=7; Path=/\r\n") as server:
+    async with Recorder(ANSWER, extra=b"set-cookie: lb=7; Path=/\r\n") as server:
         http = ModelHTTP(ProviderConfig(base_url=server.base, api_key="sk-x", model="m"))
         client = http._get_client()
         url = f"{server.base}/chat/completions"
@@ -218,7 +169,7 @@ async def test_a_cookie_the_pre_connect_got_is_sent_with_the_next_request() -> N
     """A cookie set on a response of httpx's client (the pre-connect's GET)
     is in its jar: the model request after it goes through the client,
     which sends it."""
-    async with Recorder(extra=b"set-cookie: lb=9; Path=/\r\n") as server:
+    async with Recorder(ANSWER, extra=b"set-cookie: lb=9; Path=/\r\n") as server:
         http = ModelHTTP(ProviderConfig(base_url=server.base, api_key="sk-x", model="m"))
         client = http._get_client()
         url = f"{server.base}/chat/completions"
@@ -234,7 +185,7 @@ async def test_a_cookie_the_pre_connect_got_is_sent_with_the_next_request() -> N
 
 
 async def test_credentials_in_the_url_are_httpx_s_basic_auth() -> None:
-    async with Recorder() as server:
+    async with Recorder(ANSWER) as server:
         base = server.base.replace("http://", "http://user:pw@")
         p = OpenAIProvider(ProviderConfig(base_url=base, model="m"))
         try:
@@ -247,7 +198,7 @@ async def test_credentials_in_the_url_are_httpx_s_basic_auth() -> None:
 
 
 async def test_each_request_is_logged_as_httpx_logs_it(caplog: pytest.LogCaptureFixture) -> None:
-    async with Recorder() as server:
+    async with Recorder(ANSWER) as server:
         http = ModelHTTP(ProviderConfig(base_url=server.base, model="m"))
         client = http._get_client()
         url = f"{server.base}/chat/completions"
@@ -308,7 +259,7 @@ async def test_a_refused_connection_is_retried_then_a_clear_error() -> None:
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    async with Recorder() as server:
+    async with Recorder(ANSWER) as server:
         base = server.base
     # The port is free now: nothing listens.
     p = OpenAIProvider(
