@@ -102,14 +102,22 @@ class Elicitor(Protocol):
 # --- what a server may ask ---------------------------------------------------------------
 
 
+def _json_size(value: Any) -> int | None:
+    """The length of `value` as JSON text, in characters; None if it is not
+    plain JSON (a NaN, a non-string key, an object too deep to encode)."""
+    try:
+        return len(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def schema_problem(schema: Any) -> str | None:
     """Why `schema` is not one of the restricted shapes (flat object of
     string, number, integer, boolean and multi-select string properties); None if it is."""
     if not isinstance(schema, dict):
         return "requestedSchema is not an object"
-    try:
-        size = len(json.dumps(schema, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError, RecursionError):
+    size = _json_size(schema)
+    if size is None:
         return "requestedSchema is not plain JSON"
     if size > MAX_SCHEMA_BYTES:
         return "requestedSchema is too large"
@@ -241,9 +249,8 @@ def content_problem(content: Any, schema: Mapping[str, Any]) -> str | None:
     """Why `content` does not answer `schema` (a checked schema); None if it does."""
     if not isinstance(content, dict):
         return "not an object"
-    try:
-        size = len(json.dumps(content, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError, RecursionError):
+    size = _json_size(content)
+    if size is None:
         return "not plain JSON"
     if size > MAX_CONTENT_BYTES:
         return "too large"
