@@ -73,7 +73,7 @@ describe('starting the daemon', () => {
     expect(cfg.args).toEqual(['serve', '--stdio']);
     expect(cfg.env.AGENTD_MODEL).toBe('m1');
     expect(cfg.env.PATH).toBe(process.env.PATH); // the user's environment is kept
-    expect(cfg.initializationOptions).toEqual({ clientTools: ['edit_file', 'write_file', 'run_command', 'read_file'], requestPermission: true });
+    expect(cfg.initializationOptions).toEqual({ clientTools: ['edit_file', 'write_file', 'run_command', 'read_file'], requestPermission: true, elicitation: { form: true, url: true } });
   });
 
   it('reports a start failure with its reason and offers a restart that works', async () => {

@@ -16,6 +16,9 @@ import {
   type AgentUpdateParams,
   type CompactionUpdate,
   type ContentBlock,
+  type ElicitParams,
+  type ElicitResult,
+  type ElicitationCompleteParams,
   type McpStatusResult,
   type PermissionOption,
   type PlanEntry,
@@ -55,6 +58,8 @@ interface Turn {
   settled: Promise<void>;
   /** Open agent/requestPermission requests of this turn, by toolCallId. */
   permissions: Map<string, (optionId: string | undefined) => void>;
+  /** Open agent/elicit requests of this turn: aborted when the turn ends. */
+  elicitations: Set<AbortController>;
 }
 
 export interface TurnSummary {
@@ -106,6 +111,12 @@ export class AgentController {
        * or forked session keeps the list it was saved with.
        */
       additionalRoots?: () => string[];
+      /**
+       * Ask the user an MCP server's agent/elicit question (the editor's
+       * dialogs); the signal aborts when the daemon withdraws it or the turn
+       * ends. Without it every question is declined.
+       */
+      elicit?: (p: ElicitParams, signal: AbortSignal) => Promise<ElicitResult>;
     } = {},
   ) {}
 
@@ -136,6 +147,9 @@ export class AgentController {
     }
     const perm = conn.onRequest?.('agent/requestPermission', (p: RequestPermissionParams, token: CancellationToken) => this.onPermission(p, token));
     if (perm) this.subscriptions.push(perm);
+    const elicit = conn.onRequest?.('agent/elicit', (p: ElicitParams, token: CancellationToken) => this.onElicit(p, token));
+    if (elicit) this.subscriptions.push(elicit);
+    this.subscriptions.push(conn.onNotification('agent/elicitationComplete', (p: ElicitationCompleteParams) => this.onElicitationComplete(p)));
   }
 
   /** What the daemon offers, for the view to show only the controls that work. Never throws. */
@@ -487,6 +501,7 @@ export class AgentController {
       ended: false,
       settled: new Promise<void>((r) => (settle = r)),
       permissions: new Map(),
+      elicitations: new Set(),
     };
     this.turn = turn;
     this.lastSettled = turn.settled;
@@ -611,6 +626,46 @@ export class AgentController {
   private closePermissions(turn: Turn): void {
     for (const resolve of [...turn.permissions.values()]) resolve(undefined);
     turn.permissions.clear();
+    for (const abort of [...turn.elicitations]) abort.abort();
+    turn.elicitations.clear();
+  }
+
+  // --- elicitation -----------------------------------------------------------------
+
+  /**
+   * agent/elicit: an MCP server asks the user during a tool call of this
+   * turn. The dialogs are the editor's (options.elicit); the daemon's
+   * withdrawal ($/cancelRequest) or the turn's end closes them and answers
+   * `cancel`. Never throws: anything unexpected answers `decline`.
+   */
+  private async onElicit(p: ElicitParams, token: CancellationToken): Promise<ElicitResult | typeof NOT_MINE> {
+    const turn = this.turn;
+    if (!p || typeof p !== 'object' || !turn || p.sessionId !== turn.sessionId) return NOT_MINE;
+    if (turn.ended || token.isCancellationRequested) return { action: 'cancel' };
+    const ask = this.options.elicit;
+    if (!ask || (p.mode !== 'form' && p.mode !== 'url')) return { action: 'decline' };
+    const abort = new AbortController();
+    turn.elicitations.add(abort);
+    const sub = token.onCancellationRequested(() => abort.abort());
+    try {
+      const cancelled = new Promise<ElicitResult>((resolve) => abort.signal.addEventListener('abort', () => resolve({ action: 'cancel' })));
+      return await Promise.race([ask(p, abort.signal), cancelled]);
+    } catch {
+      return { action: 'decline' };
+    } finally {
+      sub.dispose();
+      turn.elicitations.delete(abort);
+      abort.abort(); // a dialog still open for it closes
+    }
+  }
+
+  /**
+   * agent/elicitationComplete: the server says a URL question (a sign-in) is
+   * done. Its dialog was modal and is gone by then, so the chat only notes it.
+   */
+  private onElicitationComplete(p: ElicitationCompleteParams): void {
+    if (!p || typeof p !== 'object' || p.sessionId !== this.sessionId) return;
+    this.emit({ type: 'notice', level: 'info', text: 'The MCP server says the page you opened for it is done.' });
   }
 
   /** Resolves when every client tool started so far has answered (for tests and shutdown). */

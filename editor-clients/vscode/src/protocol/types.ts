@@ -5,11 +5,12 @@ export const CLIENT_TOOLS = ['edit_file', 'write_file', 'run_command', 'read_fil
 export type ClientToolName = (typeof CLIENT_TOOLS)[number];
 
 /**
- * What the extension tells the daemon at initialize: the tools it runs, and
- * that it answers agent/requestPermission (the panel asks the user; without
- * it the daemon refuses tools that need permission).
+ * What the extension tells the daemon at initialize: the tools it runs, that
+ * it answers agent/requestPermission (the panel asks the user; without it
+ * the daemon refuses tools that need permission), and the modes of
+ * agent/elicit it shows (without them an MCP server's question is declined).
  */
-export const INITIALIZATION_OPTIONS = { clientTools: [...CLIENT_TOOLS], requestPermission: true };
+export const INITIALIZATION_OPTIONS = { clientTools: [...CLIENT_TOOLS], requestPermission: true, elicitation: { form: true, url: true } };
 
 /** JSON-RPC error codes the client reacts to. */
 export const ErrorCodes = {
@@ -121,6 +122,45 @@ export interface RequestPermissionParams {
 }
 
 export type RequestPermissionResult = { outcome: { outcome: 'selected'; optionId: string } | { outcome: 'cancelled' } };
+
+/** One property of an agent/elicit form: the restricted shapes of MCP elicitation (docs/protocol.md). */
+export interface ElicitProperty {
+  type?: 'string' | 'number' | 'integer' | 'boolean' | 'array';
+  title?: string;
+  description?: string;
+  enum?: unknown[];
+  enumNames?: unknown[];
+  oneOf?: { const?: unknown; title?: unknown }[];
+  minLength?: number;
+  maxLength?: number;
+  format?: string;
+  minimum?: number;
+  maximum?: number;
+  default?: unknown;
+  items?: { type?: string; enum?: unknown[]; anyOf?: { const?: unknown; title?: unknown }[] };
+  minItems?: number;
+  maxItems?: number;
+}
+
+/** agent/elicit (daemon -> editor): an MCP server's question to the user during a tool call. */
+export type ElicitParams = {
+  sessionId: string;
+  toolCallId: string;
+  /** The MCP server's configured name. */
+  server?: string;
+  message: string;
+} & (
+  | { mode: 'form'; requestedSchema: { type?: 'object'; properties: Record<string, ElicitProperty>; required?: string[] } }
+  | { mode: 'url'; url: string; elicitationId: string }
+);
+
+export type ElicitResult = { action: 'accept'; content?: Record<string, unknown> } | { action: 'decline' } | { action: 'cancel' };
+
+/** agent/elicitationComplete (daemon -> editor): the server says the URL question of that id is done. */
+export interface ElicitationCompleteParams {
+  sessionId: string;
+  elicitationId: string;
+}
 
 export interface McpServerStatus {
   name: string;

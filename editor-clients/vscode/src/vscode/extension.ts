@@ -9,6 +9,7 @@ import { ChatViewProvider, VIEW_ID } from './chatView';
 import { DaemonManager, type ClientFactory } from './daemon';
 import { registerMemoryCommands } from './memory';
 import { registerChatParticipant } from './participant';
+import { askElicitation } from './elicitation';
 import { EditReviews } from './review';
 import { TerminalCommandRunner } from './terminal';
 import { TraceChannel } from './trace';
@@ -62,6 +63,8 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
   const controller = new AgentController(workspaceRoot, tools, {
     additionalRoots,
     askPermission: (title, options, signal) => (chat?.visible ? undefined : askPermissionInDialog(title, options, signal)),
+    // MCP servers' questions (agent/elicit) in the editor's dialogs, panel on screen or not.
+    elicit: askElicitation,
   });
   chat = new ChatViewProvider(context.extensionUri, controller, daemon, workspaceRoot, reviews);
   context.subscriptions.push(
@@ -95,6 +98,7 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
     watchMemory: false,
     additionalRoots,
     askPermission: askPermissionInDialog,
+    elicit: askElicitation,
   });
   const participant = registerChatParticipant(participantController, context.extensionUri);
   if (participant) context.subscriptions.push(participant, daemon.attach(participantController));

@@ -71,6 +71,30 @@ function quickPick(): Record<string, unknown> {
   return qp;
 }
 
+/** `CancellationTokenSource`: the token dialogs take; cancelling it closes them (the dialog mocks read it). */
+export class CancellationTokenSource {
+  private readonly cancelled = new EventEmitter<void>();
+  private isCancelled = false;
+  readonly token: { readonly isCancellationRequested: boolean; onCancellationRequested: EventEmitter<void>['event'] };
+  constructor() {
+    const state = () => this.isCancelled;
+    this.token = {
+      get isCancellationRequested(): boolean {
+        return state();
+      },
+      onCancellationRequested: this.cancelled.event,
+    };
+  }
+  cancel(): void {
+    if (this.isCancelled) return;
+    this.isCancelled = true;
+    this.cancelled.fire();
+  }
+  dispose(): void {
+    this.cancelled.dispose();
+  }
+}
+
 export class Uri {
   constructor(
     readonly scheme: string,
@@ -79,6 +103,13 @@ export class Uri {
   ) {}
   static file(p: string): Uri {
     return new Uri('file', path.resolve(p));
+  }
+  /** Keeps the text it was parsed from (what `openExternal` is given). */
+  static parse(text: string, _strict?: boolean): Uri {
+    const u = new URL(text);
+    const uri = new Uri(u.protocol.slice(0, -1), u.pathname, u.search.slice(1));
+    uri.toString = () => text;
+    return uri;
   }
   static from(c: { scheme: string; path: string; query?: string }): Uri {
     return new Uri(c.scheme, c.path, c.query ?? '');
@@ -434,10 +465,11 @@ export const __mock = {
     workspace.workspaceFolders = undefined;
     vi.clearAllMocks();
     // Answers a test queued but did not use must not leak into the next test.
-    for (const m of [window.showWarningMessage, window.showErrorMessage, window.showInformationMessage, window.showQuickPick]) m.mockReset();
+    for (const m of [window.showWarningMessage, window.showErrorMessage, window.showInformationMessage, window.showQuickPick, window.showInputBox]) m.mockReset();
     window.showWarningMessage.mockImplementation(async () => undefined);
     window.showErrorMessage.mockImplementation(async () => undefined);
     window.showInformationMessage.mockImplementation(async () => undefined);
     window.showQuickPick.mockImplementation(async () => undefined);
+    window.showInputBox.mockImplementation(async () => undefined);
   },
 };
