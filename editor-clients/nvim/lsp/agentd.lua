@@ -19,6 +19,9 @@ return {
     -- it the daemon refuses every tool of its own that needs a yes (an MCP
     -- tool with side effects).
     requestPermission = true,
+    -- It answers an MCP server's questions (agent/elicit, lua/agentd/elicit.lua)
+    -- in both modes: without this the daemon declines them for the user.
+    elicitation = { form = true, url = true },
     logLevel = 'warning',
   },
 }

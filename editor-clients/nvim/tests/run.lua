@@ -3,7 +3,8 @@
 --
 --   nvim --headless -u NONE -l tests/run.lua     (from editor-clients/nvim, or anywhere)
 --
--- Env: AGENTD_BIN (default `agentd`). Prints `N passed, N failed, N skipped`
+-- Env: AGENTD_BIN (default `agentd`); AGENTD_TEST_FILTER runs only the
+-- tests whose name contains it (plain text; the others are not counted). Prints `N passed, N failed, N skipped`
 -- last and exits non-zero when a test failed. Every wait is vim.wait() on a
 -- condition, with a generous limit; none is a fixed sleep.
 
@@ -37,7 +38,12 @@ local function skip(reason)
   error(setmetatable({ reason = reason }, SKIP), 0)
 end
 
+local FILTER = os.getenv('AGENTD_TEST_FILTER')
+
 local function test(name, fn)
+  if FILTER and FILTER ~= '' and not name:find(FILTER, 1, true) then
+    return
+  end
   local ok, err = xpcall(fn, function(e)
     if getmetatable(e) == SKIP then
       return e
@@ -1515,6 +1521,153 @@ test('MCP: a permission question the daemon withdraws (no answer in time) has it
   check(not contains(text, 'echo: unanswered'), 'the unanswered call ran')
   local stop = (agentd.info(troot) or {}).last_stop or ''
   check(stop:match('^end_turn'), 'stop: %s', stop)
+end)
+
+--- Run body() with vim.ui.input replaced by answer(opts) -> the text (nil:
+--- dismissed), answered on the next tick. Returns the prompts it was given.
+local function with_input(answer, body)
+  local real_input = vim.ui.input
+  local prompts = {}
+  vim.ui.input = function(opts, cb)
+    prompts[#prompts + 1] = opts.prompt
+    local text = answer(opts)
+    vim.schedule(function()
+      cb(text)
+    end)
+  end
+  local ok, err = pcall(body)
+  vim.ui.input = real_input
+  if not ok then
+    error(err, 0)
+  end
+  return prompts
+end
+
+--- A chooser answering each select from `labels` in turn (by the label it
+--- shows; false: dismissed).
+local function choose_labels(labels)
+  local n = 0
+  return function(items, opts)
+    n = n + 1
+    local want = labels[n]
+    for _, it in ipairs(want and items or {}) do
+      if (opts.format_item or tostring)(it) == want then
+        return it
+      end
+    end
+    return nil
+  end
+end
+
+test('MCP: agent/elicit asked with vim.ui.select and vim.ui.input (a typed, checked form; a URL opened; dismissal and cancel answer cancel)', function()
+  local python, server_py = test_mcp_server()
+  local eroot = tmp .. '/mcp-elicit'
+  vim.fn.mkdir(eroot .. '/.git', 'p')
+  eroot = uv.fs_realpath(eroot)
+  vim.lsp.config('agentd', {
+    init_options = { mcpServers = { tst = { enabled = true, command = python, args = { server_py } } }, mcp = { startupWait = 120 } },
+  })
+  local function ask_here(prompt)
+    check(agentd.ask(prompt, { root = eroot }) ~= nil, 'ask refused')
+    wait_for('the turn to end', function()
+      local s = agentd.info(eroot) or {}
+      return s.client_id ~= nil and not s.running
+    end)
+  end
+  --- What the MCP server got: the `ask` tool's JSON result of the last turn.
+  local function answer()
+    local text = chat.content():match('.*## You\n(.*)$') or ''
+    local json = text:match('Tool result received: (%b{})')
+    check(json, 'no tool result:\n%s', text)
+    return vim.json.decode(json)
+  end
+  local real_open = vim.ui.open
+  local opened = {}
+  vim.ui.open = function(url)
+    opened[#opened + 1] = url
+  end
+  local ok, err = pcall(function()
+    -- The form: the required account first, then by name: confirm, note,
+    -- ratio, rows, tags (a multi-select: each pick toggles, Done ends).
+    local prompts
+    local offered = with_select(choose_labels({ 'work', 'Yes', '[ ] a', '[ ] b', 'Done' }), function()
+      local inputs = { ('x'):rep(21), 'hi', '', '0', '2.5', '3' }
+      prompts = with_input(function()
+        return table.remove(inputs, 1)
+      end, function()
+        ask_here('!tool mcp__tst__ask {"kind": "form"}')
+      end)
+    end)
+    local c = vim.lsp.get_client_by_id(agentd.info(eroot).client_id)
+    local caps = vim.tbl_get(c.server_capabilities, 'experimental', 'agentd')
+    if #offered == 0 and not (caps and caps.mcp) then
+      skip('the daemon has no MCP servers (no `mcp` capability)')
+    end
+    check(vim.deep_equal(c.config.init_options.elicitation, { form = true, url = true }), 'init_options: %s', vim.inspect(c.config.init_options))
+    check(#offered == 5, 'selects: %d', #offered)
+    check(contains(offered[1].opts.prompt, 'tst: Which account? (1/6) Account'), 'first question: %s', offered[1].opts.prompt)
+    check(vim.deep_equal(vim.tbl_map(offered[1].opts.format_item, offered[1].items), { 'personal', 'work' }), 'account choices')
+    check(vim.deep_equal(vim.tbl_map(offered[2].opts.format_item, offered[2].items), { 'Yes', 'No', '(skip)' }), 'boolean choices')
+    check(#prompts == 6, 'inputs: %s', vim.inspect(prompts))
+    check(contains(prompts[2], 'at most 20 characters'), 'note re-asked: %s', prompts[2])
+    check(contains(prompts[3], 'ratio [optional]'), 'ratio: %s', prompts[3])
+    check(contains(prompts[5], 'at least 1') and contains(prompts[6], 'a whole number is required'), 'rows re-asked: %s', vim.inspect(prompts))
+    local got = answer()
+    check(got.action == 'accept', 'action: %s', vim.inspect(got))
+    check(
+      vim.deep_equal(got.content, { account = 'work', confirm = true, note = 'hi', rows = 3, tags = { 'a', 'b' } }),
+      'content: %s',
+      vim.inspect(got.content)
+    )
+    -- Dismissing the first step answers cancel; nothing more is asked.
+    prompts = nil
+    offered = with_select(function() end, function()
+      prompts = with_input(function()
+        return 'never'
+      end, function()
+        ask_here('!tool mcp__tst__ask {"kind": "form"}')
+      end)
+    end)
+    check(#offered == 1 and #prompts == 0, 'asked after the dismissal: %d selects, %d inputs', #offered, #prompts)
+    check(answer().action == 'cancel', 'dismissed: %s', vim.inspect(answer()))
+    -- A URL: Open hands it to vim.ui.open; the server's completion is noted.
+    offered = with_select(choose_labels({ 'Open' }), function()
+      ask_here('!tool mcp__tst__ask {"kind": "url"}')
+    end)
+    check(#offered == 1 and contains(offered[1].opts.prompt, 'tst asks you to open https://example.com/sign-in?state=1'), 'url question: %s', offered[1] and offered[1].opts.prompt)
+    check(vim.deep_equal(opened, { 'https://example.com/sign-in?state=1' }), 'opened: %s', vim.inspect(opened))
+    check(answer().action == 'accept', 'url: %s', vim.inspect(answer()))
+    check(contains(chat.content(), 'the page you opened for it is done'), 'no completion note')
+    -- Decline opens nothing.
+    with_select(choose_labels({ 'Decline' }), function()
+      ask_here('!tool mcp__tst__ask {"kind": "url"}')
+    end)
+    check(#opened == 1, 'opened after Decline')
+    check(answer().action == 'decline', 'declined: %s', vim.inspect(answer()))
+    -- Cancelled while the form is open: its picker is closed, the session goes on.
+    local pickers = with_float_picker(function(wins)
+      check(agentd.ask('!tool mcp__tst__ask {"kind": "form"}', { root = eroot }) ~= nil, 'ask refused')
+      wait_for('the question', function()
+        return #wins == 1
+      end)
+      check(contains(chat.content(), '· MCP tst — asking you'), 'no asking status:\n%s', chat.content())
+      agentd.cancel({ root = eroot })
+    end)
+    check(#pickers == 1, 'questions before the cancel: %d', #pickers)
+    check(not api.nvim_win_is_valid(pickers[1]), 'the picker stayed open after the cancel')
+    ask_here('after the withdrawn question')
+    local stop = (agentd.info(eroot) or {}).last_stop or ''
+    check(stop:match('^end_turn'), 'stop: %s', stop)
+  end)
+  vim.ui.open = real_open
+  vim.lsp.config('agentd', { init_options = { mcpServers = { tst = { enabled = false } } } })
+  local c = agentd.info(eroot) and vim.lsp.get_client_by_id(agentd.info(eroot).client_id)
+  if c then
+    c:stop()
+  end
+  if not ok then
+    error(err, 0)
+  end
 end)
 
 -- Another root, as the tests below: the tests above share `root`'s session.

@@ -6,6 +6,7 @@ local api = vim.api
 local chat = require('agentd.chat')
 local tools = require('agentd.tools')
 local picker = require('agentd.picker')
+local elicit = require('agentd.elicit')
 
 local M = {}
 
@@ -794,6 +795,19 @@ M.handlers = {
   ['agent/requestPermission'] = function(_, params)
     return M.request_permission(params)
   end,
+  ['agent/elicit'] = function(_, params)
+    return M.elicit(params)
+  end,
+  -- The MCP server says a URL question (a sign-in) is done. Its select was
+  -- answered before the browser opened, so there is nothing left to close:
+  -- a note in the chat says it.
+  ['agent/elicitationComplete'] = function(_, params)
+    local p = type(params) == 'table' and by_session[params.sessionId] or nil
+    if p then
+      local turn = p.turn and not p.turn.cancelled and p.turn or nil
+      say(turn, 'the MCP server says the page you opened for it is done')
+    end
+  end,
   -- The memory index changed (an edit, an extraction): refresh the listing
   -- if it is shown, so it never goes stale.
   ['memory/changed'] = function(_, params)
@@ -1177,6 +1191,44 @@ function M.request_permission(params)
     set_call_status(call, chosen and 'running' or 'rejected')
   end
   return { outcome = outcome }
+end
+
+--- agent/elicit: an MCP server asks the user during a tool call of the
+--- running prompt (lua/agentd/elicit.lua asks it). Modelled on
+--- request_permission: it runs in the coroutine Neovim gives server
+--- requests, and a cancelled prompt or the call's final update (the daemon
+--- withdrew the question) closes what is open and answers `cancel`. A
+--- question this plugin cannot read is `decline`; one of no prompt of ours,
+--- `cancel`.
+function M.elicit(params)
+  if type(params) ~= 'table' or (params.mode ~= 'form' and params.mode ~= 'url') then
+    return elicit.DECLINE
+  end
+  local p = by_session[params.sessionId]
+  local turn = p and p.turn
+  if not turn or turn.cancelled then
+    return elicit.CANCEL
+  end
+  local co, is_main = coroutine.running()
+  if not co or is_main then
+    return elicit.DECLINE -- nowhere to wait for an answer
+  end
+  local call = turn.calls[params.toolCallId]
+  local pending = elicit.pending(co)
+  if call then
+    call.withdraw = pending.withdraw
+    set_call_status(call, 'asking you')
+  end
+  local result = elicit.run(params, pending)
+  local withdrawn = pending.done
+  pending.done = true
+  if call and call.withdraw == pending.withdraw then
+    call.withdraw = nil
+  end
+  if call and not call.final and not withdrawn then
+    set_call_status(call, 'running')
+  end
+  return withdrawn and elicit.CANCEL or result
 end
 
 --- Call fn(p, c, sid) with the project's session and its setup (modes,
