@@ -257,6 +257,7 @@ class App:
                 await asyncio.to_thread(provider.warm)
             self.provider.route(provider)
             self.routed_to = config
+            self.core.compactor.endpoint_changed()
         self.preconnect()
 
     # --- results shared by every front end ----------------------------------------------

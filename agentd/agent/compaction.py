@@ -261,6 +261,9 @@ class Compactor:
         self.calibration = Calibration()
         self._sessions: dict[str, SessionContext] = {}
         self._discovery: asyncio.Task[None] | None = None
+        # Counts `endpoint_changed` calls: a discovery started before one
+        # asked the endpoint requests no longer go to, and its answer is dropped.
+        self._endpoint_generation = 0
 
     # --- the window and the count --------------------------------------------------------
 
@@ -280,9 +283,20 @@ class Compactor:
         except RuntimeError:
             pass  # shutting down: the window no longer matters
 
+    def endpoint_changed(self) -> None:
+        """Model requests go to another endpoint from now on (a client routed
+        them, ACP `providers/set`): the window it reports is learned again
+        after its first answer, as at start; the setting still wins."""
+        self._endpoint_generation += 1
+        self.window.forget_reported()
+        self._discovery = None
+
     async def _discover(self) -> None:
         assert isinstance(self.provider, ReportsContextWindow)
+        generation = self._endpoint_generation
         tokens = await self.provider.context_window(self.window.model)
+        if generation != self._endpoint_generation:
+            return  # asked the endpoint routed away from meanwhile
         if tokens:
             self.window.endpoint = tokens
             log.info("context window of %s: %d tokens (endpoint)", self.window.model, tokens)

@@ -106,6 +106,12 @@ class ContextWindow:
         self.endpoint: int | None = None
         self.provider: int | None = None
 
+    def forget_reported(self) -> None:
+        """Requests go to another endpoint: what the last one said (its
+        /models answer, an overflow error's figure) no longer holds."""
+        self.endpoint = None
+        self.provider = None
+
     @property
     def tokens(self) -> int:
         return self.resolve()[0]

@@ -210,6 +210,40 @@ async def test_a_provider_set_while_a_prompt_streams_takes_its_next_step(
     assert step["headers"]["x-gateway-token"] == GATEWAY_TOKEN
 
 
+async def window_after_prompts(daemon: Any, editor: EditorClient, sid: str, tokens: int) -> int:
+    """Prompt until the context meter shows `tokens` (the endpoint is asked in
+    the background after an answer, never before the request): the meter's last
+    window."""
+    window = 0
+    for _ in range(20):
+        await daemon.prompt(session_id=sid, prompt=[text_block("again")])
+        window = editor.notifications("_agentd/usage")[-1]["params"]["contextWindow"]
+        if window == tokens:
+            break
+    return window
+
+
+async def test_the_context_window_is_learned_again_from_the_endpoint_routed_to(
+    daemon: Any,
+    editor: EditorClient,
+    workspace: Path,
+    model_server: ModelServer,
+    gateway: ModelServer,
+) -> None:
+    """Compaction and the context meter follow the endpoint requests go to:
+    the window agentd's own endpoint reported is not kept for the gateway's
+    model, and the gateway's is dropped when requests come back."""
+    model_server.set_context_window(40_000)
+    gateway.set_context_window(20_000)
+    await start(daemon)
+    sid = await new_session(daemon, workspace)
+    assert await window_after_prompts(daemon, editor, sid, 40_000) == 40_000
+    await set_provider(daemon, gateway.openai_base_url)
+    assert await window_after_prompts(daemon, editor, sid, 20_000) == 20_000
+    await request(daemon, "providers/disable", {"providerId": "main"})
+    assert await window_after_prompts(daemon, editor, sid, 40_000) == 40_000
+
+
 BASE = {"providerId": "main", "apiType": "openai", "baseUrl": "http://127.0.0.1:9/v1"}
 
 
