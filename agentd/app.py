@@ -257,7 +257,8 @@ class App:
                 await asyncio.to_thread(provider.warm)
             self.provider.route(provider)
             self.routed_to = config
-            self.core.compactor.endpoint_changed()
+            kind = (config or self.settings.provider_config()).kind
+            self.core.compactor.endpoint_changed(kind)
         self.preconnect()
 
     # --- results shared by every front end ----------------------------------------------

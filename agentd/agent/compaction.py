@@ -138,9 +138,9 @@ class SessionContext:
     failed_turn: int = -1
     # What the checks before each request read of the history, kept per message.
     index: HistoryIndex = field(default_factory=HistoryIndex)
-    # The session's model (`Session.model`) its images' formula was chosen
-    # for (`Compactor.state`); a model's name is never the empty string.
-    formula_model: str | None = ""
+    # The session's model (`Session.model`) and the API its images' formula
+    # was chosen for (`Compactor.state`); None: not chosen yet.
+    formula_for: tuple[str | None, str] | None = None
 
 
 # (session, record, the history and notes after it): the core commits it.
@@ -283,10 +283,12 @@ class Compactor:
         except RuntimeError:
             pass  # shutting down: the window no longer matters
 
-    def endpoint_changed(self) -> None:
-        """Model requests go to another endpoint from now on (a client routed
-        them, ACP `providers/set`): the window it reports is learned again
-        after its first answer, as at start; the setting still wins."""
+    def endpoint_changed(self, provider_kind: str) -> None:
+        """Model requests go to another endpoint, in the API `provider_kind`,
+        from now on (a client routed them, ACP `providers/set`): images are
+        counted as that API bills them, and the window it reports is learned
+        again after its first answer, as at start; the setting still wins."""
+        self.provider_kind = provider_kind
         self._endpoint_generation += 1
         self.window.forget_reported()
         self._discovery = None
@@ -306,11 +308,12 @@ class Compactor:
         if st is None:
             st = self._sessions[session.id] = SessionContext()
         # Images are counted as the session's model bills them, which a model
-        # switch may change (a Claude model behind a router, say). Asked
-        # several times a request: the formula is looked up when the model
-        # changed only.
-        if st.formula_model != session.model:
-            st.formula_model = session.model
+        # switch (a Claude model behind a router, say) or a route to another
+        # API may change. Asked several times a request: the formula is
+        # looked up when either changed only.
+        chosen_for = (session.model, self.provider_kind)
+        if st.formula_for != chosen_for:
+            st.formula_for = chosen_for
             formula = formula_for(self.provider_kind, session.model or self.window.model)
             if st.meter.formula != formula:
                 st.meter.reformulate(session.history, formula)

@@ -198,3 +198,17 @@ def test_the_compactor_counts_images_as_the_sessions_model_bills_them() -> None:
     alone = Session("s2", Path("/w"), AwaitClientResult([]))
     alone.history.append(session.history[0])
     assert claude.estimate(alone) == text + MAX_TOKENS
+
+    # Requests routed to an Anthropic endpoint (ACP `providers/set`): the
+    # same model's images are counted as that API bills them, and back.
+    routed = Compactor(
+        cast(ModelProvider, object()), Supervisor(), ContextWindow("gpt-4o", 100_000)
+    )
+    third = Session("s3", Path("/w"), AwaitClientResult([]))
+    third.history.append(session.history[0])
+    assert routed.estimate(third) == text + 1105
+    routed.endpoint_changed("anthropic")
+    assert routed.estimate(third) == text + MAX_TOKENS
+    assert routed.state(third).index.formula == "anthropic"
+    routed.endpoint_changed("openai")
+    assert routed.estimate(third) == text + 1105
