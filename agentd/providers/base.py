@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentd.messages import Message, ToolCall, ToolSpec
 
-Purpose = Literal["main", "recall", "extract", "compact"]
+Purpose = Literal["main", "recall", "extract", "compact", "nes"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
 
 
