@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentd.acp import options, providers
+from agentd.acp import nes, options, providers
 from agentd.acp.rpc import RpcError
 from agentd.acp.updates import SESSION_UPDATE, Outgoing, to_acp
 from agentd.agent.modes import MODES
@@ -563,6 +563,12 @@ HANDLERS: dict[str, Handler] = {
     "_agentd/mcp/status": mcp_status,
     # MCP over ACP: what the editor's own MCP servers send (agentd.acp.mcp_tunnels).
     "mcp/message": mcp_message,
+    # Next edit suggestions (agentd.acp.nes); accept/reject come as notifications too.
+    "nes/start": nes.start,
+    "nes/suggest": nes.suggest,
+    "nes/accept": nes.accept,
+    "nes/reject": nes.reject,
+    "nes/close": nes.close,
 }
 
 # Answered from the settings, before the App is built (see the module docstring).

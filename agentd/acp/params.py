@@ -205,3 +205,87 @@ class WorkspaceParams(AcpModel):
 class RecallParams(WorkspaceParams):
     query: str
     limit: int = Field(default=5, ge=1, le=50)
+
+
+# --- next edit suggestions (`nes/*`, agentd.acp.nes) --------------------------------------
+
+# Folders of one NES session: an editor window has a few.
+MAX_NES_FOLDERS = 64
+# The editor's context lists: any length is read, the last few are used (agentd.nes.predict).
+MAX_CONTEXT_ITEMS = 1000
+
+
+class WorkspaceFolder(AcpModel):
+    uri: str
+    name: str = ""
+
+
+class StartNesParams(AcpModel):
+    """`nes/start`: its folders are `workspaceUri` and `workspaceFolders`,
+    each checked as `session/new`'s `cwd` is."""
+
+    workspace_uri: str | None = None
+    workspace_folders: Annotated[list[WorkspaceFolder], Field(max_length=MAX_NES_FOLDERS)] = []
+
+
+class NesSessionParams(AcpModel):
+    session_id: str
+
+
+class NesOutcomeParams(AcpModel):
+    """`nes/accept` and `nes/reject` sent as requests (ACP makes them notifications)."""
+
+    session_id: str
+    id: str
+    reason: str | None = None
+
+
+class Position(AcpModel):
+    line: int = Field(ge=0, lt=2**31)
+    character: int = Field(ge=0, lt=2**31)
+
+
+class Range(AcpModel):
+    start: Position
+    end: Position
+
+
+class NesRecentFile(AcpModel):
+    uri: str
+    text: str
+
+
+class NesEditHistoryEntry(AcpModel):
+    uri: str
+    diff: str
+
+
+class NesOpenFile(AcpModel):
+    uri: str
+
+
+class NesDiagnostic(AcpModel):
+    uri: str
+    range: Range
+    severity: str
+    message: str
+
+
+ContextList = Field(max_length=MAX_CONTEXT_ITEMS)
+
+
+class NesSuggestContext(AcpModel):
+    recent_files: Annotated[list[NesRecentFile] | None, ContextList] = None
+    edit_history: Annotated[list[NesEditHistoryEntry] | None, ContextList] = None
+    open_files: Annotated[list[NesOpenFile] | None, ContextList] = None
+    diagnostics: Annotated[list[NesDiagnostic] | None, ContextList] = None
+
+
+class SuggestNesParams(AcpModel):
+    session_id: str
+    uri: str
+    version: int = Field(ge=0, lt=2**63)
+    position: Position
+    selection: Range | None = None
+    trigger_kind: str
+    context: NesSuggestContext | None = None

@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentd import PROTOCOL_VERSION, __version__
+from agentd.acp import nes
 from agentd.acp.caps import ClientCaps
 from agentd.acp.handlers import HANDLERS, dispatch
 from agentd.acp.mcp_tunnels import AcpTunnels
+from agentd.acp.nes import NesState, position_encoding
 from agentd.acp.rpc import NO_REPLY, Connection, LineSplitter, RpcError, parse_message
 from agentd.errors import (
     INTERNAL_ERROR,
@@ -77,6 +79,8 @@ NOTIFICATIONS_SENT = [
 # `agentCapabilities.sessionCapabilities` entries, each advertised when its
 # `session/<name>` method is in the handler table.
 SESSION_CAPABILITIES = ("list", "resume", "close", "fork", "delete")
+# Requests `$/cancel_request` ends (a prompt has `session/cancel`).
+CANCELLABLE = ("nes/suggest",)
 
 
 @dataclass(eq=False)
@@ -120,6 +124,8 @@ class AcpServer:
         self._elicitor: AcpElicitor | None = None
         # The editor's own MCP servers (`type: "acp"`), reached over this connection.
         self.tunnels = AcpTunnels(self.conn)
+        # Next edit suggestions: their sessions, documents and suggestions in flight.
+        self.nes = NesState()
 
     def _attach(self, app: App) -> None:
         app.memory_listeners.append(self._memory_changed)
@@ -273,6 +279,10 @@ class AcpServer:
             return
         if method == "session/cancel":
             self.cancel(params)
+        elif method == "$/cancel_request":
+            self.cancel_request(params)
+        elif method.startswith("document/") or method in ("nes/accept", "nes/reject"):
+            nes.on_notification(self, method, params)
         elif method == "mcp/message":
             self.tunnels.on_notification(params)
         elif method.startswith("_"):
@@ -293,6 +303,16 @@ class AcpServer:
         if state.started and app is not None:
             app.core.cancel(sid)
 
+    def cancel_request(self, params: Any) -> None:
+        """ACP `$/cancel_request`: a `nes/suggest` named is ended (-32800);
+        prompts are cancelled by `session/cancel`, other requests run to their end."""
+        msg_id = params.get("requestId") if isinstance(params, dict) else None
+        for task, request in self._tasks.items():
+            if request.id == msg_id and request.method in CANCELLABLE and not task.done():
+                task.cancel()
+                return
+        log.debug("$/cancel_request for no request agentd can cancel ignored")
+
     # --- initialize (no heavy imports here) ---------------------------------------------
 
     def initialize(self, params: Any) -> dict[str, Any]:
@@ -307,6 +327,7 @@ class AcpServer:
         if caps is not None and not isinstance(caps, dict):
             raise _bad_param("clientCapabilities", "must be an object")
         self.caps = ClientCaps.from_json(caps)
+        self.nes.encoding = position_encoding(caps)
         meta = params.get("_meta")
         options = meta.get("agentd") if isinstance(meta, dict) else None
         if isinstance(options, dict):
@@ -334,6 +355,9 @@ class AcpServer:
                 "auth": {"logout": {}} if "logout" in HANDLERS else {},
                 # The editor may route the model requests (`providers/*`).
                 **({"providers": {}} if "providers/set" in HANDLERS else {}),
+                # Next edit suggestions (`nes/*`, agentd.acp.nes), positions in this encoding.
+                **({"nes": nes.capabilities()} if "nes/suggest" in HANDLERS else {}),
+                "positionEncoding": self.nes.encoding,
                 "_meta": {
                     "agentd": {
                         "version": __version__,
@@ -386,7 +410,7 @@ class AcpServer:
         """Stop serving: cancel running prompts, let other requests finish (bounded)."""
         self.closing = True
         for task, request in list(self._tasks.items()):
-            if request.method == "session/prompt":
+            if request.method in ("session/prompt", *CANCELLABLE):
                 task.cancel()
         if self._tasks:
             _, late = await asyncio.wait(list(self._tasks), timeout=SHUTDOWN_TIMEOUT)

@@ -82,6 +82,9 @@ UNSTABLE_RESULTS = {
     "providers/list": "ListProvidersResponse",
     "providers/set": "SetProviderResponse",
     "providers/disable": "DisableProviderResponse",
+    "nes/start": "StartNesResponse",
+    "nes/suggest": "SuggestNesResponse",
+    "nes/close": "CloseNesResponse",
 }
 RESPONSE_DEFS = {
     "initialize": "InitializeResponse",
@@ -140,6 +143,10 @@ def check_agent_message(message: dict[str, Any], sent_methods: dict[Any, str]) -
         request_method = sent_methods.get(message.get("id"))
         if request_method is None or request_method.startswith("_"):
             return  # an extension method's result, or a reply to a raw line
+        if request_method in ("nes/accept", "nes/reject"):
+            # Notifications in ACP; agentd answers them as requests too, with nothing.
+            assert message.get("result") == {}, message
+            return
         if request_method == "mcp/message":
             assert isinstance(message.get("result"), dict), message  # an inner MCP result
             return
