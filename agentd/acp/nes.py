@@ -315,16 +315,14 @@ def on_notification(server: AcpServer, method: str, params: Any) -> None:
 def _on_document(
     server: AcpServer, session: NesSession, method: str, uri: str, params: dict[str, Any]
 ) -> None:
-    if method == "document/didOpen":
-        language = _text(params, "languageId", 200)
-        session.open(uri, language, _version(params), _text(params, "text", None))
-    elif method == "document/didChange":
-        version = _version(params)
-        changes = params.get("contentChanges")
-        if not isinstance(changes, list):
-            raise _Bad("contentChanges must be a list")
-        checked = [_change(c, i) for i, c in enumerate(changes)]
-        session.change(uri, version, checked, server.nes.encoding)
+    if method in ("document/didOpen", "document/didChange"):
+        try:
+            _on_text(server, session, method, uri, params)
+        except _Bad:
+            # The text the editor holds now is not known: keeping the old one
+            # would make the next change land on a wrong text.
+            session.drop(uri)
+            raise
     elif method == "document/didClose":
         session.drop(uri)
     elif method == "document/didSave":
@@ -335,6 +333,25 @@ def _on_document(
         session.set_focus(uri, version, line, character)
     else:
         log.info("unknown notification %.200r ignored", method)
+
+
+def _on_text(
+    server: AcpServer, session: NesSession, method: str, uri: str, params: dict[str, Any]
+) -> None:
+    from agentd.nes.documents import MAX_CHANGES
+
+    if method == "document/didOpen":
+        language = _text(params, "languageId", 200)
+        session.open(uri, language, _version(params), _text(params, "text", None))
+    elif method == "document/didChange":
+        version = _version(params)
+        changes = params.get("contentChanges")
+        if not isinstance(changes, list):
+            raise _Bad("contentChanges must be a list")
+        if len(changes) > MAX_CHANGES:
+            raise _Bad(f"more than {MAX_CHANGES} contentChanges")
+        checked = [_change(c, i) for i, c in enumerate(changes)]
+        session.change(uri, version, checked, server.nes.encoding)
 
 
 def _text(params: dict[str, Any], name: str, limit: int | None = 1024) -> str:

@@ -101,6 +101,8 @@ class Request:
     prompt: PromptState | None = None
     after_reply: list[Callable[[], None]] = field(default_factory=list)
     answered: bool = False
+    # Set by the client's `$/cancel_request`: a cancel before its handler ran is not shutdown.
+    cancelled: bool = False
 
 
 class AcpServer:
@@ -241,8 +243,9 @@ class AcpServer:
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         request = self._tasks.pop(task)
         if not request.answered:
-            # Cancelled by shutdown, possibly before it even started: still answered.
-            self._reply_error(request, RpcError(REQUEST_CANCELLED, "agentd is shutting down"))
+            # Cancelled by shutdown (or the client), maybe before it started: still answered.
+            why = f"{request.method} cancelled" if request.cancelled else "agentd is shutting down"
+            self._reply_error(request, RpcError(REQUEST_CANCELLED, why))
         self._forget_prompt(request)
 
     def _forget_prompt(self, request: Request) -> None:
@@ -309,6 +312,7 @@ class AcpServer:
         msg_id = params.get("requestId") if isinstance(params, dict) else None
         for task, request in self._tasks.items():
             if request.id == msg_id and request.method in CANCELLABLE and not task.done():
+                request.cancelled = True
                 task.cancel()
                 return
         log.debug("$/cancel_request for no request agentd can cancel ignored")

@@ -22,6 +22,8 @@ Bounds (a hostile or leaking editor cannot grow the daemon):
                         kept (a `didOpen` dropped, a `didChange` drops it)
     MAX_SESSION_BYTES   8 MiB per session; beyond, the least recently
                         touched documents are dropped until it fits
+    MAX_CHANGES         64 `contentChanges` per `didChange` (each one copies
+                        the text); more drop the document
     MAX_OUTCOMES        8 accepted/rejected suggestions remembered per session
 """
 
@@ -46,6 +48,7 @@ MAX_DOCUMENTS = 64
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_SESSION_BYTES = 8 * 1024 * 1024
 MAX_OUTCOMES = 8
+MAX_CHANGES = 64
 # Suggestions issued and not yet accepted or rejected, remembered to describe an outcome.
 MAX_ISSUED = 32
 MAX_URI = 4096

@@ -15,7 +15,8 @@ inside functions count as much as any other: they are dependencies too.
     agent               sessions, the turn engine, recall prefetch, daemon tools
     mcp                 MCP servers: connections (the SDK), a session's MCP tools
     memory              the store, index, watcher, local recall, extraction
-    config, session_files   the settings model; forking and deleting transcripts
+    config, session_files, nes   the settings model; forking and deleting
+                        transcripts; next edit suggestions (documents, the prediction)
     providers, transcript, testing, vision   model access over HTTP; session
                         transcripts on disk; the model server and test/benchmark
                         plumbing; which models take images
@@ -54,7 +55,7 @@ LAYERS: list[set[str]] = [
         "agentd.jsonenc",
     },
     {"agentd.providers", "agentd.transcript", "agentd.testing", "agentd.vision"},
-    {"agentd.config", "agentd.session_files"},
+    {"agentd.config", "agentd.session_files", "agentd.nes"},
     {"agentd.memory"},
     {"agentd.agent"},
     {"agentd.mcp"},
