@@ -19,7 +19,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.messages import user_text
+from agentd.messages import clean_text, user_text
 from agentd.nes import MAX_HISTORY, MAX_RECENT_FILES
 from agentd.nes.documents import Outcome
 from agentd.nes.text import Edit, line_starts, minimal_edits, to_index
@@ -115,7 +115,9 @@ def prompt_text(
     marked = region.text[: cursor - region.start] + CURSOR + region.text[cursor - region.start :]
     parts = [_context_text(context, outcomes, focused)]
     parts.append(f"File: {uri} ({language_id})\n```\n{before}{START}\n{marked}{END}\n{after}\n```")
-    return "\n\n".join(p for p in parts if p)
+    # The editor's context may hold lone surrogates (pydantic lets them
+    # through); the request body must be valid UTF-8.
+    return clean_text("\n\n".join(p for p in parts if p))
 
 
 def _context_text(

@@ -15,7 +15,7 @@ from acp.schema import SuggestNesResponse
 
 from agentd.nes.predict import CURSOR, END, START
 from agentd.testing.model_server import ModelServer
-from tests.acp.harness import EditorClient
+from tests.acp.harness import CLIENT_INFO, EditorClient, capabilities
 from tests.acp.test_acp_e2e import last_response, start
 from tests.acp.test_acp_sessions import bad_field
 
@@ -158,6 +158,13 @@ async def test_stale_versions_and_outside_uris_get_no_suggestion(
     assert await request(daemon, "nes/suggest", suggest_params(sid, uri, 2, 0, 0)) == {
         "suggestions": []
     }
+    # A closed document is forgotten.
+    await open_doc(daemon, sid, uri, TEXT, version=5)
+    await notify(daemon, "document/didSave", {"sessionId": sid, "uri": uri})
+    await notify(daemon, "document/didClose", {"sessionId": sid, "uri": uri})
+    assert await request(daemon, "nes/suggest", suggest_params(sid, uri, 5, 0, 0)) == {
+        "suggestions": []
+    }
     assert model_server.requests("nes") == []
 
 
@@ -268,3 +275,37 @@ async def test_hostile_params_are_refused_or_dropped(
     kept = await request(daemon, "nes/suggest", suggest_params(sid, last, 1, 0, 0))
     assert kept["suggestions"][0]["edits"][0]["newText"] == "  # ok"
     assert len(model_server.requests("nes")) == 1
+
+
+async def test_utf8_positions_the_focused_document_and_a_dirty_context(
+    daemon: Any, editor: EditorClient, workspace: Path, model_server: ModelServer
+) -> None:
+    caps = capabilities()
+    caps.position_encodings = ["utf-7", "utf-8", "utf-16"]
+    await daemon.initialize(protocol_version=1, client_capabilities=caps, client_info=CLIENT_INFO)
+    result = last_response(editor, "initialize")["result"]
+    assert result["agentCapabilities"]["positionEncoding"] == "utf-8"
+    sid = await nes_session(daemon, workspace)
+    uri, other = (workspace / "a.py").as_uri(), (workspace / "b.py").as_uri()
+    await open_doc(daemon, sid, uri, f's = "{EMOJI}"\n')
+    await open_doc(daemon, sid, other, "FOCUSED_TEXT = 1\n")
+    focus = {"line": 0, "character": 0}
+    await notify(
+        daemon,
+        "document/didFocus",
+        {
+            "sessionId": sid,
+            "uri": other,
+            "version": 1,
+            "position": focus,
+            "visibleRange": {"start": focus, "end": focus},
+        },
+    )
+    model_server.enqueue(edit_reply(f's = "{EMOJI}!"\n'), "nes")
+    params = suggest_params(sid, uri, 1, 0, 9)  # after the emoji's four UTF-8 bytes
+    params["context"] = {"editHistory": [{"uri": uri, "diff": "+lone \ud800"}]}
+    (suggestion,) = (await request(daemon, "nes/suggest", params))["suggestions"]
+    (edit,) = suggestion["edits"]
+    assert edit["range"]["start"] == {"line": 0, "character": 9} and edit["newText"] == "!"
+    prompt = json.dumps(model_server.requests("nes")[0]["body"]["messages"])
+    assert "FOCUSED_TEXT" in prompt and "lone \\ufffd" in prompt
