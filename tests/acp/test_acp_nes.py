@@ -14,8 +14,9 @@ from acp import RequestError
 from acp.schema import SuggestNesResponse
 
 from agentd.nes.predict import CURSOR, END, START
+from agentd.testing.daemon import TEST_MODEL, daemon_env
 from agentd.testing.model_server import ModelServer
-from tests.acp.harness import CLIENT_INFO, EditorClient, capabilities
+from tests.acp.harness import CLIENT_INFO, EditorClient, capabilities, connect_acp
 from tests.acp.test_acp_e2e import last_response, start
 from tests.acp.test_acp_sessions import bad_field
 
@@ -99,6 +100,7 @@ async def test_suggest_edits_the_region_at_utf16_positions(
     assert suggestion["cursorPosition"] == {"line": 1, "character": 25}
     (sent,) = model_server.requests("nes")
     body = sent["body"]
+    assert body["model"] == TEST_MODEL  # no fast model configured: the main one
     assert "tools" not in body or body["tools"] == []
     prompt = json.dumps(body["messages"], ensure_ascii=False)
     assert f'return \\"{EMOJI} hi\\"{CURSOR}' in prompt and START in prompt
@@ -309,3 +311,21 @@ async def test_utf8_positions_the_focused_document_and_a_dirty_context(
     assert edit["range"]["start"] == {"line": 0, "character": 9} and edit["newText"] == "!"
     prompt = json.dumps(model_server.requests("nes")[0]["body"]["messages"])
     assert "FOCUSED_TEXT" in prompt and "lone \\ufffd" in prompt
+
+
+async def test_the_fast_model_predicts_when_one_is_configured(
+    editor: EditorClient, workspace: Path, model_server: ModelServer, tmp_path: Path
+) -> None:
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_FAST_MODEL="fast-nes-model")
+    async with connect_acp(editor, env, tmp_path / "agentd-stderr.log") as daemon:
+        await start(daemon)
+        sid = await nes_session(daemon, workspace)
+        uri = (workspace / "a.py").as_uri()
+        await open_doc(daemon, sid, uri, TEXT)
+        model_server.enqueue(edit_reply(TEXT), "nes")
+        assert await request(daemon, "nes/suggest", suggest_params(sid, uri, 1, 0, 0)) == {
+            "suggestions": []
+        }
+    (sent,) = model_server.requests("nes")
+    assert sent["body"]["model"] == "fast-nes-model"
+    assert editor.schema_problems == []
