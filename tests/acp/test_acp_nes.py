@@ -221,6 +221,7 @@ async def test_hostile_params_are_refused_or_dropped(
     refusals: list[tuple[dict[str, Any], str]] = [
         ({}, "workspaceUri"),
         ({"workspaceUri": "relative/dir"}, "workspaceUri"),
+        ({"workspaceUri": f"{workspace}/\ud800"}, "workspaceUri"),
         ({"workspaceUri": (tmp_path / "missing").as_uri()}, "workspaceUri"),
         (
             {"workspaceFolders": [{"uri": str(tmp_path / "nope"), "name": "x"}]},
