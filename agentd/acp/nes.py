@@ -133,7 +133,7 @@ async def start(server: AcpServer, app: App, request: Request, p: StartNesParams
         resolved = workspace_path(value, field)
         # Both spellings: the editor's URIs name the folder as it does, and
         # whether they are inside is judged by their text, not the disk.
-        as_given = uri_path(value) if value.startswith("file:") else Path(value)
+        as_given = uri_path(value if value.startswith("file:") else Path(value).as_uri())
         for root in (resolved, as_given):
             if root is not None and root not in roots:
                 roots.append(root)
