@@ -204,18 +204,20 @@ async def _suggest(
     from agentd.errors import ModelError
     from agentd.nes import predict
     from agentd.nes.documents import Issued
-    from agentd.nes.text import BadPosition, Edit, from_index, line_starts
+    from agentd.nes.text import BadPosition, Edit, from_index, line_starts, to_index, width
 
     encoding = server.nes.encoding
     doc = session.documents.get(p.uri)
     if doc is None or doc.version != p.version or not session.in_workspace(p.uri):
         return NO_SUGGESTIONS
     text = doc.text
+    # Once per suggest: a 1 MiB document's line starts take milliseconds.
+    starts = line_starts(text)
     try:
-        cursor = predict.cursor_index(text, p.position.line, p.position.character, encoding)
+        cursor = to_index(text, starts, p.position.line, p.position.character, encoding)
     except BadPosition as exc:
         raise InvalidParams.of("position", str(exc)) from None
-    region = predict.region_around(text, cursor)
+    region = predict.region_around(text, starts, cursor)
     focused = None
     focus = session.focus
     if focus is not None and focus.uri != p.uri and focus.uri in session.documents:
@@ -239,7 +241,6 @@ async def _suggest(
     prediction = predict.parse_reply(reply, region)
     if prediction is None or not prediction.edits:
         return NO_SUGGESTIONS
-    starts = line_starts(text)
     edits_json = []
     for edit in prediction.edits:
         start = from_index(text, starts, edit.start, encoding)
@@ -250,7 +251,10 @@ async def _suggest(
     if cursor_after is None:
         last: Edit = prediction.edits[-1]
         cursor_after = last.start + len(last.new_text) + _shift(prediction.edits[:-1])
-    line, character = from_index(new_text, line_starts(new_text), cursor_after, encoding)
+    # The cursor's line in the edited text: only the text before it is counted.
+    before = new_text[:cursor_after]
+    line = before.count("\n") + before.count("\r") - before.count("\r\n")
+    character = width(_last_line(before), encoding)
     old_texts = tuple(text[e.start : e.end] for e in prediction.edits)
     suggestion_id = session.issue(Issued(p.uri, tuple(prediction.edits), old_texts))
     suggestion = {
@@ -274,6 +278,12 @@ def _applied(text: str, edits: list[Any]) -> str:
     for edit in reversed(edits):
         text = text[: edit.start] + edit.new_text + text[edit.end :]
     return text
+
+
+def _last_line(text: str) -> str:
+    """What follows the last line break of `text` (all of it when it has none)."""
+    cut = max(text.rfind("\n"), text.rfind("\r"))
+    return text[cut + 1 :]
 
 
 def _shift(edits: list[Any]) -> int:

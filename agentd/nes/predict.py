@@ -22,7 +22,7 @@ from typing import Any
 from agentd.messages import clean_text, user_text
 from agentd.nes import MAX_HISTORY, MAX_RECENT_FILES
 from agentd.nes.documents import Outcome
-from agentd.nes.text import Edit, line_starts, minimal_edits, to_index
+from agentd.nes.text import Edit, minimal_edits
 from agentd.providers.base import ModelProvider, ModelRequest, TextDelta
 
 REGION_BEFORE = 5
@@ -66,8 +66,8 @@ class Prediction:
     cursor: int | None
 
 
-def region_around(text: str, cursor: int) -> Region:
-    starts = line_starts(text)
+def region_around(text: str, starts: list[int], cursor: int) -> Region:
+    """The editable region around `cursor`; `starts`: `line_starts(text)`."""
     line = max(0, _line_of(starts, cursor))
     first = max(0, line - REGION_BEFORE)
     last = min(len(starts) - 1, line + REGION_AFTER)
@@ -191,10 +191,6 @@ async def predict(provider: ModelProvider, system: str, prompt: str) -> str:
             if isinstance(event, TextDelta):
                 parts.append(event.text)
     return "".join(parts)
-
-
-def cursor_index(text: str, line: int, character: int, encoding: str) -> int:
-    return to_index(text, line_starts(text), line, character, encoding)
 
 
 def focused_excerpt(text: str, line: int) -> str:

@@ -13,6 +13,7 @@ line means the line's end (LSP's rule).
 
 from __future__ import annotations
 
+import itertools
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -34,7 +35,16 @@ class Edit:
 
 
 def line_starts(text: str) -> list[int]:
+    """Where each line starts (str indexes), line ends as LSP counts them."""
+    if "\r" not in text:
+        # Only `\n`: split in C and summed in C, several times faster than
+        # matching each line end (a 1 MiB document is typed into).
+        lengths = map(_plus_one, map(len, text.split("\n")[:-1]))
+        return list(itertools.accumulate(lengths, initial=0))
     return [0, *(m.end() for m in _LINE_END.finditer(text))]
+
+
+_plus_one = (1).__add__
 
 
 def _units(ch: str, encoding: str) -> int:
@@ -82,12 +92,16 @@ def to_index(text: str, starts: list[int], line: int, character: int, encoding: 
 def from_index(text: str, starts: list[int], index: int, encoding: str) -> tuple[int, int]:
     """(line, character) of a str index."""
     line = bisect_right(starts, index) - 1
-    segment = text[starts[line] : index]
+    return line, width(text[starts[line] : index], encoding)
+
+
+def width(segment: str, encoding: str) -> int:
+    """How many of the encoding's code units `segment` takes."""
     if encoding == "utf-32":
-        return line, len(segment)
+        return len(segment)
     if encoding == "utf-16":
-        return line, len(segment) + sum(1 for c in segment if ord(c) > 0xFFFF)
-    return line, len(segment.encode("utf-8", "surrogatepass"))
+        return len(segment) + sum(1 for c in segment if ord(c) > 0xFFFF)
+    return len(segment.encode("utf-8", "surrogatepass"))
 
 
 def apply_change(

@@ -56,7 +56,7 @@ def test_edits_are_per_changed_line_and_trimmed() -> None:
 def test_the_reply_is_read_back_only_between_both_markers() -> None:
     text = "".join(f"line {n}\n" for n in range(20))
     cursor = text.index("line 10") + 4
-    region = region_around(text, cursor)
+    region = region_around(text, line_starts(text), cursor)
     assert region.text == "".join(f"line {n}\n" for n in range(5, 16))
     changed = region.text.replace("line 10", f"line ten{CURSOR}")
     prediction = parse_reply(f"Sure:\n{START}\n{changed}{END}\n", region)
@@ -104,3 +104,21 @@ def test_uris_outside_the_folders_are_not_in_the_workspace() -> None:
     assert session.in_workspace("file://localhost/w/a%20b.py")
     for uri in ("file:///w/../etc/passwd", "file:///wx/a.py", "untitled:1", "file://host/w/a"):
         assert not session.in_workspace(uri)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\rc\n", "\r\r\n\n", "x\u2028y\x0bz\n"]
+)
+def test_line_starts_count_lsps_three_line_ends_only(text: str) -> None:
+    expected = [0]
+    i = 0
+    while i < len(text):
+        if text.startswith("\r\n", i):
+            i += 2
+        elif text[i] in "\r\n":
+            i += 1
+        else:
+            i += 1
+            continue
+        expected.append(i)
+    assert line_starts(text) == expected
