@@ -9,10 +9,12 @@ end does. `session/new` needs only its first stage (the settings): it is
 answered while the App is still being built.
 
 Routing: `handlers.HANDLERS` is the one table of methods; the server knows
-only `initialize` (it starts the warm-up) and the `session/cancel`
-notification, and advertises `session/load`, the session capabilities
-(`list`, `resume`, `close`, `fork`, `delete`), `providers`, `auth.logout`
-and the extension methods from the table.
+only `initialize` (it starts the warm-up) and the notifications
+(`session/cancel`; `$/cancel_request`, which ends a `nes/suggest`; the
+`document/*`, `nes/accept` and `nes/reject` ones, handed to
+`agentd.acp.nes`), and advertises `session/load`, the session capabilities
+(`list`, `resume`, `close`, `fork`, `delete`), `providers`, `nes`,
+`auth.logout` and the extension methods from the table.
 
 Every request is answered exactly once: by its handler's result, by the
 error it raised (`RpcError` as is, agentd's `ProtocolError`s mapped in
