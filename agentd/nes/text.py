@@ -34,14 +34,18 @@ class Edit:
     new_text: str
 
 
-def line_starts(text: str) -> list[int]:
-    """Where each line starts (str indexes), line ends as LSP counts them."""
+def line_starts(text: str, count: int | None = None) -> list[int]:
+    """Where each line starts (str indexes), line ends as LSP counts them:
+    all of them, or (`count`) the first `count` at most."""
     if "\r" not in text:
         # Only `\n`: split in C and summed in C, several times faster than
-        # matching each line end (a 1 MiB document is typed into).
-        lengths = map(_plus_one, map(len, text.split("\n")[:-1]))
+        # matching each line end (a 1 MiB document is typed into), and
+        # stopped early when only the first lines are wanted.
+        parts = text.split("\n") if count is None else text.split("\n", max(0, count - 1))
+        lengths = map(_plus_one, map(len, parts[:-1]))
         return list(itertools.accumulate(lengths, initial=0))
-    return [0, *(m.end() for m in _LINE_END.finditer(text))]
+    starts = [0, *(m.end() for m in _LINE_END.finditer(text))]
+    return starts if count is None else starts[:count]
 
 
 _plus_one = (1).__add__
@@ -108,7 +112,9 @@ def apply_change(
     text: str, start: tuple[int, int], end: tuple[int, int], new: str, enc: str
 ) -> str:
     """`text` with the range start..end replaced by `new`; `BadPosition` for a bad range."""
-    starts = line_starts(text)
+    # The starts up to the line after the range's last: where that line ends,
+    # and whether it exists, are known without reading the rest.
+    starts = line_starts(text, max(start[0], end[0]) + 2)
     a = to_index(text, starts, *start, enc)
     b = to_index(text, starts, *end, enc)
     if b < a:

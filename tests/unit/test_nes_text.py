@@ -122,3 +122,6 @@ def test_line_starts_count_lsps_three_line_ends_only(text: str) -> None:
             continue
         expected.append(i)
     assert line_starts(text) == expected
+    # The first lines only (a ranged change reads no further than it needs).
+    for count in range(1, len(expected) + 2):
+        assert line_starts(text, count) == expected[:count]
