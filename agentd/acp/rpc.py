@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from agentd.answers import answered_request, unreadable, unreadable_error
 from agentd.decode import Undecodable, decode_body
 from agentd.errors import INTERNAL_ERROR, INVALID_REQUEST, bounded_error
 from agentd.jsonenc import compact_utf8
@@ -107,6 +108,7 @@ class Connection:
         self._write = write
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._said_string_ids = False
         self.closed = False
 
     # --- sending -------------------------------------------------------------------
@@ -160,34 +162,46 @@ class Connection:
 
     def on_response(self, message: dict[str, Any]) -> None:
         msg_id = message.get("id")
-        fut = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+        fut = self._take(msg_id)
         if fut is None:
             log.info("response for unknown request id %.200r ignored", msg_id)
             return
         if fut.done():
             return
+        why = unreadable_error(message)
+        if why is not None:
+            fut.set_exception(RpcError(INVALID_REQUEST, unreadable(why)))
+            return
         error = message.get("error")
         if isinstance(error, dict):
-            code = error.get("code")
-            fut.set_exception(
-                RpcError(
-                    code if isinstance(code, int) else INTERNAL_ERROR,
-                    str(error.get("message", "error")),
-                    error.get("data"),
-                )
-            )
+            fut.set_exception(RpcError(error["code"], error["message"], error.get("data")))
         else:
             fut.set_result(message.get("result"))
 
     def fail(self, msg_id: Any, error: RpcError) -> bool:
         """End the request `msg_id` with `error` (its answer could not be read);
         False when no request of ours has that id."""
-        fut = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+        fut = self._take(msg_id)
         if fut is None:
             return False
         if not fut.done():
             fut.set_exception(error)
         return True
+
+    def _take(self, msg_id: Any) -> asyncio.Future[Any] | None:
+        """The pending request the answer id `msg_id` names (`agentd.answers`), unregistered."""
+        key = answered_request(msg_id, self._pending)
+        if key is None:
+            return None
+        if key is not msg_id and not self._said_string_ids:
+            # Once: a client that stringifies ids does so on every answer.
+            self._said_string_ids = True
+            log.info(
+                "the client answers request ids as strings (%.40r for %d); taken as the same ids",
+                msg_id,
+                key,
+            )
+        return self._pending.pop(key)
 
     def close(self) -> None:
         self.closed = True

@@ -45,6 +45,7 @@ from agentd.acp.handlers import HANDLERS, dispatch
 from agentd.acp.mcp_tunnels import AcpTunnels
 from agentd.acp.nes import NesState, position_encoding
 from agentd.acp.rpc import NO_REPLY, Connection, LineSplitter, RpcError, parse_message
+from agentd.answers import unreadable
 from agentd.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -193,7 +194,9 @@ class AcpServer:
             # An answer to one of agentd's requests (it names no method) that
             # cannot be read (too deep, a number too long) ends that request
             # now, instead of leaving it to its timeout or answering an answer.
-            if b'"method"' not in line and self.conn.fail(reply_id, error):
+            if b'"method"' not in line and self.conn.fail(
+                reply_id, RpcError(error.code, unreadable(error.message))
+            ):
                 return
             if reply_id is not NO_REPLY:
                 self.conn.respond_error(reply_id, error)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from functools import partial
@@ -36,6 +37,7 @@ from pygls.protocol import (
     lsp_method,
 )
 
+from agentd.answers import answered_request, unreadable, unreadable_error
 from agentd.errors import INVALID_PARAMS, INVALID_REQUEST, SERVER_NOT_INITIALIZED, bounded_error
 from agentd.jsonenc import compact_utf8
 
@@ -80,6 +82,8 @@ class AgentdProtocol(LanguageServerProtocol):
         self._after_reply: dict[Any, list[Callable[[], None]]] = {}
         # agentd's requests by method: a coroutine function of the raw params.
         self.direct_requests: dict[str, Callable[[Any], Coroutine[Any, Any, Any]]] = {}
+        # The ids of agentd's requests to the editor still waiting for an answer.
+        self._sent_ids: set[Any] = set()
 
     # --- incoming ---------------------------------------------------------------
 
@@ -99,6 +103,8 @@ class AgentdProtocol(LanguageServerProtocol):
             )
             return
         if data.get("jsonrpc") != "2.0":
+            if "method" not in data and self.fail_sent(msg_id, 'it has no "jsonrpc": "2.0"'):
+                return  # an answer to one of agentd's requests: never answered itself
             self.reply_error(
                 msg_id if has_id else None,
                 INVALID_REQUEST,
@@ -113,6 +119,9 @@ class AgentdProtocol(LanguageServerProtocol):
                 "Invalid Request: method must be a string",
             )
             return
+        if method is None and has_id:
+            self._dispatch_response(data)
+            return
         params = data.get("params")
         if params is not None and not isinstance(params, dict | list):
             if has_id and method is not None:
@@ -125,10 +134,7 @@ class AgentdProtocol(LanguageServerProtocol):
                 )
             return
         if method is None:
-            if not has_id:
-                self.reply_error(None, INVALID_REQUEST, "Invalid Request: no method")
-                return
-            self._dispatch_response(data)
+            self.reply_error(None, INVALID_REQUEST, "Invalid Request: no method")
             return
         if has_id:
             if not self.initialized and method not in _LIFECYCLE_OK_BEFORE_INIT:
@@ -190,38 +196,73 @@ class AgentdProtocol(LanguageServerProtocol):
         task.add_done_callback(partial(self._send_handler_result, msg_id=msg_id))
 
     def _dispatch_response(self, data: dict[str, Any]) -> None:
-        try:
-            message = self.structure_message(data)
-        except JsonRpcException:
-            log.warning("unreadable response to request %.200r", data.get("id"))
+        """An answer to one of agentd's requests, matched and read by the rule
+        both front ends share (`agentd.answers`). Read here, not by pygls:
+        its reading drops an answer whose `error` or `result` does not fit
+        its types, and the request would wait for ever; agentd's callers
+        read the result as plain JSON."""
+        msg_id = data.get("id")
+        key = answered_request(msg_id, self._sent_ids)
+        future = self._request_futures.pop(key, None) if key is not None else None
+        if future is None or future.done():
+            # A late answer to a withdrawn request (e.g. after a cancel): ignore it.
+            log.debug("ignoring response to unknown or withdrawn request %.200r", msg_id)
             return
-        self.handle_message(message)
+        self._result_types.pop(key, None)
+        why = unreadable_error(data)
+        if why is not None:
+            log.warning("answer to request %.200r: %s", msg_id, unreadable(why))
+            future.set_exception(JsonRpcException(unreadable(why), INVALID_REQUEST))
+            return
+        error = data.get("error")
+        if isinstance(error, dict):
+            future.set_exception(
+                JsonRpcException.from_error(
+                    types.ResponseError(error["code"], error["message"], error.get("data"))
+                )
+            )
+        else:
+            future.set_result(data.get("result"))
+
+    def fail_sent(self, msg_id: Any, why: str) -> bool:
+        """End agentd's request `msg_id`, whose answer could not be read;
+        False when no pending request of ours has that id."""
+        key = answered_request(msg_id, self._sent_ids)
+        future = self._request_futures.pop(key, None) if key is not None else None
+        if future is None:
+            return False
+        self._result_types.pop(key, None)
+        log.warning("answer to request %.200r: %s", msg_id, unreadable(why))
+        if not future.done():
+            future.set_exception(JsonRpcException(unreadable(why), INVALID_REQUEST))
+        return True
 
     def handle_message(self, message: Any) -> None:
         # Our dispatch already enforced lifecycle rules; skip pygls' silent drops.
-        import contextvars
-
+        # (Answers to agentd's requests never come here: `_dispatch_response`.)
         ctx = contextvars.copy_context()
-        method = getattr(message, "method", None)
-        if method is not None and hasattr(message, "id"):
+        method = message.method
+        if hasattr(message, "id"):
             ctx.run(self._handle_request, message.id, method, message.params)
-        elif method is not None:
-            ctx.run(self._handle_notification, method, message.params)
-        elif hasattr(message, "error") and getattr(message, "error", None) is not None:
-            ctx.run(self._handle_response, message.id, None, message.error)
         else:
-            ctx.run(self._handle_response, message.id, getattr(message, "result", None))
-
-    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
-        future = self._request_futures.get(msg_id)
-        if future is None or future.done():
-            # A late answer to a withdrawn request (e.g. after a cancel): ignore it.
-            self._request_futures.pop(msg_id, None)
-            log.debug("ignoring response to unknown or withdrawn request %r", msg_id)
-            return
-        super()._handle_response(msg_id, result, error)
+            ctx.run(self._handle_notification, method, message.params)
 
     # --- outgoing ---------------------------------------------------------------
+
+    def send_request(
+        self,
+        method: str,
+        params: Any | None = None,
+        callback: Callable[[Any], None] | None = None,
+        msg_id: Any = None,
+    ) -> Future[Any]:
+        # Kept apart from `_request_futures`, which holds the editor's
+        # requests too: an answer may only end a request agentd sent.
+        sent_id = msg_id if msg_id is not None else str(uuid.uuid4())
+        future = super().send_request(method, params, callback, sent_id)
+        self._sent_ids.add(sent_id)
+        future.add_done_callback(lambda _: self._sent_ids.discard(sent_id))
+        return future
 
     def reply_error(self, msg_id: Any, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}

@@ -275,6 +275,10 @@ class AgentdServer(LanguageServer):
         try:
             data = decode_body(body)
         except Undecodable as exc:
+            # An answer to one of agentd's requests (it names no method) that
+            # cannot be read ends that request now, as over ACP.
+            if exc.reply and b'"method"' not in body and proto.fail_sent(exc.reply_id, exc.message):
+                return
             if exc.reply:
                 log.error("unreadable message: %s", exc.message)
                 proto.reply_error(exc.reply_id, exc.code, exc.message)
