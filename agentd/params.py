@@ -154,6 +154,13 @@ def workspace_path(value: str, field: str = "workspaceRoot") -> Path:
             {"fields": [{"field": field, "message": why}]},
         )
 
+    if not value.isascii() and not _is_unicode(value):
+        # A lone surrogate: how Python names a folder whose name is not
+        # UTF-8 (surrogateescape), but no JSON an editor writes can mean
+        # it, and the root is written to the transcript, the memory index
+        # and the editor's updates, which stay valid UTF-8. Refused as LSP's
+        # `agent/newSession` always refused it (pydantic reads no such str).
+        raise bad("holds a lone surrogate: not valid Unicode")
     try:
         if value.startswith("file:"):
             value = unquote(urlparse(value).path)
@@ -167,6 +174,14 @@ def workspace_path(value: str, field: str = "workspaceRoot") -> Path:
         # A name too long, a NUL byte, a lone surrogate, a symlink loop: unusable.
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise bad(f"cannot be used ({why[:100]})") from None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # At most this many additional roots per session (ACP `additionalDirectories`):

@@ -13,6 +13,7 @@ holds the same history as the session (a restarted daemon replays it).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,52 @@ async def test_lone_surrogates_from_the_model_and_the_editor(
     finally:
         await d.close()
     assert clean_text(f"a{HALF}b\udc00") == "a\ufffdb\ufffd"
+
+
+def root_requests(acp: bool, sid: str, root: str) -> list[tuple[str, dict[str, Any], str]]:
+    """Every request that names a workspace root, with `root` there: (method,
+    params, the field the refusal names)."""
+    if acp:
+        at = {"cwd": root, "mcpServers": []}
+        return [
+            ("session/new", at, "cwd"),
+            ("session/load", {"sessionId": sid, **at}, "cwd"),
+            ("session/resume", {"sessionId": sid, **at}, "cwd"),
+            ("session/fork", {"sessionId": sid, **at}, "cwd"),
+            ("session/list", {"cwd": root}, "cwd"),
+        ]
+    return [
+        ("agent/newSession", {"workspaceRoot": root}, "workspaceRoot"),
+        ("agent/loadSession", {"sessionId": sid, "workspaceRoot": root}, "workspaceRoot"),
+        ("agent/forkSession", {"sessionId": sid, "workspaceRoot": root}, "workspaceRoot"),
+        ("agent/listSessions", {"workspaceRoot": root}, "workspaceRoot"),
+        ("memory/status", {"workspaceRoot": root}, "workspaceRoot"),
+    ]
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_root_named_with_a_lone_surrogate_is_refused_naming_the_field(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A folder whose name is not UTF-8 (`b"ws\\x80"`) exists, and Python
+    names it `ws\\udc80` (surrogateescape): a root sent so is refused by
+    every request of both front ends, -32602 naming the field; nothing of it
+    reaches a transcript or the listing (before: ACP took it, and wrote the
+    surrogate into the session's files; LSP refused it on `agent/newSession`
+    only)."""
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/ws\x80"))
+    odd.mkdir()
+    home = tmp_path / "home"
+    d, sid = await start(model_server, home, workspace, acp)
+    try:
+        for n, (method, params, field) in enumerate(root_requests(acp, sid, str(odd))):
+            d.request(100 + n, method, params)
+            reply = await d.response(100 + n)
+            assert reply["error"]["code"] == -32602, (method, reply)
+            assert field in [f["field"] for f in reply["error"]["data"]["fields"]], (method, reply)
+        # The session is still bound to its own root and answers.
+        assert (await prompt(d, acp, sid, "still here", 200))["result"]["stopReason"] == "end_turn"
+    finally:
+        await d.close()
+    for path in agentd_home(home).rglob("*"):
+        assert not path.is_file() or "\\udc80" not in path.read_text("utf-8"), path
