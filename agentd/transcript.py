@@ -1437,6 +1437,79 @@ class _Tail:
     torn: bool = False
 
 
+# The longest transcript line read. A message line holds one message, and
+# the longest message agentd takes is a prompt as long as the wire allows
+# (256 MiB: LSP's `MAX_BODY`, ACP's `MAX_LINE`; a string's transcript JSON is
+# never longer than its wire JSON, and images are stored apart); tool results
+# are cut to `toolResultMaxChars`, and the other records are small. The 64
+# KiB cover the record around the message. A longer line is no line agentd
+# wrote (a hand-edited or hostile file): it is skipped unread, as an
+# unreadable line is, and what follows it is read.
+MAX_LINE_BYTES = 256 * 1024 * 1024 + 64 * 1024
+# How much of an over-long line is held at once while it is skipped.
+_SKIP_CHUNK = 1024 * 1024
+
+
+def _lines(f: IO[bytes], path: Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes, int]]:
+    """The file's lines from where `f` (seekable) stands, each with its
+    length in bytes. A line longer than `limit` comes as a blank line
+    (`b"\\n"`; `b""` when the file ends inside it) with its length: at most
+    `limit` of it is held, in pieces, the rest is scanned for its newline
+    chunk by chunk, and a warning names the file and where the line starts."""
+    # Pieces of at most this much, so that no line over `limit` is taken whole.
+    step = min(_SKIP_CHUNK, limit + 1)
+    at = f.tell()
+    while True:
+        line = f.readline(step)
+        if not line:
+            return
+        if not line.endswith(b"\n"):
+            line, over = _rest_of_line(f, line, limit, step)
+            if over:
+                log.warning(
+                    "transcript %s: the line at byte %d is %d bytes, longer than any agentd "
+                    "writes (%d): skipped",
+                    path,
+                    at,
+                    over,
+                    limit,
+                )
+                yield line, over
+                at += over
+                continue
+        yield line, len(line)
+        at += len(line)
+
+
+def _rest_of_line(f: IO[bytes], first: bytes, limit: int, step: int) -> tuple[bytes, int]:
+    """(the line that starts with `first`, 0), read on to its newline or the
+    file's end; or, past `limit`, (a blank line, its whole length), its
+    bytes dropped as they are read."""
+    pieces = [first]
+    size = len(first)
+    while size <= limit:
+        piece = f.readline(step)
+        if not piece:
+            return b"".join(pieces), 0
+        pieces.append(piece)
+        size += len(piece)
+        if piece.endswith(b"\n"):
+            if size <= limit:
+                return b"".join(pieces), 0
+            return b"\n", size
+    del pieces
+    while True:
+        chunk = f.read(step)
+        if not chunk:
+            return b"", size
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            # Read past the line's end: give the rest back to the next line.
+            f.seek(newline + 1 - len(chunk), os.SEEK_CUR)
+            return b"\n", size + newline + 1
+        size += len(chunk)
+
+
 def _iter_records(
     path: Path, skip_below: int = 0, tail: _Tail | None = None
 ) -> Iterator[dict[str, Any]]:
@@ -1444,13 +1517,15 @@ def _iter_records(
     slice (extraction, after every reply) holds one decoded line at once, not
     the whole append-only file, whose size grows for the daemon's lifetime.
     Message lines with an offset below `skip_below` are not even decoded.
-    `tail` is told whether the last line read lacks its newline."""
+    `tail` is told whether the last line read lacks its newline. A line
+    longer than `MAX_LINE_BYTES` is skipped (`_lines`)."""
     try:
-        f = os.fdopen(open_regular(path), encoding="utf-8", errors="replace")
+        f = os.fdopen(open_regular(path), "rb")
     except OSError:
         return
     with f:
-        for line in f:
+        for raw, _ in _lines(f, path):
+            line = raw.decode("utf-8", errors="replace")
             if tail is not None:
                 tail.torn = not line.endswith("\n")
             if not line.strip():
@@ -2011,9 +2086,9 @@ def read_from(path: Path, start: int, position: int = 0, end: int | None = None)
             position = 0
         f.seek(position)
         at = position
-        for line in f:
-            line_end = at + len(line)
-            out.bytes_read += len(line)
+        for line, length in _lines(f, path):
+            line_end = at + length
+            out.bytes_read += length
             at = line_end
             if not line.endswith(b"\n"):
                 break

@@ -146,3 +146,75 @@ async def test_a_huge_file_without_a_header_among_the_transcripts_is_not_read(
         assert await _stop(d) == 0
     finally:
         await d.close()
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if row.startswith("VmHWM:"):
+            return int(row.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+# Past `agentd.transcript.MAX_LINE_BYTES`, which a test may shrink (the code
+# before read such a line whole: 2 GB of memory and more).
+HUGE_LINE = int(os.environ.get("AGENTD_TEST_HUGE_LINE", 2 << 30))
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_huge_line_in_a_transcript_is_skipped_and_the_rest_loads(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A transcript with a 2 GB line (zeros, sparse) between two turns, and
+    no meta file: the listing shows it with its title, a load takes both
+    turns and the next prompt's request carries them, the line is skipped
+    with a warning naming the file, and the daemon's memory never holds the
+    line (peak RSS under 1 GiB; agentd writes no line over 256 MiB)."""
+    env = daemon_env(model_server.openai_base_url, tmp_path, AGENTD_MEMORY="off")
+    log_path = tmp_path / "stderr.log"
+    with log_path.open("wb") as log:
+        d = await RawDaemon.spawn(env, acp=acp, stderr=log)
+    try:
+        sid = await d.open_session(workspace)
+        for n, text in enumerate(["first", "second"]):
+            if acp:
+                blocks = [{"type": "text", "text": text}]
+                d.request(10 + n, "session/prompt", {"sessionId": sid, "prompt": blocks})
+            else:
+                d.request(10 + n, "agent/prompt", {"sessionId": sid, "prompt": text})
+            assert (await d.response(10 + n))["result"]["stopReason"] == "end_turn"
+        folder = sessions_dir(workspace, agentd_home(tmp_path))
+        lines = (folder / f"{sid}.jsonl").read_bytes().replace(sid.encode(), b"2" * 32)
+        lines_kept = lines.splitlines(keepends=True)
+        cut = next(i for i, x in enumerate(lines_kept) if b'"second"' in x)
+        other = "2" * 32
+        with (folder / f"{other}.jsonl").open("wb") as f:
+            f.write(b"".join(lines_kept[:cut]))
+            f.seek(HUGE_LINE, os.SEEK_CUR)  # a hole: zeros that cost the disk nothing
+            f.write(b"\n" + b"".join(lines_kept[cut:]))
+        method = "session/list" if acp else "agent/listSessions"
+        d.request(20, method, {"cwd": str(workspace), "workspaceRoot": str(workspace)})
+        listed = (await d.response(20, timeout=120))["result"]["sessions"]
+        assert {s["sessionId"]: s["title"] for s in listed} == {sid: "first", other: "first"}
+        if acp:
+            load = {"sessionId": other, "cwd": str(workspace), "mcpServers": []}
+            d.request(21, "session/load", load)
+        else:
+            d.request(21, "agent/loadSession", {"sessionId": other})
+        assert "result" in await d.response(21, timeout=120)
+        if acp:
+            blocks = [{"type": "text", "text": "third"}]
+            d.request(22, "session/prompt", {"sessionId": other, "prompt": blocks})
+        else:
+            d.request(22, "agent/prompt", {"sessionId": other, "prompt": "third"})
+        assert (await d.response(22))["result"]["stopReason"] == "end_turn"
+        sent = model_server.requests("main")[-1]["body"]["messages"]
+        users = [m["content"] for m in sent if m["role"] == "user"]
+        texts = [u if isinstance(u, str) else u[0]["text"] for u in users]
+        # (The first turn's text carries the date reminder before it.)
+        assert [t.rpartition("\n")[2] for t in texts] == ["first", "second", "third"]
+        assert _peak_rss_mib(d.proc.pid) < 1024
+        assert await _stop(d) == 0
+    finally:
+        await d.close()
+    logged = log_path.read_text(errors="replace")
+    assert f"{other}.jsonl: the line at byte" in logged and "skipped" in logged

@@ -552,3 +552,27 @@ def test_a_line_is_written_whole_through_short_writes(tmp_path: Path) -> None:
         (1, "the answer"),
         (2, "and the next one"),
     ]
+
+
+def test_no_message_the_wire_accepts_makes_a_line_a_reader_skips() -> None:
+    from agentd.acp.rpc import MAX_LINE
+    from agentd.lsp.transport import MAX_BODY
+    from agentd.transcript import MAX_LINE_BYTES
+
+    assert max(MAX_BODY, MAX_LINE) < MAX_LINE_BYTES
+
+
+def test_a_line_past_the_bound_is_skipped_in_pieces_and_the_rest_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import io
+
+    from agentd.transcript import _lines
+
+    data = b"short\n" + b"x" * 25 + b"\n" + b"exactly10\n" + b"y" * 11 + b"\nend" + b"z" * 30
+    got = list(_lines(io.BufferedReader(io.BytesIO(data), 4), tmp_path / "t.jsonl", limit=10))
+    # Over-long lines come blank (with their lengths, so positions stay
+    # true); the one the file ends inside has no newline, as a torn line.
+    assert got == [(b"short\n", 6), (b"\n", 26), (b"exactly10\n", 10), (b"\n", 12), (b"", 33)]
+    assert sum(n for _, n in got) == len(data)
+    assert "t.jsonl: the line at byte 6 is 26 bytes" in caplog.text
