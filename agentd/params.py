@@ -160,7 +160,7 @@ def workspace_path(value: str, field: str = "workspaceRoot") -> Path:
         # it, and the root is written to the transcript, the memory index
         # and the editor's updates, which stay valid UTF-8. Refused as LSP's
         # `agent/newSession` always refused it (pydantic reads no such str).
-        raise bad("holds a lone surrogate: not valid Unicode")
+        raise bad("not valid Unicode (a lone surrogate)")
     try:
         if value.startswith("file:"):
             value = unquote(urlparse(value).path)

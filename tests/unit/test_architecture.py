@@ -20,8 +20,8 @@ inside functions count as much as any other: they are dependencies too.
     providers, transcript, testing, vision   model access over HTTP; session
                         transcripts on disk; the model server and test/benchmark
                         plumbing; which models take images
-    tasks, stdio, layout, paths, params, files, decode, heap, image_billing,
-    turn_ends, jsonenc  small shared pieces (turn_ends: where a stored prompt ended)
+    tasks, stdio, layout, paths, params, files, decode, answers, heap,
+    image_billing, turn_ends, jsonenc   small shared pieces (turn_ends: where a stored prompt ended)
     agentd, messages, events, errors   the vocabulary: nothing of agentd imported
 
 Within a unit, modules may import each other, but not in a circle at run time.
@@ -49,6 +49,7 @@ LAYERS: list[set[str]] = [
         "agentd.params",
         "agentd.files",
         "agentd.decode",
+        "agentd.answers",
         "agentd.heap",
         "agentd.image_billing",
         "agentd.turn_ends",
