@@ -9,13 +9,11 @@ import * as path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it as vitestIt } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
 import { NOT_MINE } from '../src/protocol/connection';
-import { AgentController } from '../src/protocol/controller';
 import type { ElicitParams } from '../src/protocol/types';
-import { ClientToolRunner } from '../src/tools/clientTools';
 import { askElicitation, problemWith } from '../src/vscode/elicitation';
-import { AGENTD_BIN, startDaemon, startModelServer, tmpDir, type Daemon, type ModelServer } from './helpers/agentd';
-import { FakeWorkspace } from './helpers/fakeWorkspace';
-import { recording, type WireEvent } from './helpers/recorder';
+import { AGENTD_BIN, startDaemon, startModelServer, type Daemon, type ModelServer } from './helpers/agentd';
+import { panelHarness } from './helpers/panel';
+import type { WireEvent } from './helpers/recorder';
 import { __mock, env, window } from './mocks/vscode';
 
 let model: ModelServer;
@@ -47,23 +45,7 @@ const it = (name: string, fn: () => Promise<void>) =>
     await fn();
   });
 
-function harness() {
-  const root = tmpDir('agentd-ws-');
-  const controller = new AgentController(() => root, new ClientToolRunner(new FakeWorkspace(), { workspaceRoot: () => root, editApproval: () => 'ask' }), {
-    elicit: askElicitation,
-  });
-  const { conn, events: wire } = recording(daemon.agent);
-  controller.attach(conn);
-  const events: ChatEvent[] = [];
-  const waiters: { pred: (e: ChatEvent) => boolean; resolve: (e: ChatEvent) => void }[] = [];
-  controller.onEvent((e) => {
-    events.push(e);
-    for (const w of [...waiters]) if (w.pred(e)) waiters.splice(waiters.indexOf(w), 1) && w.resolve(e);
-  });
-  const next = (pred: (e: ChatEvent) => boolean): Promise<ChatEvent> =>
-    events.find(pred) ? Promise.resolve(events.find(pred)!) : new Promise((resolve) => waiters.push({ pred, resolve }));
-  return { controller, events, wire, next };
-}
+const harness = () => panelHarness(daemon.agent, { elicit: askElicitation });
 
 /** What this harness's controller answered to agent/elicit (another harness's session is NOT_MINE). */
 const answers = (wire: WireEvent[]) =>

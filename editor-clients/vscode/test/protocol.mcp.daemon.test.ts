@@ -8,11 +8,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it as vitestIt } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
-import { AgentController } from '../src/protocol/controller';
-import { ClientToolRunner } from '../src/tools/clientTools';
-import { AGENTD_BIN, startDaemon, startModelServer, tmpDir, type Daemon, type ModelServer } from './helpers/agentd';
-import { FakeWorkspace } from './helpers/fakeWorkspace';
-import { recording, type WireEvent } from './helpers/recorder';
+import { AGENTD_BIN, startDaemon, startModelServer, type Daemon, type ModelServer } from './helpers/agentd';
+import { panelHarness } from './helpers/panel';
+import type { WireEvent } from './helpers/recorder';
 
 let model: ModelServer;
 let daemon: Daemon;
@@ -39,21 +37,7 @@ const it = (name: string, fn: () => Promise<void>) =>
     await fn();
   });
 
-function harness() {
-  const root = tmpDir('agentd-ws-');
-  const controller = new AgentController(() => root, new ClientToolRunner(new FakeWorkspace(), { workspaceRoot: () => root, editApproval: () => 'ask' }));
-  const { conn, events: wire } = recording(daemon.agent);
-  controller.attach(conn);
-  const events: ChatEvent[] = [];
-  const waiters: { pred: (e: ChatEvent) => boolean; resolve: (e: ChatEvent) => void }[] = [];
-  controller.onEvent((e) => {
-    events.push(e);
-    for (const w of [...waiters]) if (w.pred(e)) waiters.splice(waiters.indexOf(w), 1) && w.resolve(e);
-  });
-  const next = (pred: (e: ChatEvent) => boolean): Promise<ChatEvent> =>
-    events.find(pred) ? Promise.resolve(events.find(pred)!) : new Promise((resolve) => waiters.push({ pred, resolve }));
-  return { controller, events, wire, next };
-}
+const harness = () => panelHarness(daemon.agent);
 
 const toolUpdates = (events: ChatEvent[]) =>
   events.flatMap((e) => (e.type === 'update' && (e.update.kind === 'tool_call' || e.update.kind === 'tool_call_update') ? [e.update] : []));
