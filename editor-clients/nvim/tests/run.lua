@@ -1379,23 +1379,34 @@ local function test_mcp_server()
   return python, server_py
 end
 
-test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
+--- The set-up of the MCP tests: a fresh root `tmp/NAME` (a git repository),
+--- the daemon given the test MCP server `tst`; returns the root's real path
+--- and `ask_here(prompt)`, which asks there, waits for the turn to end and
+--- returns how it stopped.
+local function mcp_root(name)
   local python, server_py = test_mcp_server()
-  local mroot = tmp .. '/mcp'
-  vim.fn.mkdir(mroot .. '/.git', 'p')
-  mroot = uv.fs_realpath(mroot)
-  local mcp_servers = { tst = { command = python, args = { server_py } } }
-  -- startupWait: the first prompt waits for the server's tools (a slow
-  -- machine may take seconds to import the SDK), as the daemon documents.
-  vim.lsp.config('agentd', { init_options = { mcpServers = mcp_servers, mcp = { startupWait = 120 } } })
+  local root = tmp .. '/' .. name
+  vim.fn.mkdir(root .. '/.git', 'p')
+  root = uv.fs_realpath(root)
+  -- enabled: a test before may have turned `tst` off (vim.lsp.config merges
+  -- tables). startupWait: the first prompt waits for the server's tools (a
+  -- slow machine may take seconds to import the SDK), as the daemon documents.
+  vim.lsp.config('agentd', {
+    init_options = { mcpServers = { tst = { enabled = true, command = python, args = { server_py } } }, mcp = { startupWait = 120 } },
+  })
   local function ask_here(prompt)
-    check(agentd.ask(prompt, { root = mroot }) ~= nil, 'ask refused')
+    check(agentd.ask(prompt, { root = root }) ~= nil, 'ask refused')
     wait_for('the turn to end', function()
-      local s = agentd.info(mroot) or {}
+      local s = agentd.info(root) or {}
       return s.client_id ~= nil and not s.running
     end)
-    return (agentd.info(mroot) or {}).last_stop or ''
+    return (agentd.info(root) or {}).last_stop or ''
   end
+  return root, ask_here
+end
+
+test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
+  local mroot, ask_here = mcp_root('mcp')
   local ok, err = pcall(function()
     -- A tool with side effects: asked, allowed once.
     local offered = with_select(item_with('kind', 'allow_once'), function()
@@ -1560,20 +1571,7 @@ local function choose_labels(labels)
 end
 
 test('MCP: agent/elicit asked with vim.ui.select and vim.ui.input (a typed, checked form; a URL opened; dismissal and cancel answer cancel)', function()
-  local python, server_py = test_mcp_server()
-  local eroot = tmp .. '/mcp-elicit'
-  vim.fn.mkdir(eroot .. '/.git', 'p')
-  eroot = uv.fs_realpath(eroot)
-  vim.lsp.config('agentd', {
-    init_options = { mcpServers = { tst = { enabled = true, command = python, args = { server_py } } }, mcp = { startupWait = 120 } },
-  })
-  local function ask_here(prompt)
-    check(agentd.ask(prompt, { root = eroot }) ~= nil, 'ask refused')
-    wait_for('the turn to end', function()
-      local s = agentd.info(eroot) or {}
-      return s.client_id ~= nil and not s.running
-    end)
-  end
+  local eroot, ask_here = mcp_root('mcp-elicit')
   --- What the MCP server got: the `ask` tool's JSON result of the last turn.
   local function answer()
     local text = chat.content():match('.*## You\n(.*)$') or ''
