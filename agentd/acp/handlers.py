@@ -124,7 +124,8 @@ async def dispatch(server: AcpServer, request: Request) -> Any:
         if request.method in FROM_SETTINGS:
             target = await server.warmup.wait_settings()
         else:
-            target = await server.warmup.wait(request.method)
+            # Built long since, as a rule: no coroutine to make and await then.
+            target = server.warmup.get() or await server.warmup.wait(request.method)
         p: Any = None
         if request.method == "session/prompt":
             p = text_prompt(request.params, blocks_only=True)
