@@ -264,6 +264,9 @@ class Compactor:
         # Counts `endpoint_changed` calls: a discovery started before one
         # asked the endpoint requests no longer go to, and its answer is dropped.
         self._endpoint_generation = 0
+        # The system prompt and tools last counted (`overhead_bytes`), any
+        # session's, with their size.
+        self._overhead: tuple[str, list[ToolSpec], int] | None = None
 
     # --- the window and the count --------------------------------------------------------
 
@@ -385,7 +388,14 @@ class Compactor:
         st = self.state(session)
         counted = st.overhead_of
         if counted is None or counted[0] is not system or counted[1] is not tools:
-            st.overhead = overhead_bytes(system, tools)
+            # A new session's first request sends the objects another
+            # session's did (both are kept across sessions): counted once.
+            last = self._overhead
+            if last is not None and last[0] is system and last[1] is tools:
+                st.overhead = last[2]
+            else:
+                st.overhead = overhead_bytes(system, tools)
+                self._overhead = (system, tools, st.overhead)
             st.overhead_of = (system, tools)
         if not self.options.enabled:
             return
