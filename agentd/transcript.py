@@ -485,6 +485,8 @@ class OpenFiles:
         self._files: OrderedDict[Path, IO[bytes]] = OrderedDict()
         # New sessions' files made ahead, empty until `create` (`prepare`).
         self._spares: OrderedDict[Path, IO[bytes]] = OrderedDict()
+        # The folders `prepare` made for them (none of them written in yet).
+        self._made: set[Path] = set()
 
     def prepare(self, path: Path) -> None:
         """Make the file `create(path)` will create, ahead: `create` then
@@ -500,14 +502,32 @@ class OpenFiles:
         is removed at the next start (`collect_unused_transcripts`). The
         daemon holds an exclusive `flock` on it while it is open, so that
         a daemon starting beside it tells a live session's file from a
-        dead daemon's. Nothing when the folder does not exist yet (no
-        folder is made for a session that may never be prompted), a file
-        has the name already, or the file system takes no `flock`."""
+        dead daemon's. Nothing when a file has the name already, or the
+        file system takes no `flock`.
+
+        A project's first session finds no sessions folder: it is made now
+        too (`_make_folders`: making it on the first prompt's way, an open
+        refused, pathlib's `mkdir` and the open again, took 0.2-0.4 ms of
+        it), and the folders made for a file made ahead are removed with
+        the file if that session is never prompted and they are empty then
+        (`_discard`): a session never prompted leaves no folder either,
+        but after a kill (its file is collected at the next start, the
+        empty folder stays)."""
         if path in self._spares or path in self._files:
             return
         flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
         try:
             fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:
+            made = _make_folders(path.parent)
+            if not made:
+                return
+            self._made.update(made)
+            try:
+                fd = os.open(path, flags, 0o600)
+            except OSError:
+                self._remove_made(path)
+                return
         except OSError:
             return
         try:
@@ -521,6 +541,7 @@ class OpenFiles:
         except OSError:
             _remove_unused(path, fd)
             os.close(fd)
+            self._remove_made(path)
             return
         # Its first line's block too (its size stays 0).
         reserve_first_block(fd)
@@ -567,6 +588,11 @@ class OpenFiles:
         if path in self._files:
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
         spare = self._spares.pop(path, None)
+        folder = path.parent
+        while folder in self._made:
+            # A session's folder now: never removed by this daemon.
+            self._made.discard(folder)
+            folder = folder.parent
         if spare is not None:
             return self._keep(path, spare)
         flags = _APPEND | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW
@@ -588,17 +614,53 @@ class OpenFiles:
         if spare is not None:
             self._discard(path, spare)
 
-    @staticmethod
-    def _discard(path: Path, spare: IO[bytes]) -> None:
+    def _discard(self, path: Path, spare: IO[bytes]) -> None:
         """A file made ahead and never written: removed, then closed (which
-        lets go of its lock)."""
+        lets go of its lock), and the folders made for it if they are empty."""
         try:
             _remove_unused(path, spare.fileno())
         finally:
             spare.close()
+            self._remove_made(path)
+
+    def _remove_made(self, path: Path) -> None:
+        """Remove the folders `prepare` made above `path`, deepest first,
+        while they are empty (`rmdir` refuses one that is not: another
+        session's file, another daemon's)."""
+        folder = path.parent
+        while folder in self._made:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                return  # in use: the next discard there tries again
+            self._made.discard(folder)
+            folder = folder.parent
 
     def __len__(self) -> int:
         return len(self._files)
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make `folder` and those above it that are missing (mode 0700, as
+    `_in_folder` makes them); the ones this call made, deepest first. One
+    made meanwhile by someone else is not this call's; a failure stops."""
+    missing: list[Path] = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    made: list[Path] = []
+    for each in reversed(missing):
+        try:
+            os.mkdir(each, 0o700)
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+        made.append(each)
+    made.reverse()
+    return made
 
 
 def _remove_unused(path: Path | str, fd: int) -> bool:

@@ -5,6 +5,7 @@ before the model request goes out, so a daemon killed then keeps it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,9 @@ async def test_a_prompt_sent_the_instant_its_session_exists_is_on_disk_before_it
     model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool, earlier: bool
 ) -> None:
     """Default settings (memory on). `earlier`: another session of the project
-    was prompted first, so its sessions folder exists (the warm case: the
-    file is made ahead, empty, once `session/new` is answered); else this
-    prompt also makes the folder. The model holds its answer; once the
+    was prompted first, so its sessions folder exists; else the folder is
+    made with the first session's file ahead (either way the file is made
+    ahead, empty, once `session/new` is answered). The model holds its answer; once the
     request has arrived the daemon is killed, and the transcript has the
     session's header and the prompt, with no second header. A session that
     was never prompted has no meta file, at most an empty transcript, which
@@ -165,6 +166,52 @@ async def test_a_session_never_prompted_is_listed_by_no_daemon_and_leaves_no_fil
     assert sorted(p.name for p in folder.glob("*.jsonl")) == sorted(
         [f"{earlier}.jsonl", f"{waiting}.jsonl"]
     )
+
+
+@pytest.mark.parametrize("acp", [False, True], ids=["lsp", "acp"])
+async def test_a_projects_first_session_gets_its_folder_ahead_and_unprompted_leaves_none(
+    model_server: ModelServer, tmp_path: Path, workspace: Path, acp: bool
+) -> None:
+    """A project's first session finds no sessions folder: the folder and
+    the empty file in it are made once `session/new` is answered (its first
+    prompt then only writes). Closed unprompted, it takes both away; a
+    prompted session's folder stays, and the clean exit takes away only the
+    files of the sessions never prompted."""
+    env = daemon_env(model_server.openai_base_url, tmp_path)
+    folder = sessions_dir(workspace, agentd_home(tmp_path))
+    d = await RawDaemon.spawn(env, acp=acp)
+    try:
+        if acp:
+            d.request(1, "initialize", {"protocolVersion": 1})
+            await d.response(1)
+        else:
+            await d.initialize()
+        # The warm-up over (a listing waits for it): the App makes files ahead.
+        assert await _listed_by(d, acp, workspace, 10) == []
+        first = await _new_session(d, acp, workspace, 2)
+        # A round trip: the new session's after-reply work is done.
+        assert await _listed_by(d, acp, workspace, 3) == []
+        assert os.listdir(folder) == [f"{first}.jsonl"]
+        assert (folder / f"{first}.jsonl").stat().st_size == 0
+        d.request(4, "session/close" if acp else "agent/closeSession", {"sessionId": first})
+        assert "result" in await d.response(4)
+        assert not folder.exists()
+        prompted = await _new_session(d, acp, workspace, 5)
+        _prompt(d, acp, prompted, "the first question of the project", 6)
+        assert "result" in await d.response(6)
+        never = await _new_session(d, acp, workspace, 7)
+        assert await _listed_by(d, acp, workspace, 8) == [prompted]
+        assert (folder / f"{never}.jsonl").exists()
+        if acp:
+            d.proc.send_signal(signal.SIGTERM)
+        else:
+            d.request(9, "shutdown")
+            await d.response(9)
+            d.notify("exit")
+        assert await d.wait_exit() == 0
+    finally:
+        await d.close()
+    assert sorted(os.listdir(folder)) == [f"{prompted}.jsonl", f"{prompted}.meta.json"]
 
 
 def _list_call(acp: bool, workspace: Path) -> tuple[str, dict[str, Any]]:

@@ -358,7 +358,8 @@ def test_a_new_sessions_file_made_ahead_is_no_session_until_its_first_line(
     """`prepare` makes a new session's file ahead, empty: no listing shows it
     and no load finds it (a session never prompted is no session), the first
     line writes the header first, and an unused one is removed at close, or
-    when pushed out by newer ones. No folder is made for it."""
+    when pushed out by newer ones. The folders made for it go with it
+    (`test_the_folders_made_ahead_go_with_an_unused_file`)."""
     from agentd.transcript import OpenFiles
 
     root = tmp_path / "ws"
@@ -367,7 +368,9 @@ def test_a_new_sessions_file_made_ahead_is_no_session_until_its_first_line(
     files = OpenFiles(limit=2)
     missing = TranscriptWriter(folder / "s0.jsonl", "s0", root, files=files, fresh=True)
     missing.prepare()
-    assert not folder.exists()
+    assert os.listdir(folder) == ["s0.jsonl"]
+    missing.close()
+    assert not (tmp_path / "projects").exists()
     folder.mkdir(parents=True)
     used = TranscriptWriter(folder / "s1.jsonl", "s1", root, files=files, fresh=True)
     unused = TranscriptWriter(folder / "s2.jsonl", "s2", root, files=files, fresh=True)
@@ -423,6 +426,46 @@ def test_a_new_sessions_file_made_ahead_is_no_session_until_its_first_line(
     hand.close()
     loaded = load(folder / "s4.jsonl")
     assert loaded is not None and [m.text for m in loaded.history] == ["into an empty file"]
+
+
+def test_the_folders_made_ahead_go_with_an_unused_file(tmp_path: Path) -> None:
+    """A project's first session: `prepare` makes the missing folders and
+    the file in them; an unused file's close removes the folders it made
+    while they are empty (not those that were there, not one holding
+    another file), and a file that gets its first line keeps its folder for
+    good (the first line writes, it makes nothing)."""
+    from agentd.transcript import OpenFiles
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    folder = sessions_dir(root, tmp_path)
+    (tmp_path / "projects").mkdir()
+    files = OpenFiles()
+
+    def made_ahead(name: str) -> TranscriptWriter:
+        w = TranscriptWriter(folder / f"{name}.jsonl", name, root, files=files, fresh=True)
+        w.prepare()
+        assert (folder / f"{name}.jsonl").stat().st_size == 0
+        return w
+
+    a, b = made_ahead("a"), made_ahead("b")
+    a.close()
+    assert os.listdir(folder) == ["b.jsonl"]  # b's file is in it: kept
+    b.close()
+    assert os.listdir(tmp_path / "projects") == []  # made for them: gone; `projects` was there
+    # Something else in the folder meanwhile: never removed.
+    c = made_ahead("c")
+    (folder / "notes.txt").write_text("the user's\n")
+    c.close()
+    assert os.listdir(folder) == ["notes.txt"]
+    (folder / "notes.txt").unlink()
+    folder.rmdir()
+    # Prompted: its folder stays after the other one made ahead there goes.
+    used, unused = made_ahead("used"), made_ahead("unused")
+    used.append(msg("user", "the first question"))
+    unused.close()
+    used.close()
+    assert sorted(os.listdir(folder)) == ["used.jsonl", "used.meta.json"]
 
 
 def test_a_file_made_ahead_has_its_first_block_and_is_still_no_session(
