@@ -260,8 +260,9 @@ async def save_after_edits(
         await asyncio.wait([memory._saving])
     await memory._save_cache()  # what earlier edits left, untimed
     tokens = []
-    for e in range(count):
-        i = rng.randrange(size)
+    # Distinct notes: a second edit of one note would drop the first's token,
+    # which the wait below would then look for in vain.
+    for e, i in enumerate(rng.sample(range(size), min(count, size))):
         token = f"savemarker{count}x{e}x{rng.randrange(10**6)}"
         title, desc, body, kind = make_doc(rng, i)
         write_doc(folder, i, (title, desc, body + f"\n{token}", kind))
