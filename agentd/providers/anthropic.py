@@ -139,7 +139,14 @@ def request_parts(
     step to step, happen here on the cached bytes, never in the per-message
     cache."""
     refs = (config, *request.tools)
-    fixed = ("anthropic", model, request.purpose, request.max_tokens, request.temperature)
+    fixed = (
+        "anthropic",
+        model,
+        request.purpose,
+        request.max_tokens,
+        request.temperature,
+        request.stop,
+    )
     what = (*fixed, request.tool_choice, request.cache, request.system)
     hit = _HEADS.get(what, refs)
     if hit is None:
@@ -248,6 +255,8 @@ def _request_head(
         body["thinking"] = {"type": "enabled", "budget_tokens": budget}
     elif request.temperature is not None:  # thinking takes no temperature
         body["temperature"] = request.temperature
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
     if request.tool_choice:
         body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
     # The API caches in this order: tools, system, messages.

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentd.messages import Message, ToolCall, ToolSpec
 
-Purpose = Literal["main", "recall", "extract", "compact", "nes"]
+Purpose = Literal["main", "recall", "extract", "compact", "nes", "sampling"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
 
 
@@ -43,6 +43,9 @@ class ModelRequest:
     # on both APIs (OpenAI `tool_choice`, Anthropic `tool_choice: {type: tool}`).
     tool_choice: str | None = None
     temperature: float | None = None
+    # Texts that end the answer where the model writes one (OpenAI `stop`,
+    # Anthropic `stop_sequences`): an MCP server's sampling request may set them.
+    stop: tuple[str, ...] = ()
     # Called once, when the request body has been written to the connection
     # (at the latest when the response's headers arrive, for transports that
     # cannot tell): lets side queries wait until the main request is out

@@ -175,7 +175,14 @@ def request_parts(
     `find_prefix`), and joins only the pieces that no kept chunk holds
     (`body.SealedChunks`)."""
     refs = (config, *request.tools)
-    fixed = ("openai", model, request.purpose, request.max_tokens, request.temperature)
+    fixed = (
+        "openai",
+        model,
+        request.purpose,
+        request.max_tokens,
+        request.temperature,
+        request.stop,
+    )
     what = (*fixed, request.tool_choice)
     hit = _HEADS.get(what, refs)
     if hit is None:
@@ -255,6 +262,8 @@ def _request_head(
     body["stream_options"] = {"include_usage": True}
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    if request.stop:
+        body["stop"] = list(request.stop)
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
     if request.tool_choice:
