@@ -107,15 +107,22 @@ class AcpToolRunner:
             "toolCallId": request.tool_call_id,
             "title": request.title,
             "kind": "other",
-            "status": "pending",
             "rawInput": request.arguments,
         }
+        meta: dict[str, Any] = {"server": request.server, "tool": request.tool}
+        if request.kind == "sampling":
+            # The call is running already (no `pending` status): its server
+            # asks to use the model; the preview is the card's content.
+            meta["sampling"] = True
+            tool_call["content"] = text_content(request.description)
+        else:
+            tool_call["status"] = "pending"
         if request.server is not None:
-            tool_call["_meta"] = {"agentd": {"server": request.server, "tool": request.tool}}
+            tool_call["_meta"] = {"agentd": meta}
         result = await self._call(
             session,
             "session/request_permission",
-            {"toolCall": tool_call, "options": PERMISSION_OPTIONS},
+            {"toolCall": tool_call, "options": request.options},
         )
         return read_answer(result)
 

@@ -6,11 +6,18 @@ the user's yes. Each front end asks in its own way (ACP:
 `PermissionAsker` set on the session; both offer the same three options and
 read the same answer shape. Anything but an explicit allow refuses the call:
 no asker, an error, a timeout, a malformed answer (fail closed).
+
+An MCP server's request to use the model (MCP sampling) is asked the same
+way, with `kind` "sampling", a preview of what it asks, and no "always"
+option: each request is asked about (`agentd.mcp.sampling`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -22,6 +29,12 @@ PERMISSION_OPTIONS: list[dict[str, str]] = [
     {"optionId": "allow_always", "name": "Always allow in this session", "kind": "allow_always"},
     {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
 ]
+# What is asked about each time: no option to allow it for the rest of the session.
+ONCE_OPTIONS: list[dict[str, str]] = [
+    o for o in PERMISSION_OPTIONS if o["optionId"] in ("allow_once", "reject_once")
+]
+
+log = logging.getLogger("agentd.permission")
 
 Choice = Literal["allow_once", "allow_always", "reject_once", "cancelled", "unavailable"]
 _SELECTABLE: dict[str, Choice] = {
@@ -41,6 +54,10 @@ class PermissionRequest:
     server: str | None = None
     server_tool: str | None = None
     description: str = ""
+    options: list[dict[str, str]] = field(default_factory=lambda: PERMISSION_OPTIONS)
+    # "sampling": an MCP server asks to use the model during the call
+    # `tool_call_id`; `arguments` then hold the preview of what it asks.
+    kind: Literal["tool", "sampling"] = "tool"
 
 
 @dataclass(slots=True)
@@ -58,6 +75,37 @@ class PermissionAsker(Protocol):
     async def ask_permission(
         self, session: Session, request: PermissionRequest
     ) -> PermissionAnswer: ...
+
+
+async def ask_within(
+    session: Session, request: PermissionRequest, timeout: float
+) -> PermissionAnswer:
+    """The user's answer through the session's asker, never longer than
+    `timeout`: no asker, an error or no answer in time is "unavailable"."""
+    asker = session.permissions
+    if asker is None:
+        why = "this editor cannot ask the user: it did not declare permission requests"
+        return PermissionAnswer("unavailable", why)
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout):
+            answer = await asker.ask_permission(session, request)
+    except TimeoutError:
+        return PermissionAnswer("unavailable", f"no answer within {timeout:g} s")
+    except Exception as exc:
+        log.warning(
+            "permission request for %s failed after %.1f s: %s",
+            request.tool,
+            time.monotonic() - started,
+            exc,
+        )
+        return PermissionAnswer("unavailable", str(exc) or type(exc).__name__)
+    offered = {o["optionId"] for o in request.options}
+    if answer.allowed and answer.choice not in offered:
+        # An editor that answers with an option it was not offered ("always"
+        # where each request is asked): allowed this once, never remembered.
+        return PermissionAnswer("allow_once")
+    return answer
 
 
 def read_answer(result: Any) -> PermissionAnswer:

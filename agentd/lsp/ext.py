@@ -463,6 +463,9 @@ class RequestPermissionParams(WireModel):
     server: str | None = None
     server_tool: str | None = None
     description: str | None = None
+    # "sampling": the MCP server of the call `toolCallId` asks to use the
+    # model; `arguments` preview what it asks. Absent for a tool call.
+    kind: Literal["sampling"] | None = None
 
 
 class SelectedOutcome(WireModel):

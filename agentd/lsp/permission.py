@@ -18,12 +18,7 @@ import asyncio
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agentd.agent.permission import (
-    PERMISSION_OPTIONS,
-    PermissionAnswer,
-    PermissionRequest,
-    read_answer,
-)
+from agentd.agent.permission import PermissionAnswer, PermissionRequest, read_answer
 
 if TYPE_CHECKING:
     from agentd.agent.session import Session
@@ -39,13 +34,15 @@ def permission_params(session_id: str, request: PermissionRequest) -> dict[str, 
         "tool": request.tool,
         "title": request.title,
         "arguments": request.arguments,
-        "options": PERMISSION_OPTIONS,
+        "options": request.options,
     }
     if request.server is not None:
         params["server"] = request.server
         params["serverTool"] = request.server_tool
     if request.description:
         params["description"] = request.description
+    if request.kind == "sampling":
+        params["kind"] = "sampling"
     return params
 
 

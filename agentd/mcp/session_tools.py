@@ -4,7 +4,8 @@ One `SessionMcpTools` per session that uses MCP servers. It turns the
 ready servers' tools into `ToolSpec`s under their model-facing names, asks
 permission before a call (unless the tool is read-only or trusted, or the
 user allowed it for the rest of the session), runs the call with its
-timeout (paused while the server asks the user something: `agentd.mcp.elicit`),
+timeout (paused while the server asks the user something: `agentd.mcp.elicit`,
+or asks to use the model: `agentd.mcp.sampling`),
 and turns the result into text for the model. Failures of every
 kind are failed results; only a cancel propagates (and withdraws the call).
 """
@@ -13,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentd.agent.permission import PermissionAnswer, PermissionRequest
+from agentd.agent.permission import PermissionAnswer, PermissionRequest, ask_within
 from agentd.agent.session import Session
 from agentd.agent.tools import truncate_result
 from agentd.config import McpServerSettings, McpSettings
@@ -115,7 +115,12 @@ class SessionMcpTools:
         timeout = server.config.timeout or self._settings.call_timeout
         # The server's questions to the user during this call (elicitation).
         questions = CallElicitation(
-            session, call.id, server.name, self._settings.permission_timeout
+            session,
+            call.id,
+            server.name,
+            self._settings.permission_timeout,
+            tool=call.name,
+            server_tool=entry.tool,
         )
         try:
             async with asyncio.timeout(timeout) as deadline:
@@ -181,10 +186,6 @@ class SessionMcpTools:
         )
 
     async def _ask(self, session: Session, call: ToolCall, entry: _Tool) -> PermissionAnswer:
-        asker = session.permissions
-        if asker is None:
-            why = "this editor cannot ask the user: it did not declare permission requests"
-            return PermissionAnswer("unavailable", why)
         request = PermissionRequest(
             tool_call_id=call.id,
             tool=call.name,
@@ -194,21 +195,7 @@ class SessionMcpTools:
             server_tool=entry.tool,
             description=entry.spec.description,
         )
-        timeout = self._settings.permission_timeout
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout):
-                return await asker.ask_permission(session, request)
-        except TimeoutError:
-            return PermissionAnswer("unavailable", f"no answer within {timeout:g} s")
-        except Exception as exc:
-            log.warning(
-                "permission request for %s failed after %.1f s: %s",
-                call.name,
-                time.monotonic() - started,
-                exc,
-            )
-            return PermissionAnswer("unavailable", str(exc) or type(exc).__name__)
+        return await ask_within(session, request, self._settings.permission_timeout)
 
 
 def _description(tool: Any) -> str:
