@@ -41,6 +41,7 @@ from agentd.tasks import Supervisor
 from agentd.transcript import TranscriptInfo
 
 if TYPE_CHECKING:
+    from agentd.mcp.sampling import Sampler
     from agentd.memory.extraction import ExtractionService
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class App:
         core = AgentCore(settings, provider, supervisor, home=home)
         specs = client_tool_specs(declared if isinstance(declared, list) else [])
         mcp = McpManager(settings.mcp_servers, settings.mcp)
+        mcp.make_sampler = functools.partial(_make_sampler, settings, provider, core)
         app = cls(
             settings, supervisor, provider, core, memory, recall=None, mcp=mcp, client_specs=specs
         )
@@ -470,6 +472,32 @@ class App:
         self.core.live.close()  # the other daemons may delete its sessions now
         await self.memory.aclose()
         await self.provider.aclose()
+
+
+def _make_sampler(settings: Settings, provider: RoutedProvider, core: AgentCore) -> Sampler:
+    """What serves MCP servers' sampling requests: the App's provider (so a
+    route the editor chose is followed), each session's model, capped at the
+    output limit agentd sets its own requests (`maxOutputTokens`, else the
+    model family's; no thinking budget: a sampling request has none)."""
+    from agentd.mcp.sampling import Sampler
+    from agentd.providers.models import main_output_cap
+
+    pc = settings.provider_config()
+
+    def output_cap(model: str) -> int:
+        reasoning = pc.reasoning_model if model == pc.model else None
+        return main_output_cap(
+            pc.kind, model, max_output_tokens=pc.max_output_tokens, reasoning_model=reasoning
+        )
+
+    return Sampler(
+        provider,
+        model_of=core.model_of,
+        output_cap=output_cap,
+        takes_images=settings.takes_images,
+        max_image_bytes=settings.limits.max_image_bytes,
+        token_limit=settings.limits.session_token_limit,
+    )
 
 
 def _listed(info: TranscriptInfo) -> dict[str, Any]:

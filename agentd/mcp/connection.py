@@ -40,6 +40,12 @@ question is declined rather than shown to the wrong session. A URL
 question's `notifications/elicitation/complete` is passed on to the editor
 that was shown it.
 
+Sampling: with a `Sampler` (the daemon's; `agentd mcp status` has none) the
+client declares sampling, and a server's `sampling/createMessage` is served
+by agentd's model for the one tool call of this connection in flight, with
+the user's permission (`agentd.mcp.sampling`). With no call or several in
+flight it is refused (an MCP error), for the same reason as a question.
+
 Connections speak the MCP handshake (`initialize`, protocol 2025-11-25),
 which servers in the field speak; its `notifications/cancelled` is how a
 cancelled or timed-out call is withdrawn.
@@ -65,6 +71,7 @@ if TYPE_CHECKING:
     from agentd.agent.elicitation import ElicitationRequest, Elicitor
     from agentd.agent.session import Session
     from agentd.mcp.elicit import CallElicitation
+    from agentd.mcp.sampling import Sampler
     from agentd.mcp.tunnel import TunnelPeer
 
 log = logging.getLogger("agentd.mcp")
@@ -94,8 +101,11 @@ class McpConnection:
         load_sdk: Callable[[], Awaitable[None]],
         startup_timeout: float,
         peer: TunnelPeer | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.name = name
+        # Serves the server's sampling requests; None: not declared, refused.
+        self._sampler = sampler
         self.config = config
         self.transport = config.transport
         self._load_sdk = load_sdk
@@ -265,6 +275,7 @@ class McpConnection:
             mode="legacy",
             message_handler=self._on_message,
             elicitation_callback=self._on_elicit,
+            sampling_callback=self._on_sample if self._sampler is not None else None,
             client_info=Implementation(name="agentd", version=__version__),
             cache=None,
         )
@@ -344,6 +355,39 @@ class McpConnection:
             return ElicitResult(action="decline")
         answer = await calls[0].answer(params, self._remember_url)
         return ElicitResult(action=answer.action, content=answer.content)
+
+    async def _on_sample(self, context: Any, params: Any) -> Any:
+        """The SDK's sampling callback: a `CreateMessageResult` or the `ErrorData` refusing it."""
+        from mcp_types import CreateMessageResult, ErrorData, TextContent
+
+        from agentd.mcp.sampling import INTERNAL_ERROR, INVALID_REQUEST, Refused
+
+        calls = list(self._calls)
+        sampler = self._sampler
+        if sampler is None:
+            return ErrorData(code=INVALID_REQUEST, message="sampling is not served here")
+        if len(calls) != 1:
+            why = "no tool call" if not calls else f"{len(calls)} tool calls"
+            log.warning("MCP server %r asked for sampling during %s in flight", self.name, why)
+            message = (
+                "agentd serves sampling only during one tool call of this server "
+                f"(refused with {why} in flight)"
+            )
+            return ErrorData(code=INVALID_REQUEST, message=message)
+        try:
+            answer = await sampler.serve(calls[0], params)
+        except Refused as exc:
+            log.warning("sampling request of MCP server %r refused: %s", self.name, exc.message)
+            return ErrorData(code=exc.code, message=exc.message)
+        except Exception:  # a bug here must not take the connection down
+            log.exception("sampling request of MCP server %r failed", self.name)
+            return ErrorData(code=INTERNAL_ERROR, message="agentd failed to serve the request")
+        return CreateMessageResult(
+            role="assistant",
+            content=TextContent(type="text", text=answer.text),
+            model=answer.model,
+            stop_reason=answer.stop_reason,
+        )
 
     def _remember_url(
         self, elicitor: Elicitor, session: Session, request: ElicitationRequest

@@ -15,13 +15,17 @@ sees it. Every way it can end is an answer for the server, never an error:
 
 While the user is being asked, the call's own timeout is paused: a person
 filling in a form is not a server that hangs.
+
+The same object stands for the call when its server asks to use the model
+(MCP sampling, `agentd.mcp.sampling`): `ended` and `paused()` serve it too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from agentd.agent.elicitation import (
@@ -46,16 +50,48 @@ Sent = Callable[[Elicitor, "Session", ElicitationRequest], None]
 
 
 class CallElicitation:
-    def __init__(self, session: Session, tool_call_id: str, server: str, timeout: float) -> None:
+    def __init__(
+        self,
+        session: Session,
+        tool_call_id: str,
+        server: str,
+        timeout: float,
+        tool: str = "",
+        server_tool: str = "",
+    ) -> None:
         self.session = session
         self.tool_call_id = tool_call_id
         self.server = server
+        # The name the model called, and the server's own name for the tool.
+        self.tool = tool
+        self.server_tool = server_tool
         self._timeout = timeout
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # The call's own timeout, paused while the user is asked.
         self.deadline: asyncio.Timeout | None = None
         self._asking = 0
         self._left: float | None = None
+        # A sampling request of this call is being served (one at a time).
+        self.sampling = False
+
+    @property
+    def ask_timeout(self) -> float:
+        """How long the user may take to answer (`mcp.permissionTimeout`)."""
+        return self._timeout
+
+    @property
+    def ended(self) -> asyncio.Future[None]:
+        """Done once the call is over (answered, cancelled, timed out)."""
+        return self._ended
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The call's own timeout stands still inside (the user is being asked)."""
+        self._pause()
+        try:
+            yield
+        finally:
+            self._resume()
 
     def end(self) -> None:
         """The call is over: questions still open are withdrawn (`cancel`)."""

@@ -25,8 +25,8 @@ import importlib
 import json
 import logging
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from agentd.agent.session import Session
 from agentd.config import McpServerSettings, McpSettings
@@ -34,6 +34,9 @@ from agentd.mcp.connection import McpConnection
 from agentd.mcp.session_tools import Attached, SessionMcpTools
 from agentd.mcp.tunnel import TunnelPeer
 from agentd.tasks import Supervisor
+
+if TYPE_CHECKING:
+    from agentd.mcp.sampling import Sampler
 
 log = logging.getLogger("agentd.mcp")
 
@@ -85,6 +88,11 @@ class McpManager:
         # Set by a front end whose editor can provide MCP servers itself (ACP's
         # `type: "acp"`): what reaches them.
         self.tunnels: TunnelPeer | None = None
+        # Set by the App: builds what serves the servers' sampling requests
+        # with its model, at the first connection (not at start-up: a daemon
+        # without MCP servers never imports it). None: sampling is refused.
+        self.make_sampler: Callable[[], Sampler] | None = None
+        self._sampler: Sampler | None = None
 
     def attach(
         self, session: Session, extra: Mapping[str, McpServerSettings] | None = None
@@ -104,8 +112,10 @@ class McpManager:
         connection = self._connections.get(key)
         if connection is None:
             peer = self.tunnels if config.transport == "acp" else None
+            if self._sampler is None and self.make_sampler is not None:
+                self._sampler = self.make_sampler()
             connection = McpConnection(
-                name, config, self._load_sdk, self.settings.startup_timeout, peer
+                name, config, self._load_sdk, self.settings.startup_timeout, peer, self._sampler
             )
             self._connections[key] = connection
             self._supervisor.spawn(connection.run(), name=f"mcp-{name}")
