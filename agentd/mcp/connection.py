@@ -418,6 +418,8 @@ class McpConnection:
         """The SDK's transport for this server, its read stream watched for its end."""
         import anyio
 
+        from agentd.mcp.salvage import salvaged
+
         inner: contextlib.AbstractAsyncContextManager[Any]
         if self.transport == "stdio":
             inner = self._stdio()
@@ -432,7 +434,7 @@ class McpConnection:
                 try:
                     async with read, send:
                         async for item in read:
-                            await send.send(item)
+                            await send.send(salvaged(item))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
                 finally:
