@@ -16,6 +16,12 @@ The tool `ask` asks the user through the client (MCP elicitation): `kind`
 accepted), "nested" (a schema outside the restricted shapes) or "bad_url"
 (not http); it returns the answer as JSON.
 
+The tool `summarize` asks the client to run a model completion (MCP
+sampling) with the system prompt `SUMMARY_SYSTEM`; `sample_raw` sends
+`sampling/createMessage` with params given as JSON, as they are (hostile
+ones included). Both return `{"result": ...}` or `{"error": {code,
+message}}` as JSON, so a test reads what the server got.
+
 Every tool call and every cancelled call is also written to stderr
 (`CALL <tool>`, `CANCELLED <tool>`), which the daemon logs under the
 server's name: tests read it from the editor's `window/logMessage`.
@@ -33,9 +39,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ImageContent, ToolAnnotations
+from mcp_types import (
+    ImageContent,
+    JSONRPCRequest,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
 
@@ -58,6 +71,7 @@ NESTED: dict[str, Any] = {
     "properties": {"where": {"type": "object", "properties": {"x": {"type": "string"}}}},
 }
 SIGN_IN = "https://example.com/sign-in?state=1"
+SUMMARY_SYSTEM = "You summarise texts for the summarize tool, in one sentence."
 
 
 def note(text: str) -> None:
@@ -157,10 +171,51 @@ def build(name: str = "test", on_cancel: Any = None) -> MCPServer:
         note(f"ELICITED {result.action}")
         return json.dumps({"action": result.action, "content": result.content})
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def summarize(text: str, ctx: Context, max_tokens: int = 200) -> str:
+        """Summarises `text` with the client's model (MCP sampling)."""
+        note("CALL summarize")
+        message = SamplingMessage(role="user", content=TextContent(type="text", text=text))
+        session = ctx.request_context.session
+        try:
+            result = await session.create_message(
+                [message],
+                max_tokens=max_tokens,
+                system_prompt=SUMMARY_SYSTEM,
+                include_context="thisServer",
+                related_request_id=ctx.request_id,
+            )
+        except MCPError as exc:
+            note(f"SAMPLED error {exc.error.code}")
+            return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message}})
+        note("SAMPLED")
+        return json.dumps(
+            {"result": result.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        )
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def sample_raw(params: str, ctx: Context) -> str:
+        """Sends `sampling/createMessage` with these params (JSON), unchecked."""
+        note("CALL sample_raw")
+        outbound = ctx.request_context.session._request_outbound
+        try:
+            result = await outbound.send_raw_request("sampling/createMessage", json.loads(params))
+        except MCPError as exc:
+            return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message}})
+        return json.dumps({"result": result})
+
     return server
 
 
+def _ascii_json(self: JSONRPCRequest, **options: Any) -> str:
+    return json.dumps(self.model_dump(mode="json", **options))
+
+
 def main() -> None:
+    # The requests it sends go out as ASCII JSON, so that a hostile one's lone
+    # surrogate (`sample_raw`) travels as its escape, as a server in another
+    # language would send it: pydantic refuses to encode one at all.
+    JSONRPCRequest.model_dump_json = _ascii_json  # type: ignore[method-assign,assignment]
     pidfile = os.environ.get("MCP_TEST_PIDFILE")
     if pidfile:
         Path(pidfile).write_text(str(os.getpid()))
