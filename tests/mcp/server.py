@@ -45,8 +45,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
     ImageContent,
     JSONRPCRequest,
-    SamplingMessage,
-    TextContent,
     ToolAnnotations,
 )
 
@@ -175,36 +173,34 @@ def build(name: str = "test", on_cancel: Any = None) -> MCPServer:
     async def summarize(text: str, ctx: Context, max_tokens: int = 200) -> str:
         """Summarises `text` with the client's model (MCP sampling)."""
         note("CALL summarize")
-        message = SamplingMessage(role="user", content=TextContent(type="text", text=text))
-        session = ctx.request_context.session
-        try:
-            result = await session.create_message(
-                [message],
-                max_tokens=max_tokens,
-                system_prompt=SUMMARY_SYSTEM,
-                include_context="thisServer",
-                related_request_id=ctx.request_id,
-            )
-        except MCPError as exc:
-            note(f"SAMPLED error {exc.error.code}")
-            return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message}})
-        note("SAMPLED")
-        return json.dumps(
-            {"result": result.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        )
+        params = {
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+            "maxTokens": max_tokens,
+            "systemPrompt": SUMMARY_SYSTEM,
+            "includeContext": "thisServer",
+        }
+        return await _sample(ctx, params)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def sample_raw(params: str, ctx: Context) -> str:
         """Sends `sampling/createMessage` with these params (JSON), unchecked."""
         note("CALL sample_raw")
-        outbound = ctx.request_context.session._request_outbound
-        try:
-            result = await outbound.send_raw_request("sampling/createMessage", json.loads(params))
-        except MCPError as exc:
-            return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message}})
-        return json.dumps({"result": result})
+        return await _sample(ctx, json.loads(params))
 
     return server
+
+
+async def _sample(ctx: Context, params: dict[str, Any]) -> str:
+    # Raw, not the SDK's typed (and deprecated) `create_message`: the params
+    # go out as they are, hostile ones included.
+    outbound = ctx.request_context.session._request_outbound
+    try:
+        result = await outbound.send_raw_request("sampling/createMessage", params)
+    except MCPError as exc:
+        note(f"SAMPLED error {exc.error.code}")
+        return json.dumps({"error": {"code": exc.error.code, "message": exc.error.message}})
+    note("SAMPLED")
+    return json.dumps({"result": result})
 
 
 def _ascii_json(self: JSONRPCRequest, **options: Any) -> str:
