@@ -345,3 +345,22 @@ async def test_sampling_during_parallel_calls_of_one_server_is_refused(
     answers = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
     assert [a["error"]["code"] for a in answers] == [-32600, -32600]
     assert seen == [] and model_server.requests("sampling") == []
+
+
+async def test_an_image_reaches_a_model_that_takes_images(
+    mcp_client: StartClient, model_server: ModelServer, workspace: Path
+) -> None:
+    client = await mcp_client({"calc": stdio_server()}, permission=True, supportsImages=True)
+    seen: list[dict[str, Any]] = []
+    answer_with(client, "allow_once", seen)
+    image = {"type": "image", "data": test_server.PNG, "mimeType": "image/png"}
+    content = [{"type": "text", "text": "What is this?"}, image]
+    model_server.enqueue(sample_raw({**GOOD, "messages": [{"role": "user", "content": content}]}))
+    model_server.enqueue({"text": SUMMARY}, "sampling")
+    sid = await client.new_session(workspace)
+    await client.prompt(sid, "look")
+    assert server_got(model_server)["result"]["content"]["text"] == SUMMARY
+    (sampled,) = model_server.requests("sampling")
+    sent = json.dumps(sampled["body"]["messages"])
+    assert test_server.PNG in sent and "What is this?" in sent
+    assert seen[0]["arguments"]["lastMessage"] == "What is this?[image]"

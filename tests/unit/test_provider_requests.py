@@ -329,3 +329,35 @@ def test_thinking_steps_aside_when_the_room_left_is_below_the_budget() -> None:
     request.max_tokens = 3000  # what a nearly full window leaves for the answer
     body = anthropic_wire.request_body(request, "claude-sonnet-4-5", config)
     assert "thinking" not in body and body["max_tokens"] == 3000
+
+
+# --- MCP sampling requests ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_sampling_request_sends_its_stop_sequences_and_no_thinking(kind: str) -> None:
+    req = ModelRequest(
+        model="m",
+        system="s",
+        messages=[user_text("hi")],
+        purpose="sampling",
+        max_tokens=300,
+        stop=("END", "\n\n"),
+    )
+    if kind == "openai":
+        config = ProviderConfig(model="m", reasoning_effort="high", max_output_tokens=9000)
+        body = json.loads(openai_wire.request_content(req, "m", config))
+        assert body["stop"] == ["END", "\n\n"] and body["max_tokens"] == 300
+        assert "reasoning_effort" not in body  # the user's effort is the conversation's
+    else:
+        body = anthropic_body(req, thinking_budget=4000)
+        assert body["stop_sequences"] == ["END", "\n\n"] and body["max_tokens"] == 300
+        assert "thinking" not in body
+    # The cached head of the request is keyed by its stop sequences too.
+    plain = ModelRequest(model="m", system="s", messages=[user_text("hi")], purpose="sampling")
+    again = (
+        json.loads(openai_wire.request_content(plain, "m", ProviderConfig(model="m")))
+        if kind == "openai"
+        else anthropic_body(plain)
+    )
+    assert "stop" not in again and "stop_sequences" not in again
