@@ -1124,7 +1124,12 @@ function M.request_permission(params)
     -- session this editor does not know): nobody to ask.
     return cancelled
   end
-  local verdict = tools.verdict(M.config, params.tool, params.arguments)
+  -- An MCP server's request to use the model is asked about every time:
+  -- auto-approving its tool says nothing about what the server sends the model.
+  local verdict = nil
+  if params.kind ~= 'sampling' then
+    verdict = tools.verdict(M.config, params.tool, params.arguments)
+  end
   if verdict ~= nil then
     return pick(verdict and 'allow_once' or 'reject_once')
   end

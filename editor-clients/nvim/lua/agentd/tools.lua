@@ -505,6 +505,14 @@ end
 function M.permission_question(params)
   local tool = params.serverTool or params.tool or '?'
   local out = {}
+  if params.kind == 'sampling' and type(params.description) == 'string' then
+    -- An MCP server asks to use the model: what it asks, in the daemon's words.
+    for line in params.description:gmatch('[^\n]+') do
+      out[#out + 1] = #out == 0 and line or '  ' .. line
+    end
+    out[#out + 1] = 'Allow it?'
+    return table.concat(out, '\n')
+  end
   if params.server then
     out[1] = ('agentd wants to call %s on the MCP server %s'):format(tool, params.server)
   else
