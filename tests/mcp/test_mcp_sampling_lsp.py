@@ -364,3 +364,28 @@ async def test_an_image_reaches_a_model_that_takes_images(
     sent = json.dumps(sampled["body"]["messages"])
     assert test_server.PNG in sent and "What is this?" in sent
     assert seen[0]["arguments"]["lastMessage"] == "What is this?[image]"
+
+
+async def test_a_session_at_its_token_limit_refuses_and_sampling_counts_in_the_usage(
+    mcp_client: StartClient, model_server: ModelServer, workspace: Path
+) -> None:
+    client = await mcp_client({"calc": stdio_server()}, permission=True)
+    answer_with(client, "allow_once", [])
+    model_server.enqueue(summarize())
+    model_server.enqueue({"text": "Done."})
+    model_server.enqueue({"text": SUMMARY, "usage": {"input": 1000, "output": 500}}, "sampling")
+    sid = await client.new_session(workspace)
+    usage = (await client.prompt(sid, "summarise"))["usage"]
+    # The server's request is paid for like the conversation's.
+    assert usage["inputTokens"] >= 1000 and usage["outputTokens"] >= 500
+    limited = await mcp_client(
+        {"calc": stdio_server()}, permission=True, limits={"sessionTokenLimit": 1}
+    )
+    seen: list[dict[str, Any]] = []
+    answer_with(limited, "allow_once", seen)
+    model_server.enqueue(summarize())
+    sid = await limited.new_session(workspace)
+    # The first request used the session's tokens: the call's sampling is refused.
+    assert (await limited.prompt(sid, "summarise"))["stopReason"] == "token_limit"
+    await limited.wait_for_log("SAMPLED error -32600")
+    assert seen == [] and len(model_server.requests("sampling")) == 1
