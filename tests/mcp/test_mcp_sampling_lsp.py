@@ -19,6 +19,7 @@ from agentd.testing.model_server import ModelServer
 from tests.lsp_client import AgentdClient
 from tests.mcp import server as test_server
 from tests.mcp.conftest import StartClient, stdio_server
+from tests.mcp.test_mcp_lsp import answer_with
 
 pytestmark = pytest.mark.e2e
 
@@ -40,16 +41,6 @@ def server_got(model_server: ModelServer) -> dict[str, Any]:
     messages = model_server.requests("main")[-1]["body"]["messages"]
     content = next(m for m in reversed(messages) if m["role"] == "tool")["content"]
     return dict(json.loads(content))
-
-
-def answer_with(client: AgentdClient, option: str | None, seen: list[dict[str, Any]]) -> None:
-    async def on_request(params: Any) -> Any:
-        seen.append(params)
-        if option is None:
-            return {"outcome": {"outcome": "cancelled"}}
-        return {"outcome": {"outcome": "selected", "optionId": option}}
-
-    client.lsp.feature("agent/requestPermission")(on_request)
 
 
 def chat(client: AgentdClient, sid: str) -> str:
