@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
 import { AgentController, explain } from '../src/protocol/controller';
+import { MAX_DESCRIPTION_CHARS } from '../src/protocol/permission';
 import { ClientToolRunner } from '../src/tools/clientTools';
 import { activate, commandTimeoutMs } from '../src/vscode/extension';
 import { DaemonManager, NOT_FOUND_MESSAGE, type DaemonState } from '../src/vscode/daemon';
@@ -688,6 +689,67 @@ describe('activation and the chat view', () => {
     expect(window.showWarningMessage.mock.calls[0][0]).toBe('agentd wants to run db: query');
     // Dismissed (Escape): no allow.
     expect(await made[0].request('agent/requestPermission', { ...params, toolCallId: 'q2' })).toEqual({ outcome: { outcome: 'cancelled' } });
+  });
+
+  it("an MCP server's sampling request: the card and the dialog are its own question with the daemon's description (cut, as text); a tool's description is the dialog's detail", async () => {
+    const { receive, flat, made, view } = await activated((d) => {
+      d.handlers.set('agent/prompt', (p) => {
+        d.notify('agent/update', {
+          sessionId: p.sessionId,
+          update: { kind: 'tool_call', toolCallId: 's1', name: 'mcp__calc__summarize', arguments: { text: 'hi' }, executor: 'daemon', server: 'calc' },
+        });
+        return new Promise(() => {});
+      });
+    });
+    receive({ type: 'ready' });
+    receive({ type: 'prompt', text: 'summarise' });
+    await vi.waitFor(() => expect(flat().some((e) => e.type === 'update' && e.update.kind === 'tool_call')).toBe(true));
+    view.visible = false;
+    const sessionId = (flat().find((e) => e.type === 'turnStart') as { sessionId: string }).sessionId;
+    const preview =
+      "The MCP server 'calc' asks to use the model for an answer of at most 200 tokens to 1 message(s); the answer goes to the server.\n" +
+      'System prompt: You summarise.\nLast message: <img src=x onerror="alert(1)"> Summarise this.';
+    const sampling = {
+      sessionId,
+      toolCallId: 's1',
+      tool: 'mcp__calc__summarize',
+      kind: 'sampling',
+      title: 'calc asks to use the model',
+      server: 'calc',
+      serverTool: 'summarize',
+      arguments: { systemPrompt: 'You summarise.', lastMessage: 'Summarise this.', messages: 1, maxTokens: 200 },
+      description: preview,
+      options: PERMISSION_OPTIONS.filter((o) => o.optionId !== 'allow_always'),
+    };
+    window.showWarningMessage.mockImplementationOnce(async (...args: unknown[]) => (args.slice(2) as { title: string }[]).find((i) => i.title === 'Allow once'));
+    expect(await made[0].request('agent/requestPermission', sampling)).toEqual({ outcome: { outcome: 'selected', optionId: 'allow_once' } });
+    // The dialog asks the request itself, not "agentd wants to run ...", and shows what the server sends as its (plain text) detail.
+    const [message, opts, ...buttons] = window.showWarningMessage.mock.calls[0] as [string, { modal: boolean; detail?: string }, ...{ title: string }[]];
+    expect(message).toBe('calc asks to use the model');
+    expect(opts).toEqual({ modal: true, detail: preview });
+    expect(buttons.map((b) => b.title)).toEqual(['Allow once', 'Reject']);
+    // The card had the same question, and says which answer it got.
+    const cards = flat().filter((e) => e.type === 'permission' && e.toolCallId === 's1');
+    expect(cards[0]).toMatchObject({ kind: 'sampling', title: 'calc asks to use the model', description: preview });
+    expect(cards.at(-1)).toMatchObject({ kind: 'sampling', options: [], answer: 'Allow once' });
+
+    // A hostile description: cut, control and direction-override characters dropped.
+    const long = `Runs\u0007 SQL\u202e.\r\n${'x'.repeat(5000)}`;
+    window.showWarningMessage.mockImplementationOnce(async () => undefined);
+    const tool = { ...sampling, toolCallId: 's2', kind: undefined, title: 'calc: query', description: long, options: PERMISSION_OPTIONS };
+    expect(await made[0].request('agent/requestPermission', tool)).toEqual({ outcome: { outcome: 'cancelled' } });
+    const [toolMessage, toolOpts] = window.showWarningMessage.mock.calls[1] as [string, { modal: boolean; detail: string }];
+    expect(toolMessage).toBe('agentd wants to run calc: query');
+    expect(toolOpts.detail.startsWith('Runs SQL.\nxxx')).toBe(true);
+    expect(toolOpts.detail.endsWith('x…')).toBe(true);
+    expect(toolOpts.detail.length).toBe(MAX_DESCRIPTION_CHARS + 1);
+    expect(flat().find((e) => e.type === 'permission' && e.toolCallId === 's2')).toMatchObject({ title: 'calc: query', description: toolOpts.detail });
+    expect(flat().find((e) => e.type === 'permission' && e.toolCallId === 's2')).not.toHaveProperty('kind');
+
+    // No description (or not a string): no detail.
+    const bare = { ...tool, toolCallId: 's3', description: { html: '<b>x</b>' } };
+    await made[0].request('agent/requestPermission', bare);
+    expect(window.showWarningMessage.mock.calls[2][1]).toEqual({ modal: true });
   });
 
   it('agent/requestPermission fails closed: Stop, or the daemon withdrawing it, answers cancelled', async () => {

@@ -508,6 +508,76 @@ describe('chat webview in Chromium', () => {
     expect(problems).toEqual([]);
   });
 
+  it("an MCP server's request to use the model: the card asks it in its own words and shows what it sends, as text", async () => {
+    // What a hostile server could put in its system prompt or message: markup, a script.
+    const description =
+      "The MCP server 'calc' asks to use the model for an answer of at most 200 tokens to 1 message(s); the answer goes to the server.\n" +
+      'System prompt: <img src=x onerror="document.title=\'pwned\'"><b>You summarise.</b>\nLast message: <script>document.title="pwned"</script>Summarise this.';
+    await send([
+      { type: 'turnStart', turnId: 'm2', sessionId: S, prompt: 'summarise' },
+      {
+        type: 'update',
+        turnId: 'm2',
+        update: { kind: 'tool_call', toolCallId: 's', name: 'mcp__calc__summarize', arguments: { text: 'hi' }, executor: 'daemon', server: 'calc' },
+      },
+      {
+        type: 'permission',
+        turnId: 'm2',
+        toolCallId: 's',
+        kind: 'sampling',
+        title: 'calc asks to use the model',
+        description,
+        options: [
+          { optionId: 'allow_once', name: 'Allow once', kind: 'allow_once' },
+          { optionId: 'reject_once', name: 'Reject', kind: 'reject_once' },
+        ],
+      },
+    ]);
+    const card = page.locator('.tool-card[data-tool-call-id="s"]');
+    await card.locator('.permission-option').first().waitFor();
+    expect(await card.getAttribute('data-status')).toBe('awaiting_approval');
+    expect(await card.getAttribute('data-permission')).toBe('sampling');
+    expect(await card.locator('.permission-title').textContent()).toBe('calc asks to use the model');
+    // Line by line, exactly the daemon's text, and nothing of it became an element.
+    expect(await card.locator('.permission-description').textContent()).toBe(description);
+    expect(await card.locator('.permission-description').innerText()).toContain('\nLast message: <script>');
+    expect(await card.locator('.permission-description *').count()).toBe(0);
+    expect(await page.locator('.answer img, .answer b, .answer script').count()).toBe(0);
+    expect(await page.title()).not.toBe('pwned');
+    expect(await card.locator('.permission-option').allTextContents()).toEqual(['Allow once', 'Reject']);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'mcp-sampling-permission.png'), fullPage: true });
+    await card.locator('.permission-option', { hasText: 'Allow once' }).click();
+    expect((await posted()).filter((m) => m.type === 'permission')).toEqual([{ type: 'permission', toolCallId: 's', optionId: 'allow_once' }]);
+    await send({ type: 'permission', turnId: 'm2', toolCallId: 's', kind: 'sampling', title: 'calc asks to use the model', options: [], answer: 'Allow once' });
+    await card.locator('.permission-answer').waitFor();
+    expect(await card.locator('.permission-answer').textContent()).toBe('calc asks to use the model: Allow once');
+    expect(await card.locator('.permission-description').count()).toBe(0);
+    expect(await card.getAttribute('data-status')).toBe('running');
+    expect(problems).toEqual([]);
+  });
+
+  it("a tool's permission card shows the daemon's description of the tool under its question", async () => {
+    await send([
+      { type: 'turnStart', turnId: 'm3', sessionId: S, prompt: 'clean' },
+      { type: 'update', turnId: 'm3', update: { kind: 'tool_call', toolCallId: 'q', name: 'mcp__db__query', arguments: {}, executor: 'daemon', server: 'db' } },
+      {
+        type: 'permission',
+        turnId: 'm3',
+        toolCallId: 'q',
+        title: 'db: query',
+        description: 'Run SQL <em>anywhere</em>.',
+        options: [{ optionId: 'allow_once', name: 'Allow once', kind: 'allow_once' }],
+      },
+    ]);
+    const card = page.locator('.tool-card[data-tool-call-id="q"]');
+    await card.locator('.permission-option').first().waitFor();
+    expect(await card.getAttribute('data-permission')).toBe('tool');
+    expect(await card.locator('.permission-title').textContent()).toBe('Allow db: query?');
+    expect(await card.locator('.permission-description').textContent()).toBe('Run SQL <em>anywhere</em>.');
+    expect(await card.locator('em').count()).toBe(0);
+    expect(problems).toEqual([]);
+  });
+
   it('slash commands complete in the prompt box when the daemon lists them; none without', async () => {
     const box = page.locator('#prompt');
     await box.fill('/');

@@ -73,8 +73,21 @@ export type ChatEvent =
   | { type: 'context'; tokens: number; window: number }
   /** A compaction of the conversation: a divider in the transcript. */
   | { type: 'compaction'; update: CompactionUpdate; replay?: boolean }
-  /** The daemon asks before a tool runs; `options` empty once answered (`answer` says how). */
-  | { type: 'permission'; turnId: string; toolCallId: string; title: string; options: PermissionOption[]; answer?: string }
+  /**
+   * The daemon asks before a tool runs, or (`kind: 'sampling'`) before the
+   * tool's MCP server uses the model; `description` is the daemon's text
+   * (shown as text only); `options` empty once answered (`answer` says how).
+   */
+  | {
+      type: 'permission';
+      turnId: string;
+      toolCallId: string;
+      title: string;
+      options: PermissionOption[];
+      answer?: string;
+      description?: string;
+      kind?: 'sampling';
+    }
   | { type: 'mcp'; servers: McpServerStatus[] };
 
 /** What the webview posts to the extension. */

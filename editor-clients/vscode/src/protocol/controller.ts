@@ -10,6 +10,7 @@
 import type { ChatEvent, PromptImage } from '../common/messages';
 import { DENIED_COMMAND, DENIED_EDIT, type ClientToolRunner, type ToolCall } from '../tools/clientTools';
 import { CancellationSource, NOT_MINE, errorCode, errorMessage, type AgentConnection, type CancellationToken, type Disposable } from './connection';
+import { permissionQuestion, type PermissionQuestion } from './permission';
 import {
   ErrorCodes,
   type AgentUpdate,
@@ -99,11 +100,12 @@ export class AgentController {
       watchMemory?: boolean;
       /**
        * Ask the user about agent/requestPermission outside the view (the chat
-       * participant has no tool cards; the panel while it is not visible):
-       * resolves with an optionId or undefined. Returning undefined itself
+       * participant has no tool cards; the panel while it is not visible),
+       * with the same title and description as the card: resolves with an
+       * optionId or undefined. Returning undefined itself
        * leaves the question to the tool card.
        */
-      askPermission?: (title: string, options: PermissionOption[], signal: AbortSignal) => Promise<string | undefined> | undefined;
+      askPermission?: (question: PermissionQuestion, options: PermissionOption[], signal: AbortSignal) => Promise<string | undefined> | undefined;
       /**
        * The window's other folders (a multi-root workspace), sent as a new
        * session's `additionalDirectories`: read when a session starts, so a
@@ -577,7 +579,9 @@ export class AgentController {
 
   /**
    * agent/requestPermission: the daemon asks before a tool with side effects
-   * runs. The tool's card shows the options; the answer is the user's click.
+   * runs, or before a running MCP tool's server uses the model (`kind:
+   * "sampling"`, on the same card). The tool's card shows the title, the
+   * daemon's description and the options; the answer is the user's click.
    * A cancelled prompt, a withdrawn request or a closed view answer
    * `cancelled` (the daemon refuses the call: fail closed).
    */
@@ -587,16 +591,17 @@ export class AgentController {
     const cancelled: RequestPermissionResult = { outcome: { outcome: 'cancelled' } };
     if (turn.ended || token.isCancellationRequested) return cancelled;
     const options = Array.isArray(p.options) ? p.options.filter((o) => o && typeof o.optionId === 'string') : [];
-    const title = typeof p.title === 'string' && p.title ? p.title : String(p.tool ?? 'a tool');
+    const question = permissionQuestion(p);
+    const { title, kind } = question;
     let sub: Disposable | undefined;
     const chosen = await new Promise<string | undefined>((resolve) => {
       turn.permissions.get(p.toolCallId)?.(undefined);
       turn.permissions.set(p.toolCallId, resolve);
       // The daemon withdraws the request ($/cancelRequest) when its prompt is cancelled.
       sub = token.onCancellationRequested(() => resolve(undefined));
-      this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, options });
+      this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, ...question, options });
       const abort = new AbortController();
-      const asked = this.options.askPermission?.(title, options, abort.signal);
+      const asked = this.options.askPermission?.(question, options, abort.signal);
       if (asked) {
         // Whichever answers first (the dialog or the card) wins; the other is dropped.
         turn.permissions.set(p.toolCallId, (id) => {
@@ -610,7 +615,8 @@ export class AgentController {
     turn.permissions.delete(p.toolCallId);
     const option = options.find((o) => o.optionId === chosen);
     if (!turn.ended) {
-      this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, options: [], answer: option ? option.name : 'Cancelled' });
+      const answer = option ? option.name : 'Cancelled';
+      this.emit({ type: 'permission', turnId: turn.id, toolCallId: p.toolCallId, title, ...(kind ? { kind } : {}), options: [], answer });
     }
     return option ? { outcome: { outcome: 'selected', optionId: option.optionId } } : cancelled;
   }

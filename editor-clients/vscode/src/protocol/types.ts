@@ -108,7 +108,7 @@ export interface PermissionOption {
   kind: 'allow_once' | 'allow_always' | 'reject_once' | 'reject_always';
 }
 
-/** agent/requestPermission (daemon -> editor): may a daemon-run tool with side effects run? */
+/** agent/requestPermission (daemon -> editor): may a daemon-run tool with side effects run (or its MCP server use the model)? */
 export interface RequestPermissionParams {
   sessionId: string;
   toolCallId: string;
@@ -118,7 +118,10 @@ export interface RequestPermissionParams {
   options: PermissionOption[];
   server?: string;
   serverTool?: string;
+  /** The tool's description; for `kind: "sampling"`, what the server sends the model, in words. */
   description?: string;
+  /** `sampling`: the MCP server running this call asks to use the model (`arguments` preview the request). */
+  kind?: string;
 }
 
 export type RequestPermissionResult = { outcome: { outcome: 'selected'; optionId: string } | { outcome: 'cancelled' } };

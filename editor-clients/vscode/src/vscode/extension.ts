@@ -3,6 +3,7 @@
 
 import * as vscode from 'vscode';
 import { AgentController } from '../protocol/controller';
+import type { PermissionQuestion } from '../protocol/permission';
 import type { PermissionOption } from '../protocol/types';
 import { ClientToolRunner } from '../tools/clientTools';
 import { ChatViewProvider, VIEW_ID } from './chatView';
@@ -62,7 +63,7 @@ export async function activate(context: vscode.ExtensionContext, factory?: Clien
   let chat: ChatViewProvider | undefined;
   const controller = new AgentController(workspaceRoot, tools, {
     additionalRoots,
-    askPermission: (title, options, signal) => (chat?.visible ? undefined : askPermissionInDialog(title, options, signal)),
+    askPermission: (question, options, signal) => (chat?.visible ? undefined : askPermissionInDialog(question, options, signal)),
     // MCP servers' questions (agent/elicit) in the editor's dialogs, panel on screen or not.
     elicit: askElicitation,
   });
@@ -116,12 +117,17 @@ export function commandTimeoutMs(): number {
 /**
  * agent/requestPermission for the @agentd participant, which has no tool
  * cards: a modal dialog whose buttons are the daemon's options (closing it
- * answers nothing, which the daemon takes as a refusal).
+ * answers nothing, which the daemon takes as a refusal). An MCP server's
+ * request to use the model is its own question ("db asks to use the
+ * model"), not a tool to run; the daemon's description (what the server
+ * sends, or what the tool does) is the dialog's detail, which is plain text.
  */
-export async function askPermissionInDialog(title: string, options: PermissionOption[], signal: AbortSignal): Promise<string | undefined> {
+export async function askPermissionInDialog(question: PermissionQuestion, options: PermissionOption[], signal: AbortSignal): Promise<string | undefined> {
   if (signal.aborted) return undefined;
   const items = options.map((o) => ({ title: o.name, optionId: o.optionId, isCloseAffordance: o.kind.startsWith('reject') }));
-  const pick = await vscode.window.showWarningMessage(`agentd wants to run ${title}`, { modal: true }, ...items);
+  const message = question.kind === 'sampling' ? question.title : `agentd wants to run ${question.title}`;
+  const dialog = { modal: true, ...(question.description ? { detail: question.description } : {}) };
+  const pick = await vscode.window.showWarningMessage(message, dialog, ...items);
   return signal.aborted ? undefined : pick?.optionId;
 }
 

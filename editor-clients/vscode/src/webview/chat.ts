@@ -124,7 +124,7 @@ function handle(e: ChatEvent): void {
       renderMcp(e);
       break;
     case 'permission':
-      turns.get(e.turnId)?.permission(e.toolCallId, e.title, e.options, e.answer);
+      turns.get(e.turnId)?.permission(e);
       break;
     case 'compaction': {
       // A compaction's later statuses replace its "started" line; one that a

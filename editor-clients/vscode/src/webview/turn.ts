@@ -4,7 +4,7 @@
 // session looks as it did.
 
 import { isPromptImage, type ChatEvent, type ClientToolState, type PromptImage, type ReviewDecision } from '../common/messages';
-import type { AgentUpdate, CompactionUpdate, PermissionOption, ToolLocation } from '../protocol/types';
+import type { AgentUpdate, CompactionUpdate, ToolLocation } from '../protocol/types';
 import { button, clip, fileLink, h, post } from './dom';
 import { parseMarkdown, toDom } from './markdown';
 
@@ -145,18 +145,32 @@ export class TurnView {
     }
   }
 
-  /** The daemon asks before a tool runs: its options on the card, or how it was answered. */
-  permission(toolCallId: string, title: string, options: PermissionOption[], answer?: string): void {
+  /**
+   * The daemon asks before a tool runs, or before the tool's MCP server uses
+   * the model (sampling: the title is the question, "db asks to use the
+   * model"): the question, the daemon's description and the options on the
+   * card, or how it was answered. The description is a server's text: text
+   * only, as every field of the card.
+   */
+  permission(e: Extract<ChatEvent, { type: 'permission' }>): void {
+    const { toolCallId, title, options, answer } = e;
+    const sampling = e.kind === 'sampling';
     const card = this.tools.get(toolCallId);
     if (!card) return;
     card.actions.textContent = '';
+    card.root.dataset.permission = sampling ? 'sampling' : 'tool';
     if (!options.length) {
-      if (answer) card.actions.append(h('span', { class: 'muted permission-answer', text: answer }));
+      // A tool call may be asked about twice (to run, then to use the model): say which answer this is.
+      const said = answer && sampling ? `${title}: ${answer}` : answer;
+      if (said) card.actions.append(h('span', { class: 'muted permission-answer', text: said }));
       if (card.root.dataset.status === 'awaiting_approval') setStatus(card, 'running');
       return;
     }
     setStatus(card, LABELS.awaiting_approval, 'awaiting_approval');
-    card.actions.append(h('span', { class: 'permission-title', text: `Allow ${title}?` }));
+    card.actions.append(h('span', { class: 'permission-title', text: sampling ? title : `Allow ${title}?` }));
+    if (typeof e.description === 'string' && e.description) {
+      card.actions.append(h('div', { class: 'permission-description', text: e.description }));
+    }
     for (const o of options) {
       const reject = o.kind.startsWith('reject');
       card.actions.append(
