@@ -2,12 +2,14 @@
 // real MCP server (the repository's tests/mcp/server.py, run by the daemon
 // over stdio) and the bundled model server: tool cards name the server, the
 // daemon's agent/requestPermission is answered from the card (allow, reject,
-// Stop), and mcp/status feeds the panel's MCP section.
+// Stop), a server's request to use the model (sampling) shows what it sends,
+// and mcp/status feeds the panel's MCP section.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it as vitestIt } from 'vitest';
 import type { ChatEvent } from '../src/common/messages';
+import type { PermissionQuestion } from '../src/protocol/permission';
 import { AGENTD_BIN, startDaemon, startModelServer, type Daemon, type ModelServer } from './helpers/agentd';
 import { panelHarness } from './helpers/panel';
 import type { WireEvent } from './helpers/recorder';
@@ -71,6 +73,34 @@ describe('MCP tools in the panel', () => {
     expect((await second).outcome).toBe('cancelled');
     await h.controller.prompt('still here?');
     expect(answers(h.wire)).toEqual([{ outcome: { outcome: 'selected', optionId: 'reject_once' } }, { outcome: { outcome: 'cancelled' } }]);
+  });
+
+  it("a server's request to use the model shows its title and what it sends on the card and in the dialog; Allow once serves it", async () => {
+    // The dialog is asked beside the card (the panel off screen); leaving it open, the card answers.
+    const dialogs: PermissionQuestion[] = [];
+    const h = panelHarness(daemon.agent, { askPermission: (question) => void dialogs.push(question) });
+    // summarize is read-only: running it is not asked, its sampling request is.
+    const pending = h.controller.prompt('!tool mcp__db__summarize {"text": "Summarise the <b>release</b> notes."}');
+    const asked = (await h.next((e) => e.type === 'permission' && e.options.length > 0)) as Extract<ChatEvent, { type: 'permission' }>;
+    expect(asked).toMatchObject({ kind: 'sampling', title: 'db asks to use the model' });
+    expect(asked.options.map((o) => o.optionId)).toEqual(['allow_once', 'reject_once']);
+    // The daemon's preview in words: the server, its system prompt (tests/mcp/server.py's SUMMARY_SYSTEM), the last message.
+    expect(asked.description).toMatch(/^The MCP server 'db' asks to use the model for an answer of at most 200 tokens to 1 message/);
+    expect(asked.description).toContain('\nSystem prompt: You summarise texts for the summarize tool');
+    expect(asked.description).toContain('\nLast message: Summarise the <b>release</b> notes.');
+    expect(dialogs).toEqual([{ kind: 'sampling', title: asked.title, description: asked.description }]);
+    const call = toolUpdates(h.events).find((u) => u.kind === 'tool_call');
+    expect(call).toMatchObject({ name: 'mcp__db__summarize', toolCallId: asked.toolCallId });
+    expect(h.controller.answerPermission(asked.toolCallId, 'allow_once')).toBe(true);
+    expect((await pending).outcome).toBe('completed');
+    expect(answers(h.wire)).toEqual([{ outcome: { outcome: 'selected', optionId: 'allow_once' } }]);
+    expect(h.events.filter((e) => e.type === 'permission').at(-1)).toMatchObject({ kind: 'sampling', options: [], answer: 'Allow once' });
+    // The server got the model's answer (the bundled model server echoes the server's message).
+    const done = toolUpdates(h.events).at(-1) as { status: string; content: string };
+    expect(done.status).toBe('completed');
+    expect(JSON.parse(done.content).result).toMatchObject({ role: 'assistant', content: { type: 'text', text: 'Echo: Summarise the <b>release</b> notes.' } });
+    const sampled = (await model.log()).filter((e) => e.type === 'request' && e.purpose === 'sampling');
+    expect(sampled).toHaveLength(1);
   });
 
   it('mcp/status lists the server for the MCP section; a read-only tool runs without asking', async () => {

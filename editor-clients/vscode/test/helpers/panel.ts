@@ -14,8 +14,11 @@ import { recording } from './recorder';
 
 type ControllerOptions = NonNullable<ConstructorParameters<typeof AgentController>[2]>;
 
-/** `elicit`: how the controller answers agent/elicit (absent: it has no way to ask). */
-export function panelHarness(agent: AgentConnection, options: Pick<ControllerOptions, 'elicit'> = {}) {
+/**
+ * `elicit`: how the controller answers agent/elicit (absent: it has no way to
+ * ask); `askPermission`: the dialog beside the card (absent: the card asks).
+ */
+export function panelHarness(agent: AgentConnection, options: Pick<ControllerOptions, 'elicit' | 'askPermission'> = {}) {
   const root = tmpDir('agentd-ws-');
   const tools = new ClientToolRunner(new FakeWorkspace(), { workspaceRoot: () => root, editApproval: () => 'ask' });
   const controller = new AgentController(() => root, tools, options);
