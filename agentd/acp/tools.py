@@ -103,20 +103,18 @@ class AcpToolRunner:
     ) -> PermissionAnswer:
         """The core's `PermissionAsker`: `session/request_permission` for a
         daemon-run tool (an MCP tool). Errors propagate (the caller fails closed)."""
-        tool_call: dict[str, Any] = {
-            "toolCallId": request.tool_call_id,
-            "title": request.title,
-            "kind": "other",
-            "rawInput": request.arguments,
-        }
+        tool_call: dict[str, Any] = {"toolCallId": request.tool_call_id, "kind": "other"}
         meta: dict[str, Any] = {"server": request.server, "tool": request.tool}
         if request.kind == "sampling":
             # The call is running already (no `pending` status): its server
-            # asks to use the model; the preview is the card's content.
+            # asks to use the model. The request updates the call's card, so
+            # its title and input stay the call's own (a title set here would
+            # stay after the answer); the question and its preview are the
+            # card's content, which the call's result replaces.
             meta["sampling"] = True
             tool_call["content"] = text_content(request.description)
         else:
-            tool_call["status"] = "pending"
+            tool_call.update(title=request.title, rawInput=request.arguments, status="pending")
         if request.server is not None:
             tool_call["_meta"] = {"agentd": meta}
         result = await self._call(

@@ -129,9 +129,10 @@ async def test_allowed_the_server_gets_the_models_answer(
         "tool": "mcp__acct__summarize",
         "sampling": True,
     }
-    assert "acct" in tool_call["title"]
-    assert tool_call["rawInput"]["systemPrompt"] == test_server.SUMMARY_SYSTEM
-    assert test_server.SUMMARY_SYSTEM in tool_call["content"][0]["content"]["text"]
+    # The card keeps the call's own title and input (the tool's, not the question).
+    assert "title" not in tool_call and "rawInput" not in tool_call
+    shown = tool_call["content"][0]["content"]["text"]
+    assert "'acct' asks to use the model" in shown and test_server.SUMMARY_SYSTEM in shown
     options = [o["optionId"] for o in asked["params"]["options"]]
     assert options == ["allow_once", "reject_once"]
     # The model's answer went to the server, not to the chat.
