@@ -1405,6 +1405,20 @@ local function mcp_root(name)
   return root, ask_here
 end
 
+-- The end of a test on an `mcp_root`: its server turned off for the tests
+-- after it (vim.lsp.config merges tables: the entry stays, disabled), its
+-- client stopped, and the test's error (pcall's `ok`, `err`) raised again.
+local function mcp_done(root, ok, err)
+  vim.lsp.config('agentd', { init_options = { mcpServers = { tst = { enabled = false } } } })
+  local c = agentd.info(root) and vim.lsp.get_client_by_id(agentd.info(root).client_id)
+  if c then
+    c:stop()
+  end
+  if not ok then
+    error(err, 0)
+  end
+end
+
 test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the server named on the card, :AgentdStatus lists it', function()
   local mroot, ask_here = mcp_root('mcp')
   local ok, err = pcall(function()
@@ -1481,15 +1495,7 @@ test('MCP: permission asked with vim.ui.select (allow, reject, cancel), the serv
     local all = table.concat(lines or {}, '\n')
     check(all:match('\n  tst: ready %(stdio, %d+ tools'), 'status:\n%s', all)
   end)
-  -- (vim.lsp.config merges tables: the entry stays, disabled.)
-  vim.lsp.config('agentd', { init_options = { mcpServers = { tst = { enabled = false } } } })
-  local c = agentd.info(mroot) and vim.lsp.get_client_by_id(agentd.info(mroot).client_id)
-  if c then
-    c:stop()
-  end
-  if not ok then
-    error(err, 0)
-  end
+  mcp_done(mroot, ok, err)
 end)
 
 test('MCP: a permission question the daemon withdraws (no answer in time) has its picker closed', function()
@@ -1658,14 +1664,7 @@ test('MCP: agent/elicit asked with vim.ui.select and vim.ui.input (a typed, chec
     check(stop:match('^end_turn'), 'stop: %s', stop)
   end)
   vim.ui.open = real_open
-  vim.lsp.config('agentd', { init_options = { mcpServers = { tst = { enabled = false } } } })
-  local c = agentd.info(eroot) and vim.lsp.get_client_by_id(agentd.info(eroot).client_id)
-  if c then
-    c:stop()
-  end
-  if not ok then
-    error(err, 0)
-  end
+  mcp_done(eroot, ok, err)
 end)
 
 -- Another root, as the tests below: the tests above share `root`'s session.
